@@ -1,0 +1,357 @@
+"""Convergence of one training job from its progress series: phase, growth, remaining time.
+
+Pure: numpy and arithmetic only; time comes in as timestamps, never from a clock.
+
+Pipeline: clean (drop non-finite points with counted reasons; a step going backwards is a
+restart from checkpoint, whose new points supersede the old ones from that step on) ->
+orient (lower is better) -> median filter -> normalise to [0, 1] by the observed range
+(so everything is invariant to scaling and shifting the metric) -> FlowCon windows for
+progress P and growth efficiency G = P / share, and an Optimus fit
+l(k) = 1/(b0*k + b1) + b2 for the steps left to the plateau.
+
+P is the improvement of the windowed mean between two consecutive windows, as a fraction
+of the observed range, per window (FlowCon divides by the window in seconds; per window makes alpha
+independent of the window and of the job's speed). A job getting worse is not growing: P >= 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_FLAT_SPAN = 1e-12  # normalised span below which a series counts as constant
+
+
+class Phase(IntEnum):
+    UNKNOWN = 0
+    GROWING = 1
+    WATCHING = 2
+    COMPLETING = 3
+
+
+@dataclass(frozen=True)
+class ConvergenceSettings:
+    window_s: float = 30.0  # Δ in seconds (FlowCon); 0 = count windows in points
+    window_points: int = 5  # window length when window_s is 0 or there are no timestamps
+    alpha: float = 0.05  # G below this is slow growth
+    higher_is_better: bool = False  # True for accuracy-like metrics
+    median_points: int = 3  # odd width of the spike-removing median filter; 1 = off
+    plateau_rel_tol: float = 0.05  # plateau: remaining improvement <= tol * total improvement
+    min_fit_points: int = 5
+    fit_grid: int = 48  # asymptote candidates tried by the curve fit
+    rate_points: int = 20  # recent points of the current run used for the step rate
+    max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
+
+
+@dataclass(frozen=True)
+class CleanSeries:
+    """Points in step order with the superseded and invalid ones removed."""
+
+    steps: FloatArray
+    values: FloatArray
+    timestamps: FloatArray | None
+    rejected: Mapping[str, int]
+    restarts: int  # times the step went backwards
+    superseded: int  # points replaced by a restart's re-run of their steps
+    run_start: int  # index of the first kept point of the current run (since the last restart)
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """l(x) = 1/(a*x + b) + c in normalised units, x = (step - step0) / step_span."""
+
+    a: float
+    b: float
+    c: float
+    step0: float
+    step_span: float
+    rmse: float
+
+    def predict(self, steps: FloatArray) -> FloatArray:
+        x = (steps - self.step0) / self.step_span
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out: FloatArray = self.c + 1.0 / (self.a * x + self.b)
+        return out
+
+
+@dataclass(frozen=True)
+class ConvergenceEstimate:
+    phase: Phase
+    low_count: int  # consecutive windows with G < alpha; carry into the next step
+    progress: float  # P of the latest window pair; NaN before two windows
+    growth_efficiency: float  # P / share; NaN when the share is unknown
+    remaining_steps: float  # to the plateau; NaN unknown, 0 at the plateau
+    remaining_seconds: float  # NaN unknown (no timestamps, no rate, no prediction)
+    step_rate: float  # steps/s of the current run; NaN unknown
+    points_used: int
+    last_step: float  # NaN when no point survived cleaning
+    rejected: Mapping[str, int] = field(default_factory=dict)
+    restarts: int = 0
+    superseded: int = 0
+    fit: CurveFit | None = None
+
+
+def _as_float(a: npt.ArrayLike) -> FloatArray:
+    return np.asarray(a, dtype=np.float64).reshape(-1)
+
+
+def clean_series(
+    steps: npt.ArrayLike, values: npt.ArrayLike, timestamps: npt.ArrayLike | None = None
+) -> CleanSeries:
+    """Arrival-ordered points -> valid points in increasing step order.
+
+    Invalid points are counted by reason. After a restart from checkpoint at step s, the
+    earlier points at steps >= s are superseded (the run was rolled back), not corrupt.
+    """
+    k, v = _as_float(steps), _as_float(values)
+    t = None if timestamps is None else _as_float(timestamps)
+    if k.shape != v.shape or (t is not None and t.shape != k.shape):
+        raise ValueError(f"steps, values and timestamps differ in length: {k.size}, {v.size}, "
+                         f"{None if t is None else t.size}")
+    reasons = {
+        "value_nan": np.isnan(v),
+        "value_inf": np.isinf(v),
+        "step_not_finite": ~np.isfinite(k),
+        "step_negative": k < 0,
+    }
+    if t is not None:
+        reasons["timestamp_not_finite"] = ~np.isfinite(t)
+    bad = np.zeros(k.shape, dtype=bool)
+    rejected: dict[str, int] = {}
+    for name, mask in reasons.items():
+        first_time = mask & ~bad  # each point is counted under its first reason only
+        if first_time.any():
+            rejected[name] = int(first_time.sum())
+        bad |= mask
+    ok = ~bad
+    k, v = k[ok], v[ok]
+    t = None if t is None else t[ok]
+
+    restarts = int(np.count_nonzero(np.diff(k) < 0)) if k.size else 0
+    # Point i survives iff every later point has a larger step (no later re-run covers it).
+    later_min = np.append(np.minimum.accumulate(k[::-1])[::-1][1:], np.inf)
+    keep = k < later_min
+    drops = np.flatnonzero(np.diff(k) < 0)
+    restart_at = int(drops[-1]) + 1 if drops.size else 0
+    run_start = int(np.count_nonzero(keep[:restart_at]))
+    return CleanSeries(
+        steps=k[keep],
+        values=v[keep],
+        timestamps=None if t is None else t[keep],
+        rejected=rejected,
+        restarts=restarts,
+        superseded=int(k.size - np.count_nonzero(keep)),
+        run_start=run_start,
+    )
+
+
+def _median_filter(x: FloatArray, width: int) -> FloatArray:
+    if width <= 1 or x.size < width:
+        return x
+    half = width // 2
+    padded = np.pad(x, half, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    return np.asarray(np.median(windows, axis=1), dtype=np.float64)
+
+
+def normalise(values: FloatArray, higher_is_better: bool, median_points: int) -> FloatArray | None:
+    """Oriented (lower is better), smoothed, range-normalised to [0, 1]; None if constant."""
+    if values.size == 0:
+        return None
+    oriented = -values if higher_is_better else values
+    scale = float(np.max(np.abs(oriented)))
+    if scale == 0.0:
+        return None
+    unit = oriented / scale  # in [-1, 1] first, so the span below cannot overflow
+    smooth = _median_filter(unit, median_points)
+    lo, hi = float(smooth.min()), float(smooth.max())
+    if hi - lo < _FLAT_SPAN:
+        return None
+    return np.asarray((smooth - lo) / (hi - lo), dtype=np.float64)
+
+
+def window_ids(
+    steps_count: int, timestamps: FloatArray | None, settings: ConvergenceSettings
+) -> IntArray:
+    """Window index of each point, 0 = the latest window, counted back from the last point."""
+    if timestamps is not None and settings.window_s > 0:
+        back = (float(timestamps.max()) - timestamps) / settings.window_s
+        return np.floor(np.clip(back, 0.0, 1e12)).astype(np.int64)
+    width = max(1, settings.window_points)
+    return (steps_count - 1 - np.arange(steps_count, dtype=np.int64)) // width
+
+
+def window_progress(norm: FloatArray, ids: IntArray) -> FloatArray:
+    """P between consecutive non-empty windows, oldest first; gaps count as elapsed windows."""
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    if uniq.size < 2:
+        return np.empty(0)
+    means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
+    means, uniq = means[::-1], uniq[::-1]  # oldest window first
+    gap = -np.diff(uniq).astype(np.float64)
+    return np.asarray(np.maximum(means[:-1] - means[1:], 0.0) / gap, dtype=np.float64)
+
+
+def advance_phase(previous: Phase, low_count: int, g: float, alpha: float) -> tuple[Phase, int]:
+    """FlowCon's state machine, one window: G < alpha once -> watching, twice -> completing."""
+    if not math.isfinite(g):
+        return previous, low_count  # no evidence: keep what we had
+    if g >= alpha:
+        return Phase.GROWING, 0
+    low = low_count + 1
+    return (Phase.WATCHING if low == 1 else Phase.COMPLETING), low
+
+
+def replay_phase(g: FloatArray, alpha: float) -> tuple[Phase, int]:
+    """The phase after feeding every window's G through advance_phase (vectorised)."""
+    if g.size == 0:
+        return Phase.UNKNOWN, 0
+    high = np.flatnonzero(g >= alpha)
+    low = int(g.size - 1 - high[-1]) if high.size else int(g.size)
+    if low == 0:
+        return Phase.GROWING, 0
+    return (Phase.WATCHING if low == 1 else Phase.COMPLETING), low
+
+
+def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
+    """Least-squares fit of norm ~ 1/(a*x + b) + c with a > 0 (a decreasing curve).
+
+    For a fixed asymptote c the model is linear in 1/(l - c), so we scan c over a grid
+    below the lowest point and solve a weighted linear fit for each (weights (l-c)^4 undo
+    the reciprocal's stretching of noise), keeping the c with the least error in l.
+    """
+    if steps.size < 3:
+        return None
+    step0, span = float(steps[0]), float(steps[-1] - steps[0])
+    if not span > 0 or not math.isfinite(span):
+        return None
+    x = (steps - step0) / span
+    gap = np.logspace(-3.0, 1.0, max(2, grid))[:, None]  # distance of c below the minimum
+    c = float(norm.min()) - gap
+    d = norm[None, :] - c  # > 0
+    y = 1.0 / d
+    w = d**4
+    sw, swx, swy = w.sum(1), (w * x).sum(1), (w * y).sum(1)
+    swxx, swxy = (w * x * x).sum(1), (w * x * y).sum(1)
+    det = sw * swxx - swx * swx
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = (sw * swxy - swx * swy) / det
+        b = (swy - a * swx) / sw
+        denom = a[:, None] * x[None, :] + b[:, None]
+        pred = c + 1.0 / denom
+        sse = ((pred - norm[None, :]) ** 2).sum(1)
+    valid = (a > 0) & (b > 0) & np.isfinite(sse) & np.all(denom > 0, axis=1)
+    if not valid.any():
+        return None
+    best = int(np.argmin(np.where(valid, sse, np.inf)))
+    return CurveFit(
+        a=float(a[best]), b=float(b[best]), c=float(c[best, 0]), step0=step0, step_span=span,
+        rmse=math.sqrt(float(sse[best]) / steps.size),
+    )
+
+
+def remaining_steps_to_plateau(fit: CurveFit, tol: float, max_horizon_factor: float) -> float:
+    """Steps from the last observed step until the fitted gap to the asymptote is
+    tol x the total improvement (the worst point, 1 after normalisation, to the asymptote).
+    NaN when that lies beyond max_horizon_factor x the observed span."""
+    target_gap = tol * (1.0 - fit.c)
+    if not target_gap > 0:
+        return math.nan
+    x_plateau = (1.0 / target_gap - fit.b) / fit.a
+    left = max(0.0, x_plateau - 1.0)  # x = 1 is the last observed step
+    if not math.isfinite(left) or left > max_horizon_factor:
+        return math.nan
+    return left * fit.step_span
+
+
+def step_rate(clean: CleanSeries, rate_points: int) -> float:
+    """Steps per second over the recent points of the current run; NaN if not measurable."""
+    if clean.timestamps is None:
+        return math.nan
+    k = clean.steps[clean.run_start:][-max(2, rate_points):]
+    t = clean.timestamps[clean.run_start:][-max(2, rate_points):]
+    if k.size < 2:
+        return math.nan
+    with np.errstate(over="ignore", invalid="ignore"):
+        dt, dk = float(t[-1] - t[0]), float(k[-1] - k[0])
+        rate = dk / dt if dt > 0 else math.nan
+    return rate if math.isfinite(rate) and rate > 0 else math.nan
+
+
+def estimate(
+    steps: npt.ArrayLike,
+    values: npt.ArrayLike,
+    timestamps: npt.ArrayLike | None,
+    settings: ConvergenceSettings,
+    resource_share: float | None = None,
+    previous_phase: Phase = Phase.UNKNOWN,
+    previous_low_count: int = 0,
+) -> ConvergenceEstimate:
+    """Convergence of one job from its whole (arrival-ordered) history.
+
+    previous_phase UNKNOWN: the phase is replayed over every window of the history.
+    Otherwise the state machine advances one step from (previous_phase,
+    previous_low_count) with the latest window's G; call it once per window.
+    resource_share: the job's share of what it could use, in (0, inf); without one, G is
+    NaN and the phase is decided on P alone (share 1).
+    """
+    clean = clean_series(steps, values, timestamps)
+    share = resource_share if resource_share is not None and math.isfinite(resource_share) \
+        and resource_share > 0 else None
+    n = int(clean.steps.size)
+    last_step = float(clean.steps[-1]) if n else math.nan
+    rate = step_rate(clean, settings.rate_points)
+    norm = normalise(clean.values, settings.higher_is_better, settings.median_points)
+
+    ids = window_ids(n, clean.timestamps, settings)
+    if norm is None:
+        # Constant (or empty) series: no improvement at all in every window pair.
+        windows = int(np.unique(ids).size) if n else 0
+        p_all = np.zeros(max(0, windows - 1))
+    else:
+        p_all = window_progress(norm, ids)
+    g_all = p_all / (share if share is not None else 1.0)
+    if previous_phase == Phase.UNKNOWN:
+        phase, low = replay_phase(g_all, settings.alpha)
+    else:
+        latest = float(g_all[-1]) if g_all.size else math.nan
+        phase, low = advance_phase(previous_phase, previous_low_count, latest, settings.alpha)
+    progress = float(p_all[-1]) if p_all.size else math.nan
+    growth = progress / share if share is not None and p_all.size else math.nan
+
+    fit = None
+    remaining = math.nan
+    if norm is None:
+        remaining = 0.0 if phase == Phase.COMPLETING else math.nan
+    elif n >= settings.min_fit_points:
+        fit = fit_inverse_curve(clean.steps, norm, settings.fit_grid)
+        if fit is not None:
+            remaining = remaining_steps_to_plateau(fit, settings.plateau_rel_tol, settings.max_horizon_factor)
+    if remaining == 0.0:
+        seconds = 0.0
+    else:
+        seconds = remaining / rate if math.isfinite(rate) else math.nan
+        seconds = seconds if math.isfinite(seconds) else math.nan
+    return ConvergenceEstimate(
+        phase=phase,
+        low_count=low,
+        progress=progress,
+        growth_efficiency=growth,
+        remaining_steps=remaining,
+        remaining_seconds=seconds,
+        step_rate=rate,
+        points_used=n,
+        last_step=last_step,
+        rejected=clean.rejected,
+        restarts=clean.restarts,
+        superseded=clean.superseded,
+        fit=fit,
+    )
