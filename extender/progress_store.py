@@ -1,0 +1,221 @@
+"""Progress history of every job in an embedded SQLite database (WAL).
+
+Points keep their arrival order (the row id): a step that goes backwards is a restart from
+checkpoint and scoring.convergence needs the order to tell which points it superseded.
+Bounded: per job, older points are thinned by halves once a job has more than
+max_points_per_job (the recent ones are all kept, so the curve's shape survives at
+decreasing density), and jobs with no point for max_idle_s are dropped by prune().
+synchronous=NORMAL in WAL mode survives a process crash or restart; only an OS crash or
+power loss can take the last transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS points (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace TEXT NOT NULL,
+    job TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL NOT NULL,
+    ts REAL NOT NULL,
+    pod TEXT,
+    metrics BLOB
+);
+CREATE INDEX IF NOT EXISTS points_by_job ON points(namespace, job, id);
+CREATE TABLE IF NOT EXISTS jobs (
+    namespace TEXT NOT NULL,
+    job TEXT NOT NULL,
+    higher_is_better INTEGER NOT NULL DEFAULT 0,
+    first_ts REAL NOT NULL,
+    last_ts REAL NOT NULL,
+    PRIMARY KEY (namespace, job)
+);
+"""
+
+
+@dataclass(frozen=True)
+class ProgressStoreSettings:
+    path: str  # SQLite file; ":memory:" only for tests that need no restart
+    max_points_per_job: int = 4000
+    keep_recent_points: int = 1000  # never thinned
+    max_idle_s: float = 7 * 86400.0  # prune() drops jobs with no point for this long
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    step: int
+    value: float
+    timestamp: float  # seconds since the epoch; the API fills it with the receive time
+    pod: str | None = None
+    metrics: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """One job's points in arrival order (not step order: restarts show as steps going back)."""
+
+    namespace: str
+    job: str
+    steps: npt.NDArray[np.int64]
+    values: npt.NDArray[np.float64]
+    timestamps: npt.NDArray[np.float64]
+    higher_is_better: bool
+
+    @property
+    def count(self) -> int:
+        return int(self.steps.size)
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    namespace: str
+    job: str
+    points: int
+    first_ts: float
+    last_ts: float
+    higher_is_better: bool
+
+
+class ProgressStore:
+    def __init__(self, settings: ProgressStoreSettings) -> None:
+        if settings.keep_recent_points < 1 or settings.max_points_per_job <= settings.keep_recent_points:
+            raise ValueError("need 1 <= keep_recent_points < max_points_per_job")
+        self._settings = settings
+        if settings.path != ":memory:":
+            Path(settings.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(settings.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+
+    def add_points(
+        self, namespace: str, job: str, points: Iterable[ProgressPoint], higher_is_better: bool | None = None
+    ) -> int:
+        """Append points in the given (arrival) order; returns how many were stored.
+
+        higher_is_better None keeps what the job said before (False for a new job).
+        Non-finite values or timestamps are skipped and logged (the API rejects them first)."""
+        rows = []
+        skipped = 0
+        for p in points:
+            if not (math.isfinite(p.value) and math.isfinite(p.timestamp)):
+                skipped += 1
+                continue
+            metrics = orjson.dumps(dict(p.metrics)) if p.metrics else None
+            rows.append((namespace, job, int(p.step), float(p.value), float(p.timestamp), p.pod, metrics))
+        if skipped:
+            log.warning("progress store: skipped %d non-finite points for %s/%s", skipped, namespace, job)
+        if not rows:
+            return 0
+        hib = None if higher_is_better is None else int(higher_is_better)
+        first_ts = min(r[4] for r in rows)
+        last_ts = max(r[4] for r in rows)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    "INSERT INTO points(namespace, job, step, value, ts, pod, metrics) VALUES (?,?,?,?,?,?,?)",
+                    rows,
+                )
+                self._db.execute(
+                    "INSERT INTO jobs(namespace, job, higher_is_better, first_ts, last_ts) "
+                    "VALUES (?,?,coalesce(?, 0),?,?) ON CONFLICT(namespace, job) DO UPDATE SET "
+                    "higher_is_better=coalesce(?, higher_is_better), "
+                    "first_ts=min(first_ts, excluded.first_ts), last_ts=max(last_ts, excluded.last_ts)",
+                    (namespace, job, hib, first_ts, last_ts, hib),
+                )
+                self._thin(namespace, job)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return len(rows)
+
+    def _thin(self, namespace: str, job: str) -> None:
+        """Halve the density of the points older than the recent ones, while over the cap."""
+        s = self._settings
+        while True:
+            (count,) = self._db.execute(
+                "SELECT count(*) FROM points WHERE namespace=? AND job=?", (namespace, job)
+            ).fetchone()
+            if count <= s.max_points_per_job:
+                return
+            (boundary,) = self._db.execute(
+                "SELECT id FROM points WHERE namespace=? AND job=? ORDER BY id DESC LIMIT 1 OFFSET ?",
+                (namespace, job, s.keep_recent_points - 1),
+            ).fetchone()
+            # Every second old point goes; the first point (the curve's start) always stays.
+            deleted = self._db.execute(
+                "DELETE FROM points WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER (ORDER BY id) AS rn "
+                "FROM points WHERE namespace=? AND job=? AND id < ?) WHERE rn % 2 = 0)",
+                (namespace, job, boundary),
+            ).rowcount
+            if deleted == 0:
+                return
+
+    def history(self, namespace: str, job: str) -> JobHistory | None:
+        with self._lock:
+            meta = self._db.execute(
+                "SELECT higher_is_better FROM jobs WHERE namespace=? AND job=?", (namespace, job)
+            ).fetchone()
+            if meta is None:
+                return None
+            rows = self._db.execute(
+                "SELECT step, value, ts FROM points WHERE namespace=? AND job=? ORDER BY id", (namespace, job)
+            ).fetchall()
+        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        return JobHistory(
+            namespace=namespace,
+            job=job,
+            steps=np.array([r[0] for r in rows], dtype=np.int64),
+            values=arr[:, 1].copy(),
+            timestamps=arr[:, 2].copy(),
+            higher_is_better=bool(meta[0]),
+        )
+
+    def jobs(self) -> list[JobSummary]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT j.namespace, j.job, (SELECT count(*) FROM points p WHERE p.namespace=j.namespace "
+                "AND p.job=j.job), j.first_ts, j.last_ts, j.higher_is_better FROM jobs j ORDER BY 1, 2"
+            ).fetchall()
+        return [JobSummary(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), bool(r[5])) for r in rows]
+
+    def delete_job(self, namespace: str, job: str) -> bool:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM points WHERE namespace=? AND job=?", (namespace, job))
+            gone = self._db.execute("DELETE FROM jobs WHERE namespace=? AND job=?", (namespace, job)).rowcount
+            self._db.execute("COMMIT")
+        return gone > 0
+
+    def prune(self, now: float) -> int:
+        """Drop jobs idle for longer than max_idle_s; returns how many."""
+        cutoff = now - self._settings.max_idle_s
+        with self._lock:
+            stale = self._db.execute("SELECT namespace, job FROM jobs WHERE last_ts < ?", (cutoff,)).fetchall()
+        dropped = sum(self.delete_job(ns, job) for ns, job in stale)
+        if dropped:
+            log.info("progress store: pruned %d idle jobs", dropped)
+        return dropped
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
