@@ -1,0 +1,202 @@
+"""The HTTP service kube-scheduler calls: a thin shell around extender.decide.
+
+Handlers read the raw body (bounded), decode with orjson, and reply with exact Go field
+names. Client mistakes get 400/413 naming the problem; flowsched's own failures fail open
+(every node passes, neutral scores, candidates kept) so they never block scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from extender import wire
+from extender.decide import NEUTRAL_SCORE, Policy, decide_filter, decide_preempt, decide_prioritize, explain
+from extender.metrics import Metrics
+from extender.settings import Settings
+from extender.state import ClusterState
+
+log = logging.getLogger("flowsched.extender")
+
+JSON = "application/json"
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status, media_type=JSON)
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+def build_app(
+    settings: Settings,
+    state: ClusterState,
+    metrics: Metrics,
+    *,
+    clock: Callable[[], float] = time.time,
+    status: Callable[[], dict[str, Any]] = dict,
+    routers: Iterable[APIRouter] = (),
+) -> FastAPI:
+    app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
+    policy = Policy(settings.placement.to_policy(), settings.telemetry_stale_s, settings.gpu_resource)
+    limit = settings.max_body_bytes
+    prefix = settings.prefix
+
+    async def decode(request: Request, verb: str) -> Any | Response:
+        try:
+            body = await read_body(request, limit)
+        except BodyTooLarge:
+            metrics.bad_requests.labels(verb, "too_large").inc()
+            return _error(413, f"request body over {limit} bytes")
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            metrics.bad_requests.labels(verb, "json").inc()
+            return _error(400, f"malformed JSON: {e}")
+
+    def note_unknown(verb: str, count: int, names: list[str]) -> None:
+        if count:
+            metrics.unknown_nodes.labels(verb).inc(count)
+            unknown = [n for n in names if state.slot_of(n) < 0][:5]
+            log.warning("%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
+                        verb, count, ", ".join(unknown))
+
+    async def handle(request: Request, verb: str, work: Callable[[Any], Any], fallback: Callable[[Any], Any]
+                     ) -> Response:
+        start = time.perf_counter()
+        decoded = await decode(request, verb)
+        if isinstance(decoded, Response):
+            metrics.requests.labels(verb, str(decoded.status_code)).inc()
+            return decoded
+        try:
+            reply = work(decoded)
+            code = 200
+        except wire.WireError as e:
+            metrics.bad_requests.labels(verb, "shape").inc()
+            metrics.requests.labels(verb, "400").inc()
+            return _error(400, str(e))
+        except Exception:  # flowsched's own bug: fail open, loudly
+            log.exception("%s failed; answering neutrally so scheduling goes on", verb)
+            reply, code = fallback(decoded), 200
+            metrics.requests.labels(verb, "fallback").inc()
+        else:
+            metrics.requests.labels(verb, str(code)).inc()
+        metrics.latency.labels(verb).observe(time.perf_counter() - start)
+        return Response(orjson.dumps(reply), media_type=JSON)
+
+    def do_filter(body: Any) -> Any:
+        args = wire.parse_extender_args(body)
+        ans = decide_filter(state, args, policy, clock())
+        note_unknown("filter", ans.unknown, args.names)
+        for reason in (*ans.failed.values(), *ans.unresolvable.values()):
+            metrics.filter_rejections.labels(reason).inc()
+        return wire.filter_result(args, ans.passed, ans.failed, ans.unresolvable)
+
+    def filter_fallback(body: Any) -> Any:
+        args = wire.parse_extender_args(body)
+        return wire.filter_result(args, args.names, {}, {})
+
+    def do_prioritize(body: Any) -> Any:
+        args = wire.parse_extender_args(body)
+        ans = decide_prioritize(state, args, policy, clock())
+        note_unknown("prioritize", ans.unknown, args.names)
+        return wire.host_priority_list(ans.names, ans.scores)
+
+    def prioritize_fallback(body: Any) -> Any:
+        names = wire.parse_extender_args(body).names
+        return wire.host_priority_list(names, [NEUTRAL_SCORE] * len(names))
+
+    def do_preempt(body: Any) -> Any:
+        args = wire.parse_preemption_args(body)
+        kept = decide_preempt(state, args)
+        metrics.preempt_dropped.inc(len(args.victims) - len(kept))
+        return wire.preemption_result(kept)
+
+    def preempt_fallback(body: Any) -> Any:
+        return wire.preemption_result(wire.parse_preemption_args(body).victims)
+
+    @app.post(f"{prefix}/filter")
+    async def filter_verb(request: Request) -> Response:
+        return await handle(request, "filter", do_filter, filter_fallback)
+
+    @app.post(f"{prefix}/prioritize")
+    async def prioritize_verb(request: Request) -> Response:
+        return await handle(request, "prioritize", do_prioritize, prioritize_fallback)
+
+    @app.post(f"{prefix}/preempt")
+    async def preempt_verb(request: Request) -> Response:
+        return await handle(request, "preempt", do_preempt, preempt_fallback)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json({"ok": True})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ready = state.ready
+        return _json({"ready": ready, "synced": state.synced, **status()}, 200 if ready else 503)
+
+    @app.get("/metrics")
+    async def prom_metrics() -> Response:
+        metrics.snapshot_nodes.set(len(state.nodes))
+        metrics.snapshot_pods.set(len(state.pods))
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/snapshot")
+    async def debug_snapshot() -> Response:
+        return _json({**state.describe(clock(), settings.telemetry_stale_s), "status": status()})
+
+    @app.get("/debug/explain")
+    async def debug_explain(pod: str = "") -> Response:
+        ns, _, name = pod.partition("/")
+        if not ns or not name:
+            return _error(400, "pod: expected namespace/name")
+        found = next((p for p in list(state.pods.values()) if p.namespace == ns and p.name == name), None)
+        if found is None:
+            return _error(404, f"pod {pod} is not in the snapshot")
+        return _json({"pod": pod, "gpus": found.requests.gpus,
+                      "nodes": explain(state, found, sorted(state.nodes), policy, clock())})
+
+    if settings.debug_telemetry_injection:
+        @app.post("/debug/telemetry")
+        async def inject_telemetry(request: Request) -> Response:
+            body = await decode(request, "debug_telemetry")
+            if isinstance(body, Response):
+                return body
+            if not isinstance(body, dict) or not isinstance(body.get("node"), str) \
+                    or not isinstance(body.get("gpu_util"), list):
+                return _error(400, "expected {node: str, gpu_util: [pct, ...], fb_free_mib?: [...]}")
+            util = [float("nan") if v is None else float(v) for v in body["gpu_util"]]
+            fb = [float("nan") if v is None else float(v) for v in body.get("fb_free_mib") or []]
+            if not state.set_node_telemetry(body["node"], util, fb, clock()):
+                return _error(404, f"node {body['node']} is not in the snapshot")
+            return _json({"ok": True})
+
+    for router in routers:
+        app.include_router(router)
+    return app

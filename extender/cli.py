@@ -1,0 +1,85 @@
+"""The `flowsched` command: serve, demo, simulate."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from extender.settings import SettingsError, build_settings
+
+log = logging.getLogger("flowsched")
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    import uvicorn
+
+    from extender.service import build_service
+
+    try:
+        settings = build_settings(
+            Path(ns.config) if ns.config else None,
+            host=ns.host, port=ns.port, kubeconfig=ns.kubeconfig, url_prefix=ns.url_prefix,
+            kube=False if ns.no_kube else None,
+            debug_telemetry_injection=True if ns.debug_telemetry_injection else None,
+        )
+    except (SettingsError, ValidationError) as e:
+        print(f"flowsched: bad settings: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        service = build_service(settings)
+    except FileNotFoundError as e:
+        print(f"flowsched: {e}", file=sys.stderr)
+        return 2
+    loop: Any = "auto"
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        pass
+    config = uvicorn.Config(service.app, host=settings.host, port=settings.port, loop=loop, http="auto",
+                            access_log=False, log_level=settings.log_level.lower(), lifespan="on")
+    uvicorn.Server(config).run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="flowsched", description="Convergence-aware GPU scheduler extender")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the scheduler extender HTTP service",
+                           description="Serve kube-scheduler's extender verbs (filter, prioritize, preempt). "
+                                       "Settings come from FLOWSCHED_* variables, --config, then these flags.")
+    serve.add_argument("--config", help="YAML or TOML settings file")
+    serve.add_argument("--host", help="listen address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="listen port (default 8888)")
+    serve.add_argument("--url-prefix", help="path prefix of the verbs, e.g. /scheduler")
+    serve.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    serve.add_argument("--no-kube", action="store_true", help="run without a cluster: every node is unknown")
+    serve.add_argument("--debug-telemetry-injection", action="store_true",
+                       help="enable POST /debug/telemetry (tests only)")
+
+    sub.add_parser("demo", help="simulate a generated workload and compare flowsched with the baselines",
+                   add_help=False)
+    sub.add_parser("simulate", help="simulate a workload file (e.g. the Pollux workloads)", add_help=False)
+
+    if argv and argv[0] in ("demo", "simulate"):
+        from benchmarks.sim import entry
+
+        return entry.demo_main(argv[1:]) if argv[0] == "demo" else entry.simulate_main(argv[1:])
+    ns = parser.parse_args(argv)
+    if ns.command == "serve":
+        return _serve(ns)
+    parser.error(f"unknown command {ns.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""One extender verb = one function here: state + request in, answer out.
+
+These functions read the in-memory state and call the pure policies in `scoring/`; they do
+no I/O, so the HTTP layer stays thin and the logic is testable without a server.
+Unknown nodes (not in the snapshot yet) pass the filter and get the neutral score: the
+extender must never block scheduling because its own view lags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from extender.k8s_objects import ObjectError, PodInfo, parse_pod
+from extender.state import ClusterState, NodeView
+from extender.wire import ExtenderArgs, PreemptionArgs, Victims, WireError
+from scoring.convergence import Phase
+from scoring.placement import (
+    MAX_SCORE,
+    REJECT_TEXT,
+    UNRESOLVABLE,
+    PlacementSettings,
+    PodDemand,
+    Reject,
+    filter_nodes,
+    score_nodes,
+)
+from scoring.preemption import VictimArrays, preferred_candidates
+
+NEUTRAL_SCORE = MAX_SCORE // 2
+
+
+@dataclass(frozen=True)
+class Policy:
+    placement: PlacementSettings
+    stale_after_s: float
+    gpu_resource: str = "nvidia.com/gpu"
+
+
+def pod_of(raw: Mapping[str, Any], gpu_resource: str) -> PodInfo:
+    try:
+        return parse_pod(raw, gpu_resource)
+    except (ObjectError, TypeError, ValueError, AttributeError) as e:
+        raise WireError(f"Pod: {e}") from e
+
+
+def _demand(pod: PodInfo) -> PodDemand:
+    r = pod.requests
+    return PodDemand(gpus=r.gpus, cpu=r.cpu_m, mem=r.mem)
+
+
+@dataclass(frozen=True)
+class FilterAnswer:
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    unknown: int
+
+
+def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float) -> FilterAnswer:
+    pod = pod_of(args.pod, policy.gpu_resource)
+    names = args.names
+    view = state.view(names, now, policy.stale_after_s)
+    verdict = filter_nodes(view.arrays, _demand(pod), policy.placement)
+    reasons = np.zeros(len(names), dtype=np.int64)
+    known = view.idx >= 0
+    reasons[known] = verdict.reason
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, code in zip(names, reasons.tolist(), strict=True):
+        if code == Reject.OK:
+            passed.append(name)
+        else:
+            target = unresolvable if Reject(code) in UNRESOLVABLE else failed
+            target[name] = REJECT_TEXT[Reject(code)]
+    return FilterAnswer(passed, failed, unresolvable, int((~known).sum()))
+
+
+@dataclass(frozen=True)
+class ScoreAnswer:
+    names: Sequence[str]
+    scores: list[int]
+    unknown: int
+
+
+def _origin_mask(view: NodeView, pod: PodInfo) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+    if not pod.migrated_from:
+        return None
+    known_names = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
+    return np.array([n == pod.migrated_from for n in known_names], dtype=np.bool_)
+
+
+def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float) -> ScoreAnswer:
+    pod = pod_of(args.pod, policy.gpu_resource)
+    names = args.names
+    view = state.view(names, now, policy.stale_after_s)
+    terms = score_nodes(view.arrays, _demand(pod), policy.placement, _origin_mask(view, pod))
+    scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
+    known = view.idx >= 0
+    scores[known] = terms.score
+    return ScoreAnswer(names, scores.tolist(), int((~known).sum()))
+
+
+def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victims]:
+    """Keep kube-scheduler's candidate nodes whose victims are cheapest to disturb."""
+    if not args.victims:
+        return {}
+    nodes = list(args.victims)
+    node_ix, ckpt, growing, prio = [], [], [], []
+    pods_by_uid = state.pods
+    for j, node in enumerate(nodes):
+        for uid in args.victims[node].uids:
+            p = pods_by_uid.get(uid)
+            conv = state.convergence.get(p.job) if p else None
+            node_ix.append(j)
+            ckpt.append(bool(p and p.checkpointable))
+            growing.append(bool(conv and conv.phase == Phase.GROWING))
+            prio.append(float(p.priority) if p else 0.0)
+    victims = VictimArrays(
+        node=np.asarray(node_ix, dtype=np.int64),
+        checkpointable=np.asarray(ckpt, dtype=np.bool_),
+        growing=np.asarray(growing, dtype=np.bool_),
+        priority=np.asarray(prio, dtype=np.float64),
+    )
+    pdb = np.asarray([args.victims[n].pdb_violations for n in nodes], dtype=np.int64)
+    keep = preferred_candidates(victims, pdb)
+    return {n: args.victims[n] for n, k in zip(nodes, keep.tolist(), strict=True) if k}
+
+
+def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Policy, now: float
+            ) -> list[dict[str, Any]]:
+    """Per node: filter verdict and the score with its terms (for /debug/explain)."""
+    view = state.view(names, now, policy.stale_after_s)
+    demand = _demand(pod)
+    verdict = filter_nodes(view.arrays, demand, policy.placement)
+    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod))
+    out: list[dict[str, Any]] = []
+    row = 0
+    for name, i in zip(names, view.idx.tolist(), strict=True):
+        if i < 0:
+            out.append({"node": name, "known": False, "filter": "pass (unknown node)", "score": NEUTRAL_SCORE})
+            continue
+        code = Reject(int(verdict.reason[row]))
+        out.append({
+            "node": name, "known": True,
+            "filter": "pass" if code == Reject.OK else REJECT_TEXT[code],
+            "score": int(terms.score[row]),
+            "terms": {"headroom": float(terms.headroom[row]), "utilisation": float(terms.utilisation[row]),
+                      "convergence": float(terms.convergence[row]), "penalty": float(terms.penalty[row])},
+        })
+        row += 1
+    out.sort(key=lambda d: (d["filter"] != "pass" and not str(d["filter"]).startswith("pass"), -d["score"]))
+    return out

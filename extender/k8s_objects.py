@@ -1,0 +1,199 @@
+"""Plain-dict Kubernetes objects into the few facts flowsched needs (sans I/O).
+
+Objects arrive as JSON dicts from watches and from kube-scheduler; parsing them here once
+keeps the request path and the snapshot free of deep dict walks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+JOB_LABEL = "flowsched.io/job"
+KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
+CHECKPOINTABLE = "flowsched.io/checkpointable"
+ELASTIC = "flowsched.io/elastic"
+WORKLOAD = "flowsched.io/workload"
+MIGRATED_FROM = "flowsched.io/migrated-from"
+
+_SUFFIX = {
+    "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+class ObjectError(ValueError):
+    """A Kubernetes object that does not have the shape the API guarantees."""
+
+
+def parse_quantity(value: object) -> float:
+    """A resource.Quantity ('100m', '2Gi', '1e3', 4) as a float in base units."""
+    if isinstance(value, bool):
+        raise ObjectError(f"not a quantity: {value!r}")
+    if isinstance(value, int | float):
+        q = float(value)
+    elif isinstance(value, str):
+        m = _QUANTITY.match(value.strip())
+        if not m or m.group(2) not in _SUFFIX:
+            raise ObjectError(f"not a quantity: {value!r}")
+        q = float(m.group(1)) * _SUFFIX[m.group(2)]
+    else:
+        raise ObjectError(f"not a quantity: {value!r}")
+    if not math.isfinite(q):
+        raise ObjectError(f"not a finite quantity: {value!r}")
+    return q
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpus: float = 0.0
+    cpu_m: float = 0.0  # millicores
+    mem: float = 0.0  # bytes
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.gpus + other.gpus, self.cpu_m + other.cpu_m, self.mem + other.mem)
+
+    def __neg__(self) -> Resources:
+        return Resources(-self.gpus, -self.cpu_m, -self.mem)
+
+
+def resources_of(rl: Mapping[str, Any] | None, gpu_resource: str = GPU_RESOURCE) -> Resources:
+    if not rl:
+        return Resources()
+    return Resources(
+        gpus=parse_quantity(rl.get(gpu_resource, 0)),
+        cpu_m=parse_quantity(rl.get("cpu", 0)) * 1000.0,
+        mem=parse_quantity(rl.get("memory", 0)),
+    )
+
+
+def _dict(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    v = obj.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ObjectError(f"{key} must be an object")
+    return v
+
+
+def _max(a: Resources, b: Resources) -> Resources:
+    return Resources(max(a.gpus, b.gpus), max(a.cpu_m, b.cpu_m), max(a.mem, b.mem))
+
+
+def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources:
+    """Effective requests as kube-scheduler computes them: max(sum of containers, each init
+    container) plus overhead. A container with a limit but no request requests the limit."""
+
+    def container_req(c: Mapping[str, Any]) -> Resources:
+        res = _dict(c, "resources")
+        limits, requests = dict(_dict(res, "limits")), dict(_dict(res, "requests"))
+        return resources_of({**limits, **requests}, gpu_resource)
+
+    total = Resources()
+    for c in spec.get("containers") or []:
+        total = total + container_req(c)
+    init_max = Resources()
+    for c in spec.get("initContainers") or []:
+        init_max = _max(init_max, container_req(c))
+    return _max(total, init_max) + resources_of(_dict(spec, "overhead"), gpu_resource)
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str  # "" while unbound
+    phase: str
+    requests: Resources
+    job: str  # "namespace/key"
+    priority: int
+    checkpointable: bool
+    elastic: str | None
+    workload: str | None
+    migrated_from: str | None
+    terminating: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds_resources(self) -> bool:
+        """Counted against its node, as kube-scheduler counts it (terminating pods still hold)."""
+        return bool(self.node) and self.phase not in ("Succeeded", "Failed")
+
+
+def job_key(meta: Mapping[str, Any]) -> str:
+    """DESIGN.md §3: flowsched label, else Kubeflow job name, else controller, else the pod."""
+    ns = meta.get("namespace") or "default"
+    labels = meta.get("labels") or {}
+    if labels.get(JOB_LABEL):
+        return f"{ns}/{labels[JOB_LABEL]}"
+    if labels.get(KUBEFLOW_JOB_LABEL):
+        return f"{ns}/{labels[KUBEFLOW_JOB_LABEL]}"
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f"{ns}/{str(ref.get('kind', '')).lower()}-{ref.get('name', '')}"
+    return f"{ns}/{meta.get('name', '')}"
+
+
+def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodInfo:
+    if not isinstance(obj, Mapping):
+        raise ObjectError("pod must be an object")
+    meta, spec, status = _dict(obj, "metadata"), _dict(obj, "spec"), _dict(obj, "status")
+    ann = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ObjectError("metadata.name missing")
+    return PodInfo(
+        uid=str(meta.get("uid") or f"{meta.get('namespace') or 'default'}/{name}"),
+        namespace=str(meta.get("namespace") or "default"),
+        name=name,
+        node=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        requests=pod_requests(spec, gpu_resource),
+        job=job_key(meta),
+        priority=int(spec.get("priority") or 0),
+        checkpointable=str(ann.get(CHECKPOINTABLE, "")).lower() == "true",
+        elastic=ann.get(ELASTIC),
+        workload=ann.get(WORKLOAD),
+        migrated_from=ann.get(MIGRATED_FROM),
+        terminating=bool(meta.get("deletionTimestamp")),
+        labels=dict(labels),
+    )
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    allocatable: Resources
+    ready: bool
+    unschedulable: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> NodeInfo:
+    if not isinstance(obj, Mapping):
+        raise ObjectError("node must be an object")
+    meta, spec, status = _dict(obj, "metadata"), _dict(obj, "spec"), _dict(obj, "status")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ObjectError("metadata.name missing")
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return NodeInfo(
+        name=name,
+        allocatable=resources_of(_dict(status, "allocatable"), gpu_resource),
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+        labels=dict(meta.get("labels") or {}),
+    )

@@ -1,0 +1,82 @@
+"""Wiring: settings -> state, metrics, watches, app. The one place that starts threads."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+
+from extender.app import build_app
+from extender.metrics import Metrics, build_metrics
+from extender.settings import Settings
+from extender.state import ClusterState
+from extender.watcher import Watcher, kube_api_client, start_watchers
+
+log = logging.getLogger("flowsched.service")
+
+
+@dataclass
+class Service:
+    settings: Settings
+    state: ClusterState
+    metrics: Metrics
+    app: FastAPI
+    watchers: list[Watcher] = field(default_factory=list)
+    api_client: Any = None
+
+    def status(self) -> dict[str, Any]:
+        return {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube}
+
+    def start(self) -> None:
+        if not self.settings.kube:
+            self.state.synced = {"nodes": True, "pods": True}
+            log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")
+            return
+        self.watchers = start_watchers(
+            self.api_client, self.state, self.metrics, gpu_resource=self.settings.gpu_resource,
+            resync_s=self.settings.resync_s, watch_timeout_s=self.settings.watch_timeout_s,
+            backoff_max_s=self.settings.backoff_max_s,
+        )
+
+    def stop(self) -> None:
+        for w in self.watchers:
+            w.stop()
+
+
+def build_service(settings: Settings) -> Service:
+    """Raises FileNotFoundError with a clear message when no kubeconfig can be found."""
+    state = ClusterState(completing_horizon_s=settings.completing_horizon_s)
+    metrics = build_metrics()
+    api_client = None
+    if settings.kube:
+        try:
+            api_client = kube_api_client(settings.kubeconfig)
+        except Exception as e:  # the kubernetes client raises ConfigException or OSError
+            raise FileNotFoundError(
+                f"no usable Kubernetes configuration ({e}); pass --kubeconfig, set $KUBECONFIG, "
+                "run in a pod, or use --no-kube"
+            ) from e
+    holder: dict[str, Service] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        svc = holder["svc"]
+        svc.start()
+        started = time.monotonic()
+        log.info("flowsched extender up on %s:%d%s", settings.host, settings.port, settings.prefix)
+        try:
+            yield
+        finally:
+            svc.stop()
+            log.info("stopped after %.0fs", time.monotonic() - started)
+
+    app = build_app(settings, state, metrics, status=lambda: holder["svc"].status())
+    app.router.lifespan_context = lifespan
+    svc = Service(settings=settings, state=state, metrics=metrics, app=app, api_client=api_client)
+    holder["svc"] = svc
+    return svc

@@ -1,0 +1,89 @@
+"""Service settings: environment (FLOWSCHED_*), an optional YAML/TOML file, then CLI flags.
+
+One Settings object is built at start-up and passed to whatever needs it; nothing reads
+the environment later.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from scoring.placement import PlacementSettings
+
+
+class PlacementConfig(BaseModel):
+    saturation_util_pct: float = Field(90.0, ge=0, le=100)
+    min_fb_free_mib: float = Field(0.0, ge=0)
+    weight_headroom: float = Field(1.0, ge=0)
+    weight_utilisation: float = Field(1.0, ge=0)
+    weight_convergence: float = Field(0.5, ge=0)
+    pack_gpus: bool = True
+    origin_penalty: float = Field(3.0, ge=0)
+
+    def to_policy(self) -> PlacementSettings:
+        return PlacementSettings(**self.model_dump())
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "0.0.0.0"
+    port: int = Field(8888, ge=0, le=65535)
+    url_prefix: str = ""  # e.g. "/scheduler": the verbs are then /scheduler/filter, ...
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # full-Node mode at 5k nodes is ~30 MB
+    kubeconfig: str | None = None  # None: in-cluster, then $KUBECONFIG, then ~/.kube/config
+    kube: bool = True  # False runs without a cluster (nodes unknown, neutral answers)
+    gpu_resource: str = "nvidia.com/gpu"
+    resync_s: float = Field(600.0, gt=0)  # full relist period, a safety net under the watches
+    watch_timeout_s: int = Field(300, gt=0)
+    backoff_max_s: float = Field(30.0, gt=0)
+    telemetry_stale_s: float = Field(60.0, gt=0)
+    completing_horizon_s: float = Field(600.0, ge=0)
+    debug_telemetry_injection: bool = False  # POST /debug/telemetry, for tests only
+    log_level: str = "info"
+    placement: PlacementConfig = PlacementConfig()
+
+    @property
+    def prefix(self) -> str:
+        p = self.url_prefix.strip().rstrip("/")
+        return "" if not p else (p if p.startswith("/") else "/" + p)
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def load_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SettingsError(f"cannot read config file {path}: {e.strerror}") from e
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise SettingsError(f"config file {path} is not valid {path.suffix or 'YAML'}: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def build_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """File values override the environment; explicit overrides (CLI flags) override both."""
+    data: dict[str, Any] = load_file(config_file) if config_file else {}
+    env = Settings()  # reads FLOWSCHED_*
+    merged = env.model_dump()
+    for k, v in data.items():
+        if isinstance(v, dict) and isinstance(merged.get(k), dict):
+            merged[k] = {**merged[k], **v}
+        else:
+            merged[k] = v
+    merged.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings.model_validate(merged)

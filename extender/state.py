@@ -1,0 +1,322 @@
+"""The in-memory cluster state behind every extender answer.
+
+Watches call the mutators (one event at a time, under a lock); requests call `view`, which
+gathers the candidate rows of per-node numpy columns that are kept current incrementally.
+Nothing here does I/O; the clock is read only through the `now` arguments.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from extender.k8s_objects import NodeInfo, PodInfo, Resources
+from scoring.convergence import Phase
+from scoring.nodes import FloatArray, IntArray, NodeArrays
+
+GPU_SLOTS = 8  # telemetry columns per node; wider nodes keep their first 8 GPUs' samples
+
+
+@dataclass(frozen=True)
+class JobConvergence:
+    phase: Phase
+    remaining_s: float  # NaN when unknown
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Candidate rows for one request: idx[i] is -1 where the node is unknown."""
+
+    names: Sequence[str]
+    idx: IntArray
+    arrays: NodeArrays  # rows for the known nodes only, in the order of known
+
+
+class ClusterState:
+    def __init__(self, completing_horizon_s: float = 600.0, initial_capacity: int = 64) -> None:
+        self._lock = threading.RLock()
+        self.completing_horizon_s = completing_horizon_s
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.jobs: dict[str, set[str]] = defaultdict(set)
+        self.convergence: dict[str, JobConvergence] = {}
+        self._pods_on: dict[str, set[str]] = defaultdict(set)
+        self._slot: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self._cap = 0
+        self.gpu_alloc: FloatArray
+        self.gpu_used: FloatArray
+        self.cpu_alloc: FloatArray
+        self.cpu_used: FloatArray
+        self.mem_alloc: FloatArray
+        self.mem_used: FloatArray
+        self.gpu_util: FloatArray
+        self.fb_free: FloatArray
+        self.sampled_at: FloatArray
+        self.completing_gpus: FloatArray
+        self.conv_known: FloatArray
+        self._alloc(initial_capacity)
+        self.version = 0
+        self.synced: dict[str, bool] = {"nodes": False, "pods": False}
+
+    # ---- columns ----
+    def _alloc(self, cap: int) -> None:
+        def grow(old: FloatArray | None, fill: float, width: int = 0) -> FloatArray:
+            shape: tuple[int, ...] = (cap, width) if width else (cap,)
+            new = np.full(shape, fill)
+            if old is not None:
+                new[: old.shape[0]] = old
+            return new
+
+        first = self._cap == 0
+        self.gpu_alloc = grow(None if first else self.gpu_alloc, 0.0)
+        self.gpu_used = grow(None if first else self.gpu_used, 0.0)
+        self.cpu_alloc = grow(None if first else self.cpu_alloc, 0.0)
+        self.cpu_used = grow(None if first else self.cpu_used, 0.0)
+        self.mem_alloc = grow(None if first else self.mem_alloc, 0.0)
+        self.mem_used = grow(None if first else self.mem_used, 0.0)
+        self.gpu_util = grow(None if first else self.gpu_util, np.nan, GPU_SLOTS)
+        self.fb_free = grow(None if first else self.fb_free, np.nan, GPU_SLOTS)
+        self.sampled_at = grow(None if first else self.sampled_at, np.nan)
+        self.completing_gpus = grow(None if first else self.completing_gpus, 0.0)
+        self.conv_known = grow(None if first else self.conv_known, 0.0)  # pods with progress data
+        self._free_slots.extend(range(cap - 1, self._cap - 1, -1))
+        self._cap = cap
+
+    def _new_slot(self) -> int:
+        if not self._free_slots:
+            self._alloc(max(64, self._cap * 2))
+        return self._free_slots.pop()
+
+    def _clear_slot(self, i: int) -> None:
+        for col in (self.gpu_alloc, self.gpu_used, self.cpu_alloc, self.cpu_used, self.mem_alloc,
+                    self.mem_used, self.completing_gpus, self.conv_known):
+            col[i] = 0.0
+        self.gpu_util[i] = np.nan
+        self.fb_free[i] = np.nan
+        self.sampled_at[i] = np.nan
+
+    def _is_completing(self, job: str) -> bool | None:
+        c = self.convergence.get(job)
+        if c is None or c.phase == Phase.UNKNOWN:
+            return None
+        return c.phase == Phase.COMPLETING or (
+            bool(np.isfinite(c.remaining_s)) and c.remaining_s <= self.completing_horizon_s
+        )
+
+    def _account(self, pod: PodInfo, sign: float) -> None:
+        i = self._slot.get(pod.node)
+        if i is None or not pod.holds_resources:
+            return
+        r = pod.requests
+        self.gpu_used[i] += sign * r.gpus
+        self.cpu_used[i] += sign * r.cpu_m
+        self.mem_used[i] += sign * r.mem
+        completing = self._is_completing(pod.job)
+        if completing is not None:
+            self.conv_known[i] += sign
+            if completing:
+                self.completing_gpus[i] += sign * r.gpus
+
+    # ---- nodes ----
+    def upsert_node(self, node: NodeInfo) -> None:
+        with self._lock:
+            self.version += 1
+            i = self._slot.get(node.name)
+            if i is None:
+                i = self._new_slot()
+                self._slot[node.name] = i
+                self._clear_slot(i)
+                self.nodes[node.name] = node
+                for uid in self._pods_on.get(node.name, ()):
+                    self._account(self.pods[uid], +1.0)
+            self.nodes[node.name] = node
+            a = node.allocatable
+            # An unready or cordoned node offers nothing to new pods.
+            usable = node.ready and not node.unschedulable
+            self.gpu_alloc[i] = a.gpus if usable else 0.0
+            self.cpu_alloc[i] = a.cpu_m if usable else 0.0
+            self.mem_alloc[i] = a.mem if usable else 0.0
+
+    def delete_node(self, name: str) -> None:
+        with self._lock:
+            self.version += 1
+            i = self._slot.pop(name, None)
+            self.nodes.pop(name, None)
+            if i is not None:
+                self._clear_slot(i)
+                self._free_slots.append(i)
+
+    # ---- pods ----
+    def upsert_pod(self, pod: PodInfo) -> None:
+        with self._lock:
+            self.version += 1
+            old = self.pods.get(pod.uid)
+            if old is not None:
+                self._forget_pod(old)
+            self.pods[pod.uid] = pod
+            self.jobs[pod.job].add(pod.uid)
+            if pod.node:
+                self._pods_on[pod.node].add(pod.uid)
+            self._account(pod, +1.0)
+
+    def _forget_pod(self, pod: PodInfo) -> None:
+        self._account(pod, -1.0)
+        if pod.node:
+            on = self._pods_on.get(pod.node)
+            if on is not None:
+                on.discard(pod.uid)
+                if not on:
+                    del self._pods_on[pod.node]
+        members = self.jobs.get(pod.job)
+        if members is not None:
+            members.discard(pod.uid)
+            if not members:
+                del self.jobs[pod.job]
+
+    def delete_pod(self, uid: str) -> None:
+        with self._lock:
+            self.version += 1
+            old = self.pods.pop(uid, None)
+            if old is not None:
+                self._forget_pod(old)
+
+    def replace_all(self, kind: str, objects: Iterable[Any]) -> None:
+        """A relist: the listed objects become the whole truth for that kind."""
+        with self._lock:
+            if kind == "nodes":
+                nodes = list(objects)
+                keep = {n.name for n in nodes}
+                for name in [n for n in self.nodes if n not in keep]:
+                    self.delete_node(name)
+                for n in nodes:
+                    self.upsert_node(n)
+            else:
+                pods = list(objects)
+                keep = {p.uid for p in pods}
+                for uid in [u for u in self.pods if u not in keep]:
+                    self.delete_pod(uid)
+                for p in pods:
+                    self.upsert_pod(p)
+            self.synced[kind] = True
+
+    # ---- telemetry and convergence (filled by later loops) ----
+    def set_node_telemetry(
+        self, node: str, gpu_util_pct: Sequence[float], fb_free_mib: Sequence[float], sampled_at: float
+    ) -> bool:
+        """Store one node's per-GPU samples; False if the node is unknown (nothing stored)."""
+        with self._lock:
+            i = self._slot.get(node)
+            if i is None:
+                return False
+            util = np.full(GPU_SLOTS, np.nan)
+            fb = np.full(GPU_SLOTS, np.nan)
+            u = np.asarray(gpu_util_pct, dtype=np.float64)[:GPU_SLOTS]
+            f = np.asarray(fb_free_mib, dtype=np.float64)[:GPU_SLOTS]
+            util[: u.shape[0]] = u
+            fb[: f.shape[0]] = f
+            self.gpu_util[i] = util
+            self.fb_free[i] = fb
+            self.sampled_at[i] = sampled_at
+            return True
+
+    def clear_node_telemetry(self, node: str) -> None:
+        with self._lock:
+            i = self._slot.get(node)
+            if i is not None:
+                self.gpu_util[i] = np.nan
+                self.fb_free[i] = np.nan
+                self.sampled_at[i] = np.nan
+
+    def set_job_convergence(self, job: str, conv: JobConvergence) -> None:
+        with self._lock:
+            members = [self.pods[u] for u in self.jobs.get(job, ())]
+            for p in members:
+                self._account(p, -1.0)
+            self.convergence[job] = conv
+            for p in members:
+                self._account(p, +1.0)
+
+    # ---- request path ----
+    def slot_of(self, name: str) -> int:
+        return self._slot.get(name, -1)
+
+    def view(self, names: Sequence[str], now: float, stale_after_s: float) -> NodeView:
+        with self._lock:
+            slot = self._slot
+            idx = np.fromiter((slot.get(n, -1) for n in names), dtype=np.int64, count=len(names))
+            rows = idx[idx >= 0]
+            util = self.gpu_util[rows]
+            fb = self.fb_free[rows]
+            stale = ~(now - self.sampled_at[rows] <= stale_after_s)  # NaN sampled_at is stale too
+            if stale.any():
+                util[stale] = np.nan
+                fb[stale] = np.nan
+            known = self.conv_known[rows]
+            arrays = NodeArrays(
+                gpu_alloc=self.gpu_alloc[rows],
+                gpu_used=self.gpu_used[rows],
+                cpu_alloc=self.cpu_alloc[rows],
+                cpu_used=self.cpu_used[rows],
+                mem_alloc=self.mem_alloc[rows],
+                mem_used=self.mem_used[rows],
+                gpu_util=util,
+                fb_free_mib=fb,
+                completing_gpus=np.where(known > 0, self.completing_gpus[rows], np.nan),
+            )
+        return NodeView(names=names, idx=idx, arrays=arrays)
+
+    @property
+    def ready(self) -> bool:
+        return all(self.synced.values())
+
+    # ---- debug ----
+    def describe(self, now: float, stale_after_s: float) -> dict[str, Any]:
+        with self._lock:
+            nodes: dict[str, Any] = {}
+            for name, i in self._slot.items():
+                age = now - self.sampled_at[i]
+                fresh = bool(np.isfinite(age) and age <= stale_after_s)
+                nodes[name] = {
+                    "ready": self.nodes[name].ready,
+                    "gpu_alloc": self.gpu_alloc[i], "gpu_used": self.gpu_used[i],
+                    "cpu_alloc": self.cpu_alloc[i], "cpu_used": self.cpu_used[i],
+                    "mem_alloc": self.mem_alloc[i], "mem_used": self.mem_used[i],
+                    "gpu_util": [None if np.isnan(x) else float(x) for x in self.gpu_util[i]],
+                    "telemetry_age_s": float(age) if np.isfinite(age) else None,
+                    "telemetry": "fresh" if fresh else "unknown",
+                    "completing_gpus": self.completing_gpus[i] if self.conv_known[i] > 0 else None,
+                    "pods": sorted(self.pods[u].key for u in self._pods_on.get(name, ())),
+                }
+            pods = {
+                p.key: {"uid": p.uid, "node": p.node or None, "phase": p.phase, "job": p.job,
+                        "gpus": p.requests.gpus, "cpu_m": p.requests.cpu_m, "mem": p.requests.mem,
+                        "checkpointable": p.checkpointable, "terminating": p.terminating,
+                        "labels": dict(p.labels)}
+                for p in self.pods.values()
+            }
+            jobs = {}
+            for job, uids in self.jobs.items():
+                c = self.convergence.get(job)
+                jobs[job] = {
+                    "pods": sorted(self.pods[u].key for u in uids),
+                    "phase": c.phase.name.lower() if c else "unknown",
+                    "remaining_s": None if c is None or not np.isfinite(c.remaining_s) else c.remaining_s,
+                }
+            return {"ready": self.ready, "synced": dict(self.synced), "version": self.version,
+                    "nodes": nodes, "pods": pods, "jobs": jobs}
+
+
+def total_used(pods: Mapping[str, PodInfo], node: str) -> Resources:
+    """Reference computation of a node's usage from scratch (tests compare the columns to it)."""
+    total = Resources()
+    for p in pods.values():
+        if p.node == node and p.holds_resources:
+            total = total + p.requests
+    return total

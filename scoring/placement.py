@@ -1,0 +1,158 @@
+"""Node feasibility and node scores for one pod: the filter and prioritize policies.
+
+Everything is vectorised over the candidate nodes. Terms are in [0, 1]; an unknown input
+gives the neutral value, so missing telemetry or progress data never decides a placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from scoring.nodes import BoolArray, FloatArray, IntArray, NodeArrays
+
+MAX_SCORE = 10  # kube-scheduler's extenderv1.MaxExtenderPriority
+
+
+class Reject(IntEnum):
+    """Why a node fails the filter (0 = passes)."""
+
+    OK = 0
+    INSUFFICIENT_GPU = 1
+    GPU_SATURATED = 2
+    INSUFFICIENT_GPU_MEMORY = 3
+
+
+REJECT_TEXT = {
+    Reject.INSUFFICIENT_GPU: "flowsched: insufficient nvidia.com/gpu",
+    Reject.GPU_SATURATED: "flowsched: GPUs saturated",
+    Reject.INSUFFICIENT_GPU_MEMORY: "flowsched: insufficient free GPU memory",
+}
+
+# A node that cannot give a pod its GPUs now cannot be fixed by preempting... unless pods go
+# away, which is exactly what preemption does; saturation from pods kube-scheduler cannot
+# see (other schedulers, processes outside Kubernetes) cannot be fixed by preemption.
+UNRESOLVABLE = frozenset({Reject.GPU_SATURATED})
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    saturation_util_pct: float = 90.0  # a GPU busier than this (per telemetry) cannot take a pod
+    min_fb_free_mib: float = 0.0  # per GPU; 0 disables the GPU-memory check
+    weight_headroom: float = 1.0
+    weight_utilisation: float = 1.0
+    weight_convergence: float = 0.5
+    pack_gpus: bool = True  # best fit on GPUs (less fragmentation for multi-GPU jobs)
+    origin_penalty: float = 3.0  # score points off the node a migrated job just left
+    neutral: float = 0.5
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    gpus: float
+    cpu: float = 0.0  # millicores
+    mem: float = 0.0  # bytes
+
+
+@dataclass(frozen=True)
+class FilterVerdict:
+    reason: IntArray  # Reject per node
+
+    @property
+    def passed(self) -> BoolArray:
+        ok: BoolArray = self.reason == Reject.OK
+        return ok
+
+
+@dataclass(frozen=True)
+class ScoreTerms:
+    score: IntArray  # 0..MAX_SCORE
+    headroom: FloatArray
+    utilisation: FloatArray
+    convergence: FloatArray
+    penalty: FloatArray
+
+
+def _lowest_k(matrix: FloatArray, k: int) -> FloatArray:
+    """The k smallest known values of each row, NaN-padded (NaN sorts last)."""
+    if k <= 0 or matrix.shape[1] == 0:
+        return np.empty((matrix.shape[0], 0))
+    k = min(k, matrix.shape[1])
+    return np.sort(matrix, axis=1)[:, :k]
+
+
+def _gpus_wanted(demand: PodDemand) -> int:
+    return int(np.ceil(demand.gpus)) if demand.gpus > 0 else 0
+
+
+def filter_nodes(nodes: NodeArrays, demand: PodDemand, settings: PlacementSettings) -> FilterVerdict:
+    n = nodes.count
+    reason = np.zeros(n, dtype=np.int64)
+    if demand.gpus <= 0:
+        return FilterVerdict(reason)
+    free = nodes.gpu_alloc - nodes.gpu_used
+    reason[free + 1e-9 < demand.gpus] = Reject.INSUFFICIENT_GPU
+
+    k = _gpus_wanted(demand)
+    util = nodes.gpu_util
+    # Saturated when fewer than k GPUs can take work. A GPU slot with no sample, within the
+    # node's GPU count, might be idle and counts as usable; a node with no samples at all is
+    # unknown and never saturated.
+    in_node = np.arange(util.shape[1])[None, :] < nodes.gpu_alloc[:, None]
+    with np.errstate(invalid="ignore"):
+        usable = (util <= settings.saturation_util_pct) | (np.isnan(util) & in_node)
+    any_known = np.isfinite(util).any(axis=1)
+    saturated = any_known & (usable.sum(axis=1) < k)
+    reason[(reason == Reject.OK) & saturated] = Reject.GPU_SATURATED
+    if settings.min_fb_free_mib > 0:
+        most_free = -_lowest_k(-nodes.fb_free_mib, k)
+        if most_free.shape[1] == k:
+            with np.errstate(invalid="ignore"):
+                short = np.any(most_free < settings.min_fb_free_mib, axis=1)
+            reason[(reason == Reject.OK) & short] = Reject.INSUFFICIENT_GPU_MEMORY
+    return FilterVerdict(reason)
+
+
+def score_nodes(
+    nodes: NodeArrays,
+    demand: PodDemand,
+    settings: PlacementSettings,
+    origin: BoolArray | None = None,
+) -> ScoreTerms:
+    """Score each node 0..10. origin marks nodes the pod's job was migrated away from."""
+    n = nodes.count
+    neutral = settings.neutral
+    k = _gpus_wanted(demand)
+
+    # Headroom: GPUs when the pod wants GPUs, else CPU. Best fit (pack) or spread.
+    if k > 0:
+        cap, used, want = nodes.gpu_alloc, nodes.gpu_used, demand.gpus
+    else:
+        cap, used, want = nodes.cpu_alloc, nodes.cpu_used, demand.cpu
+    with np.errstate(divide="ignore", invalid="ignore"):
+        free_after = np.clip((cap - used - want) / cap, 0.0, 1.0)
+    free_after = np.where(np.isfinite(free_after), free_after, neutral)
+    headroom = 1.0 - free_after if (settings.pack_gpus and k > 0) else free_after
+
+    # Utilisation: mean of the k least busy GPUs (the ones the pod will likely get).
+    if k > 0:
+        least_busy = _lowest_k(nodes.gpu_util, k)
+        known = np.isfinite(least_busy)
+        filled = np.where(known, least_busy, 100.0 * (1.0 - neutral))
+        util = np.clip(1.0 - filled.mean(axis=1) / 100.0, 0.0, 1.0) if filled.shape[1] else np.full(n, neutral)
+    else:
+        util = np.full(n, neutral)
+
+    # Convergence: share of the node's GPUs held by jobs that finish soon.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        conv = nodes.completing_gpus / nodes.gpu_used
+    conv = np.where(np.isfinite(conv), np.clip(conv, 0.0, 1.0), neutral)
+
+    w = np.array([settings.weight_headroom, settings.weight_utilisation, settings.weight_convergence])
+    total_w = float(w.sum()) or 1.0
+    combined = (w[0] * headroom + w[1] * util + w[2] * conv) / total_w
+    penalty = np.zeros(n) if origin is None else np.where(origin, settings.origin_penalty, 0.0)
+    score = np.clip(np.rint(combined * MAX_SCORE - penalty), 0, MAX_SCORE).astype(np.int64)
+    return ScoreTerms(score=score, headroom=headroom, utilisation=util, convergence=conv, penalty=penalty)

@@ -1,0 +1,98 @@
+"""scoring.placement and scoring.preemption, on arrays built directly."""
+
+import numpy as np
+
+from scoring.nodes import nodes_from_columns
+from scoring.placement import PlacementSettings, PodDemand, Reject, filter_nodes, score_nodes
+from scoring.preemption import VictimArrays, preferred_candidates
+
+NAN = np.nan
+S = PlacementSettings()
+
+
+def test_gpu_fit() -> None:
+    n = nodes_from_columns([4, 4, 8, 0], [4, 1, 0, 0])
+    v = filter_nodes(n, PodDemand(gpus=2), S)
+    assert v.reason.tolist() == [Reject.INSUFFICIENT_GPU, 0, 0, Reject.INSUFFICIENT_GPU]
+    assert filter_nodes(n, PodDemand(gpus=0), S).passed.all()
+
+
+def test_saturation_is_per_gpu_and_unknown_is_never_saturated() -> None:
+    util = [[99, 99, 99, 5], [99, 99, 99, 99], [NAN, NAN, NAN, NAN], [99, 99, NAN, NAN]]
+    n = nodes_from_columns([4, 4, 4, 4], [0, 0, 0, 0], gpu_util=util)
+    one = filter_nodes(n, PodDemand(gpus=1), S).reason.tolist()
+    assert one == [0, Reject.GPU_SATURATED, 0, 0]  # the 4th node's missing samples might be idle GPUs
+    two = filter_nodes(n, PodDemand(gpus=2), S).reason.tolist()
+    assert two == [Reject.GPU_SATURATED, Reject.GPU_SATURATED, 0, 0]
+
+
+def test_padding_beyond_gpu_count_is_not_an_idle_gpu() -> None:
+    n = nodes_from_columns([2], [0], gpu_util=[[95, 95, NAN, NAN]])
+    assert filter_nodes(n, PodDemand(gpus=1), S).reason.tolist() == [Reject.GPU_SATURATED]
+
+
+def test_gpu_memory_check_optional() -> None:
+    n = nodes_from_columns([2, 2], [0, 0], fb_free_mib=[[1000, 30000], [1000, 2000]])
+    assert filter_nodes(n, PodDemand(gpus=1), S).passed.all()
+    strict = PlacementSettings(min_fb_free_mib=16000)
+    assert filter_nodes(n, PodDemand(gpus=1), strict).reason.tolist() == [0, Reject.INSUFFICIENT_GPU_MEMORY]
+
+
+def test_scores_bounded_and_unknown_neutral() -> None:
+    rng = np.random.default_rng(0)
+    alloc = rng.integers(0, 9, 200).astype(float)
+    used = np.minimum(alloc, rng.integers(0, 9, 200))
+    util = np.where(rng.random((200, 8)) < 0.3, NAN, rng.random((200, 8)) * 100)
+    n = nodes_from_columns(alloc, used, gpu_util=util, completing_gpus=np.where(rng.random(200) < .5, NAN, used / 2))
+    for g in (0, 1, 3, 8):
+        t = score_nodes(n, PodDemand(gpus=g, cpu=1000), S)
+        assert t.score.dtype == np.int64 and ((t.score >= 0) & (t.score <= 10)).all()
+        for term in (t.headroom, t.utilisation, t.convergence):
+            assert np.isfinite(term).all() and ((term >= 0) & (term <= 1)).all()
+    blank = nodes_from_columns([4], [2])
+    t = score_nodes(blank, PodDemand(gpus=1), S)
+    assert t.utilisation[0] == S.neutral and t.convergence[0] == S.neutral
+
+
+def test_idle_gpus_and_finishing_neighbours_score_higher() -> None:
+    n = nodes_from_columns([4, 4], [2, 2], gpu_util=[[90, 90, 90, 90], [10, 5, 0, 0]])
+    s = score_nodes(n, PodDemand(gpus=1), S).score
+    assert s[1] > s[0]
+    n = nodes_from_columns([4, 4], [2, 2], completing_gpus=[0, 2])
+    s = score_nodes(n, PodDemand(gpus=1), PlacementSettings(weight_headroom=0, weight_utilisation=0)).score
+    assert s[1] > s[0]
+
+
+def test_pack_vs_spread() -> None:
+    n = nodes_from_columns([4, 4], [3, 0])
+    packed = score_nodes(n, PodDemand(gpus=1), PlacementSettings(weight_utilisation=0, weight_convergence=0)).score
+    spread = score_nodes(n, PodDemand(gpus=1), PlacementSettings(pack_gpus=False, weight_utilisation=0,
+                                                                   weight_convergence=0)).score
+    assert packed[0] > packed[1] and spread[1] > spread[0]
+
+
+def test_origin_penalty() -> None:
+    n = nodes_from_columns([4, 4], [0, 0])
+    s = score_nodes(n, PodDemand(gpus=1), S, origin=np.array([True, False])).score
+    assert s[0] < s[1]
+
+
+def test_scale_invariance_of_gpu_util_units_not_assumed() -> None:
+    # scores only depend on the k least busy GPUs: extra busy GPUs do not lower a node
+    a = nodes_from_columns([8], [0], gpu_util=[[0, 0, 99, 99, 99, 99, 99, 99]])
+    b = nodes_from_columns([2], [0], gpu_util=[[0, 0]])
+    sa = score_nodes(a, PodDemand(gpus=2), S).utilisation
+    sb = score_nodes(b, PodDemand(gpus=2), S).utilisation
+    assert sa[0] == sb[0] == 1.0
+
+
+def test_preemption_preference_tiers() -> None:
+    v = VictimArrays(node=np.array([0, 1, 1, 2, 3]), checkpointable=np.array([False, True, True, True, True]),
+                     growing=np.array([False, False, False, True, False]), priority=np.zeros(5))
+    keep = preferred_candidates(v, np.array([0, 0, 0, 1]))
+    # node 0: one non-checkpointable; node 1: two checkpointable; node 2: one growing; node 3: PDB violation
+    assert keep.tolist() == [False, True, False, False]
+    assert preferred_candidates(v, np.array([1, 1, 1, 1])).any()
+    assert preferred_candidates(VictimArrays(np.array([], dtype=np.int64), np.array([], dtype=bool),
+                                             np.array([], dtype=bool), np.array([])), np.array([], dtype=np.int64)
+                                ).shape == (0,)
