@@ -1,0 +1,402 @@
+"""Discrete-event engine: scheduling rounds every `interval` seconds (the artifact's 60 s),
+visited only when something can change (an arrival, a completion, a policy wake-up, or a
+control loop that wants every round). Jobs advance lazily: a running job's state is brought
+up to date only when it is touched, and its completion is an event in a heap.
+
+Timing follows the artifact's simulator: a job is seen at the first round at or after its
+arrival; every (re)allocation costs `restart_penalty` seconds before progress resumes; a job
+completes at its exact time but its GPUs are freed at the next round.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from benchmarks.sim.cluster import Cluster, ClusterSettings, Placement
+from benchmarks.sim.jobmodel import ProfileSet, RateTable
+from benchmarks.sim.workload import JobSpec
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class InterferenceSettings:
+    """Throughput lost by co-located jobs. scope "distributed" is the artifact's rule: a
+    multi-node job slows down when it shares a node with another multi-node job; "any": any
+    job sharing a node with another job slows down. 0 disables (the artifact's default)."""
+
+    slowdown: float = 0.0
+    scope: str = "distributed"
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    noise_pct: float = 3.0  # std of GPU_UTIL noise, percent points
+    restart_util_pct: float = 3.0  # a pod loading its checkpoint barely uses the GPU
+    missing_prob: float = 0.01  # chance a node's sample is stale (unknown, NaN) in a round
+    metric_noise: float = 0.01  # relative noise on emitted validation metrics
+    record_series: bool = True  # keep each job's (time, epoch, metric) series
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    interval: float = 60.0
+    restart_penalty: float = 30.0
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    interference: InterferenceSettings = field(default_factory=InterferenceSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    seed: int = 0
+    progress: bool = False  # stderr progress bar
+
+
+@dataclass(eq=False)
+class SimJob:
+    idx: int
+    spec: JobSpec
+    replicas: int
+    atomic: int
+    accum: int
+    progress: float = 0.0
+    synced_at: float = 0.0
+    placement: tuple[tuple[int, int], ...] = ()
+    table: RateTable | None = None
+    restart_until: float = 0.0
+    slowdown: float = 0.0
+    first_start: float | None = None
+    completion: float | None = None
+    allocations: int = 0
+    restarts: int = 0
+    gpu_seconds: float = 0.0
+    seg_start: float = 0.0
+    version: int = 0
+    series: list[tuple[float, int, float]] = field(default_factory=list)  # (time, epoch, metric)
+
+    @property
+    def gpus(self) -> int:
+        return sum(g for _, g in self.placement)
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.placement) > 1
+
+
+class Policy(Protocol):
+    name: str
+
+    def on_arrival(self, job: SimJob, now: float) -> None: ...
+
+    def on_requeue(self, job: SimJob, now: float) -> None: ...
+
+    def on_complete(self, job: SimJob, now: float) -> None: ...
+
+    def schedule(self, engine: Engine, now: float) -> None: ...
+
+    def next_wakeup(self, now: float) -> float | None: ...
+
+
+# A control loop runs after the scheduler in every round; it may only call engine.evict
+# (checkpointable jobs) or engine.resize (elastic jobs), as flowsched's loops in a real cluster.
+ControlLoop = Callable[["Engine", float], None]
+# Convergence hook: given a job's emitted series, True = completing soon, None = unknown.
+CompletingFn = Callable[[SimJob], bool | None]
+
+
+@dataclass
+class Timeline:
+    time: list[float] = field(default_factory=list)
+    gpus_allocated: list[int] = field(default_factory=list)
+    gpus_busy: list[float] = field(default_factory=list)  # GPU-equivalents computing (util)
+    queue: list[int] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(
+        self,
+        specs: Sequence[JobSpec],
+        profiles: ProfileSet,
+        policy: Policy,
+        settings: EngineSettings,
+        control_loops: Sequence[ControlLoop] = (),
+        completing: CompletingFn | None = None,
+    ):
+        self.settings = settings
+        self.profiles = profiles
+        self.policy = policy
+        self.control_loops = list(control_loops)
+        self.completing = completing  # HOOK: scoring.convergence plugs in here (see telemetry.py)
+        self.cluster = Cluster(settings.cluster)
+        self.rng = np.random.default_rng(settings.seed)
+        self.jobs: list[SimJob] = []
+        for i, s in enumerate(sorted(specs, key=lambda s: s.arrival)):
+            atomic, accum = profiles.apps[s.app].batch_config(s.replicas, s.batch_size)
+            self.jobs.append(SimJob(i, s, s.replicas, atomic, accum))
+        n = len(self.jobs)
+        # Per-job columns for vectorised telemetry.
+        self._busy = np.zeros(n + 1)
+        self._restart_until = np.zeros(n + 1)
+        self.active: dict[int, SimJob] = {}
+        self.now = 0.0
+        self.done = 0
+        self.unfinished: list[SimJob] = []
+        self._heap: list[tuple[float, int, int]] = []
+        self._busy_sum = 0.0
+        self._alloc_changed = False
+        self._util_cache: tuple[float, FloatArray] | None = None
+        self.timeline = Timeline()
+        self.rounds = 0
+
+    # -- time --------------------------------------------------------------------------
+    def _round_at_or_after(self, t: float) -> float:
+        iv = self.settings.interval
+        return max(iv, math.ceil(t / iv - 1e-9) * iv)
+
+    def run(self) -> Engine:
+        iv = self.settings.interval
+        n = len(self.jobs)
+        nxt = 0  # next arrival
+        t = 0.0
+        bar = _Progress(n) if self.settings.progress else None
+        while self.done + len(self.unfinished) < n:
+            cands: list[float] = []
+            if nxt < n:
+                cands.append(self._round_at_or_after(self.jobs[nxt].spec.arrival))
+            while self._heap and not self._heap_top_valid():
+                heapq.heappop(self._heap)
+            if self._heap:
+                cands.append(self._round_at_or_after(self._heap[0][0]))
+            w = self.policy.next_wakeup(t)
+            if w is not None:
+                cands.append(w)
+            if self.control_loops and self.active:
+                cands.append(t + iv)
+            if not cands:  # jobs that can never be placed (bigger than the cluster)
+                self.unfinished = [j for j in self.active.values() if j.completion is None]
+                break
+            t = max(min(cands), t + iv)
+            self.now = t
+            self.rounds += 1
+            self._util_cache = None
+            self._complete_until(t)
+            while nxt < n and self.jobs[nxt].spec.arrival <= t + 1e-9:
+                job = self.jobs[nxt]
+                job.synced_at = t
+                self.active[job.idx] = job
+                self.policy.on_arrival(job, t)
+                nxt += 1
+            self.policy.schedule(self, t)
+            for loop in self.control_loops:
+                loop(self, t)
+            if self._alloc_changed and self.settings.interference.slowdown > 0:
+                self._update_interference()
+            self._alloc_changed = False
+            tl = self.timeline
+            tl.time.append(t)
+            tl.gpus_allocated.append(self.cluster.total_gpus - self.cluster.total_free)
+            tl.gpus_busy.append(self._busy_sum)
+            tl.queue.append(sum(1 for j in self.active.values() if not j.placement))
+            if bar is not None:
+                bar.update(self.done, t)
+        if bar is not None:
+            bar.close(self.done, t)
+        return self
+
+    def _heap_top_valid(self) -> bool:
+        _, version, idx = self._heap[0]
+        job = self.jobs[idx]
+        return job.version == version and job.completion is None and bool(job.placement)
+
+    def _complete_until(self, t: float) -> None:
+        while self._heap and self._heap[0][0] <= t + 1e-9:
+            c, version, idx = heapq.heappop(self._heap)
+            job = self.jobs[idx]
+            if job.version != version or job.completion is not None or not job.placement:
+                continue
+            self._sync(job, c)
+            job.progress = float(job.table.progress_at[-1]) if job.table is not None else job.progress
+            job.completion = c
+            self._release(job, t)
+            del self.active[idx]
+            self.done += 1
+            self.policy.on_complete(job, t)
+
+    # -- job state ---------------------------------------------------------------------
+    def _sync(self, job: SimJob, t: float) -> None:
+        table = job.table
+        if table is not None and job.placement:
+            start = max(job.synced_at, job.restart_until)
+            if t > start:
+                keep = 1.0 - job.slowdown
+                p0 = job.progress
+                t0 = table.time_at(p0)
+                p1 = table.progress_after(p0, (t - start) * keep)
+                if self.settings.telemetry.record_series:
+                    self._emit_series(job, table, p0, p1, t0, start, keep)
+                job.progress = p1
+        job.synced_at = max(job.synced_at, t)
+
+    def _emit_series(
+        self, job: SimJob, table: RateTable, p0: float, p1: float, t0: float, start: float, keep: float
+    ) -> None:
+        e0, e1 = table.epoch_of(p0), table.epoch_of(p1)
+        if e1 <= e0:
+            return
+        app = self.profiles.apps[job.spec.app]
+        noise = self.settings.telemetry.metric_noise
+        for k in range(e0 + 1, min(e1, app.max_epochs) + 1):
+            when = start + (float(table.cum_time[k]) - t0) / keep
+            m = app.metric(table.batch_size, k - 1)
+            job.series.append((when, k, m * (1.0 + noise * float(self.rng.standard_normal()))))
+
+    def _schedule_completion(self, job: SimJob) -> None:
+        job.version += 1
+        table = job.table
+        assert table is not None
+        start = max(self.now, job.restart_until)
+        remaining = (table.total - table.time_at(job.progress)) / (1.0 - job.slowdown)
+        heapq.heappush(self._heap, (start + remaining, job.version, job.idx))
+
+    def _release(self, job: SimJob, t: float) -> None:
+        self.cluster.release(job.idx, job.placement)
+        job.gpu_seconds += (min(t, job.completion or t) - job.seg_start) * job.gpus
+        if job.table is not None:
+            self._busy_sum -= job.table.busy_fraction * job.gpus
+        job.placement = ()
+        job.version += 1
+        self._busy[job.idx] = 0.0
+        self._alloc_changed = True
+
+    # -- actions for policies and control loops -------------------------------------------
+    def start(self, job: SimJob, placement: Placement) -> None:
+        """Give a pending job its GPUs (kube: bind its pods); costs a restart."""
+        if job.placement or job.completion is not None:
+            raise ValueError(f"job {job.spec.name} is running or done")
+        if sum(g for _, g in placement) != job.replicas:
+            raise ValueError(f"job {job.spec.name} wants {job.replicas} GPUs, got {placement}")
+        self._sync(job, self.now)
+        self.cluster.allocate(job.idx, placement)
+        job.placement = tuple(placement)
+        job.table = self.profiles.rate_table(job.spec.app, [g for _, g in placement], job.atomic, job.accum)
+        job.restart_until = self.now + self.settings.restart_penalty
+        job.synced_at = self.now
+        job.seg_start = self.now
+        if job.allocations:
+            job.restarts += 1
+        job.allocations += 1
+        if job.first_start is None:
+            job.first_start = self.now
+        job.slowdown = 0.0
+        self._busy[job.idx] = job.table.busy_fraction * 100.0
+        self._restart_until[job.idx] = job.restart_until
+        self._busy_sum += job.table.busy_fraction * job.gpus
+        self._alloc_changed = True
+        self._schedule_completion(job)
+
+    def preempt(self, job: SimJob) -> None:
+        """Stop a running job, keeping its progress (checkpoint); it becomes pending."""
+        if not job.placement:
+            return
+        self._sync(job, self.now)
+        self._release(job, self.now)
+
+    def evict(self, job: SimJob) -> bool:
+        """Control-loop eviction: only opted-in (checkpointable) jobs; kube requeues the pods."""
+        if not job.spec.checkpointable or not job.placement:
+            return False
+        self.preempt(job)
+        self.policy.on_requeue(job, self.now)
+        return True
+
+    def resize(self, job: SimJob, replicas: int) -> bool:
+        """Elastic scaling: change an opted-in job's replica count (a restart at the new size)."""
+        s = job.spec
+        if not (s.elastic_min <= replicas <= s.elastic_max) or s.elastic_max == 0:
+            return False
+        self.preempt(job)
+        job.replicas = replicas
+        job.atomic, job.accum = self.profiles.apps[s.app].batch_config(replicas, s.batch_size)
+        self.policy.on_requeue(job, self.now)
+        return True
+
+    # -- what the extender would see -----------------------------------------------------
+    def gpu_util(self) -> FloatArray:
+        """Per-GPU utilisation as DCGM would report it this round (percent, NaN = stale).
+        Sampled at the start of the round: pods bound in this round still read idle."""
+        if self._util_cache is not None and self._util_cache[0] == self.now:
+            return self._util_cache[1]
+        ts = self.settings.telemetry
+        slots = self.cluster.slot_job
+        idx = np.where(slots >= 0, slots, len(self.jobs))
+        util = np.where(self.now < self._restart_until[idx], ts.restart_util_pct, self._busy[idx])
+        util = np.clip(util + self.rng.normal(0.0, ts.noise_pct, util.shape), 0.0, 100.0)
+        if ts.missing_prob > 0:
+            stale = self.rng.random(util.shape[0]) < ts.missing_prob
+            util[stale] = np.nan
+        self._util_cache = (self.now, util)
+        return util
+
+    def completing_gpus(self) -> FloatArray:
+        """GPUs per node held by jobs the convergence hook calls completing; NaN where no
+        job on the node has a verdict (or no hook is installed)."""
+        n = self.cluster.settings.nodes
+        out = np.full(n, np.nan)
+        if self.completing is None:
+            return out
+        for job in self.active.values():
+            if not job.placement:
+                continue
+            self._sync(job, self.now)
+            verdict = self.completing(job)
+            if verdict is None:
+                continue
+            for node, g in job.placement:
+                out[node] = (0.0 if np.isnan(out[node]) else out[node]) + (g if verdict else 0)
+        return out
+
+    def _update_interference(self) -> None:
+        s = self.settings.interference
+        slots = self.cluster.slot_job
+        running = [j for j in self.active.values() if j.placement]
+        if s.scope == "distributed":
+            multi = np.zeros(len(self.jobs) + 1, dtype=bool)
+            for j in running:
+                multi[j.idx] = j.multi_node
+            per_node = [set(int(x) for x in row if x >= 0 and multi[x]) for row in slots]
+        else:
+            per_node = [set(int(x) for x in row if x >= 0) for row in slots]
+        crowded = np.array([len(s_) > 1 for s_ in per_node])
+        for j in running:
+            hit = (j.multi_node or s.scope != "distributed") and any(crowded[node] for node, _ in j.placement)
+            want = s.slowdown if hit else 0.0
+            if want != j.slowdown:
+                self._sync(j, self.now)
+                j.slowdown = want
+                self._schedule_completion(j)
+
+
+class _Progress:
+    """A minimal stderr progress bar (no dependencies)."""
+
+    def __init__(self, total: int):
+        self.total = max(total, 1)
+        self.last = -1
+
+    def update(self, done: int, t: float) -> None:
+        pct = int(100 * done / self.total)
+        if pct != self.last:
+            self.last = pct
+            bar = "#" * (pct // 4)
+            sys.stderr.write(f"\r[{bar:<25}] {pct:3d}% {done}/{self.total} jobs, t={t / 3600:.1f} h")
+            sys.stderr.flush()
+
+    def close(self, done: int, t: float) -> None:
+        self.last = -1
+        self.update(done, t)
+        sys.stderr.write("\n")
