@@ -1,0 +1,157 @@
+"""Who may report progress: bearer tokens checked by a Kubernetes TokenReview, or static.
+
+A pod reports with its own service-account token, so the TokenReview's username
+system:serviceaccount:<namespace>:<name> names the only namespace it may write. A static
+shared token (opt-in, for clusters without TokenReview) maps to a set of namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+ALL_NAMESPACES = "*"
+_SA_PREFIX = "system:serviceaccount:"
+
+
+class AuthError(Exception):
+    """status 401 (who are you?), 403 (not allowed) or 503 (cannot check now)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Identity:
+    username: str
+    namespaces: frozenset[str]  # {"*"} = all
+
+    def may_write(self, namespace: str) -> bool:
+        return ALL_NAMESPACES in self.namespaces or namespace in self.namespaces
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, token: str) -> Identity:
+        """The token's identity; raises AuthError(401) for a bad token, (503) if unverifiable."""
+        ...
+
+
+@dataclass(frozen=True)
+class ReviewResult:
+    authenticated: bool
+    username: str
+    error: str = ""
+
+
+# A blocking call: token -> what the apiserver said. Real one: kubernetes_token_reviewer().
+TokenReviewer = Callable[[str], ReviewResult]
+
+
+def service_account_namespace(username: str) -> str | None:
+    """'system:serviceaccount:<ns>:<name>' -> ns; None for any other kind of user."""
+    if not username.startswith(_SA_PREFIX):
+        return None
+    ns, sep, name = username[len(_SA_PREFIX):].partition(":")
+    return ns if ns and sep and name and ":" not in name else None
+
+
+def _token_key(token: str) -> str:
+    # Cache keys are digests so the cache does not hold live credentials.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenReviewAuthenticator:
+    """Verifies tokens with a TokenReview (in a thread) and caches accepted ones for ttl_s."""
+
+    def __init__(
+        self,
+        review: TokenReviewer,
+        ttl_s: float = 60.0,
+        max_cached: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._review = review
+        self._ttl_s = ttl_s
+        self._max_cached = max_cached
+        self._clock = clock
+        self._cache: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
+
+    async def authenticate(self, token: str) -> Identity:
+        if not token:
+            raise AuthError(401, "missing bearer token")
+        key = _token_key(token)
+        hit = self._cache.get(key)
+        now = self._clock()
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        try:
+            result = await asyncio.to_thread(self._review, token)
+        except Exception as e:  # the apiserver is down or refuses us: not the client's fault
+            raise AuthError(503, f"cannot verify token now: {type(e).__name__}") from e
+        if result.error and not result.authenticated:
+            raise AuthError(401, f"token rejected: {result.error}")
+        if not result.authenticated:
+            raise AuthError(401, "token rejected")
+        ns = service_account_namespace(result.username)
+        if ns is None:
+            raise AuthError(403, f"{result.username} is not a service account; report with the pod's token")
+        identity = Identity(result.username, frozenset({ns}))
+        self._cache[key] = (now + self._ttl_s, identity)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._max_cached:
+            self._cache.popitem(last=False)
+        return identity
+
+
+class StaticTokenAuthenticator:
+    """Opt-in shared tokens: token -> namespaces it may write ("*" = all)."""
+
+    def __init__(self, tokens: Mapping[str, frozenset[str]]) -> None:
+        self._tokens = [(t.encode(), ns) for t, ns in tokens.items() if t]
+
+    async def authenticate(self, token: str) -> Identity:
+        if not token:
+            raise AuthError(401, "missing bearer token")
+        offered = token.encode()
+        found: frozenset[str] | None = None
+        for known, namespaces in self._tokens:  # compare against all: no timing hint of which
+            if hmac.compare_digest(known, offered):
+                found = namespaces
+        if found is None:
+            raise AuthError(401, "token rejected")
+        return Identity("static-token", found)
+
+
+def kubernetes_token_reviewer(api_client: Any, audiences: list[str] | None = None) -> TokenReviewer:
+    """A TokenReviewer calling the apiserver through the kubernetes client's AuthenticationV1Api."""
+    from kubernetes import client  # imported here: the rest of this module needs no kubernetes
+
+    api = client.AuthenticationV1Api(api_client)
+
+    def review(token: str) -> ReviewResult:
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=audiences))
+        status = api.create_token_review(body).status
+        user = status.user.username if status is not None and status.user is not None else ""
+        return ReviewResult(
+            authenticated=bool(status is not None and status.authenticated),
+            username=user or "",
+            error=(status.error or "") if status is not None else "no status",
+        )
+
+    return review
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an 'Authorization: Bearer <token>' header, '' when absent or another scheme."""
+    if not authorization:
+        return ""
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""

@@ -1,0 +1,244 @@
+"""Training progress in, convergence out: POST /v1/progress and GET /v1/jobs/{namespace}/{job}.
+
+POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_body_bytes):
+    {"namespace": "team-a", "job": "resnet-1", "pod": "resnet-1-worker-0",   # pod optional
+     "higher_is_better": false,        # optional, remembered per job (true for accuracy)
+     "points": [{"step": 120, "loss": 0.83, "timestamp": 1732250000.5,    # timestamp optional
+                 "metrics": {"accuracy": 0.71}}]}                          # metrics optional
+  200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}}: points with a NaN, inf or
+      null loss or a non-finite timestamp are rejected one by one; the rest are stored.
+      NaN/Infinity literals (Python's json.dumps writes them) are read, then rejected per point.
+  400 {"error": "points.3.step: ..."} names the field; 401 bad token; 403 the token's namespace
+  is not the body's; 413 body too large; 503 token or store unavailable (retry later).
+GET /v1/jobs/{namespace}/{job} (same token rule): the job's history summary, phase and
+  predictions; NaN (unknown) is null.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Request, Response
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+
+from extender.app import BodyTooLarge, read_body
+from extender.auth import Authenticator, AuthError, Identity, bearer_token
+from extender.progress_store import JobHistory, ProgressPoint, ProgressStore
+from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
+
+log = logging.getLogger("flowsched.progress")
+
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+JOB_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+@dataclass(frozen=True)
+class ProgressApiSettings:
+    convergence: ConvergenceSettings = field(default_factory=ConvergenceSettings)
+    max_body_bytes: int = 1 << 20
+    max_points_per_request: int = 10_000
+
+
+class PointIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: StrictInt = Field(ge=0, le=2**63 - 1)
+    loss: StrictFloat | None  # null, NaN and inf are rejected per point; a string is a 400
+    timestamp: StrictFloat | None = None
+    metrics: dict[str, StrictFloat | None] | None = None
+
+
+class ReportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field(min_length=1, max_length=63, pattern=NAMESPACE_PATTERN)
+    job: str = Field(min_length=1, max_length=253, pattern=JOB_PATTERN)
+    pod: str | None = Field(default=None, max_length=253)
+    higher_is_better: StrictBool | None = None
+    points: list[PointIn] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ProgressApiMetrics:
+    points: Counter
+    requests: Counter
+
+    @classmethod
+    def build(cls, registry: CollectorRegistry) -> ProgressApiMetrics:
+        return cls(
+            points=Counter("flowsched_progress_points", "Progress points received", ["result"], registry=registry),
+            requests=Counter("flowsched_progress_requests", "Progress API calls", ["route", "code"],
+                             registry=registry),
+        )
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def parse_json(raw: bytes) -> Any:
+    """orjson first; on failure the stdlib, which also reads NaN/Infinity literals."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as first:
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise first from None
+
+
+def validation_message(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def split_points(report: ReportIn, now: float) -> tuple[list[ProgressPoint], dict[str, int]]:
+    """Valid points to store, and the count of rejected ones by reason."""
+    kept: list[ProgressPoint] = []
+    reasons: dict[str, int] = {}
+    for p in report.points:
+        reason = None
+        if p.loss is None:
+            reason = "loss_null"
+        elif math.isnan(p.loss):
+            reason = "loss_nan"
+        elif math.isinf(p.loss):
+            reason = "loss_inf"
+        elif p.timestamp is not None and not math.isfinite(p.timestamp):
+            reason = "timestamp_not_finite"
+        if reason is not None:
+            reasons[reason] = reasons.get(reason, 0) + 1
+            continue
+        assert p.loss is not None
+        metrics = None
+        if p.metrics:
+            metrics = {k: v for k, v in p.metrics.items() if v is not None and math.isfinite(v)}
+            dropped = len(p.metrics) - len(metrics)
+            if dropped:  # a bad side metric does not spoil the loss
+                reasons["metric_not_finite"] = reasons.get("metric_not_finite", 0) + dropped
+        ts = p.timestamp if p.timestamp is not None else now
+        kept.append(ProgressPoint(step=p.step, value=p.loss, timestamp=ts, pod=report.pod, metrics=metrics))
+    return kept, reasons
+
+
+def job_summary(history: JobHistory, settings: ConvergenceSettings) -> dict[str, Any]:
+    s = replace(settings, higher_is_better=history.higher_is_better)
+    est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s)
+    last = history.count - 1
+    return {
+        "namespace": history.namespace,
+        "job": history.job,
+        "points": history.count,
+        "higher_is_better": history.higher_is_better,
+        "first_timestamp": float(history.timestamps[0]) if history.count else None,
+        "last_timestamp": float(history.timestamps[last]) if history.count else None,
+        "last_step": int(history.steps[last]) if history.count else None,
+        "last_value": float(history.values[last]) if history.count else None,
+        "phase": est.phase.name.lower(),
+        "progress": _finite_or_none(est.progress),
+        "growth_efficiency": _finite_or_none(est.growth_efficiency),
+        "remaining_steps": _finite_or_none(est.remaining_steps),
+        "remaining_seconds": _finite_or_none(est.remaining_seconds),
+        "step_rate": _finite_or_none(est.step_rate),
+        "restarts": est.restarts,
+        "points_used": est.points_used,
+    }
+
+
+def build_progress_router(
+    store: ProgressStore,
+    authenticator: Authenticator,
+    settings: ProgressApiSettings,
+    metrics: ProgressApiMetrics,
+    clock: Callable[[], float] = time.time,
+) -> APIRouter:
+    router = APIRouter()
+
+    async def identify(authorization: str | None) -> Identity | Response:
+        try:
+            return await authenticator.authenticate(bearer_token(authorization))
+        except AuthError as e:
+            headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+            return _error(e.status, e.message, headers)
+
+    def reply(route: str, response: Response) -> Response:
+        metrics.requests.labels(route, str(response.status_code)).inc()
+        return response
+
+    @router.post("/v1/progress")
+    async def post_progress(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        who = await identify(authorization)
+        if isinstance(who, Response):
+            return reply("progress", who)
+        try:
+            raw = await read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            return reply("progress", _error(413, f"body over {settings.max_body_bytes} bytes"))
+        try:
+            report = ReportIn.model_validate(parse_json(raw))
+        except orjson.JSONDecodeError as e:
+            return reply("progress", _error(400, f"body is not valid JSON: {e}"))
+        except ValidationError as e:
+            return reply("progress", _error(400, validation_message(e)))
+        if len(report.points) > settings.max_points_per_request:
+            return reply("progress", _error(413, f"points: more than {settings.max_points_per_request}"))
+        if not who.may_write(report.namespace):
+            return reply("progress", _error(403, f"{who.username} may not report for namespace {report.namespace}"))
+
+        kept, reasons = split_points(report, clock())
+        try:
+            stored = await asyncio.to_thread(
+                store.add_points, report.namespace, report.job, kept, report.higher_is_better
+            )
+        except sqlite3.Error as e:
+            log.error("progress store write failed for %s/%s: %s", report.namespace, report.job, e)
+            return reply("progress", _error(503, "progress store unavailable; retry later"))
+        rejected = len(report.points) - stored
+        if stored < len(kept):
+            reasons["not_stored"] = len(kept) - stored
+        metrics.points.labels("accepted").inc(stored)
+        for reason, n in reasons.items():
+            if reason != "metric_not_finite":
+                metrics.points.labels(reason).inc(n)
+        body = {"accepted": stored, "rejected": rejected, "reasons": reasons}
+        return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
+
+    @router.get("/v1/jobs/{namespace}/{job}")
+    async def get_job(
+        namespace: str, job: str, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        who = await identify(authorization)
+        if isinstance(who, Response):
+            return reply("job", who)
+        if not who.may_write(namespace):
+            return reply("job", _error(403, f"{who.username} may not read namespace {namespace}"))
+        try:
+            history = await asyncio.to_thread(store.history, namespace, job)
+        except sqlite3.Error as e:
+            log.error("progress store read failed for %s/%s: %s", namespace, job, e)
+            return reply("job", _error(503, "progress store unavailable; retry later"))
+        if history is None:
+            return reply("job", _error(404, f"no progress for job {namespace}/{job}"))
+        summary = await asyncio.to_thread(job_summary, history, settings.convergence)
+        return reply("job", Response(orjson.dumps(summary), media_type="application/json"))
+
+    return router
