@@ -107,8 +107,13 @@ def test_not_json_is_400(client: TestClient) -> None:
 
 def test_nan_literals_are_rejected_per_point(client: TestClient) -> None:
     # Python's json.dumps writes NaN/Infinity literals: read them, reject those points only.
-    pts: list[dict[str, Any]] = [{"step": 1, "loss": 0.9}, {"step": 2, "loss": float("nan")}, {"step": 3, "loss": float("inf")},
-           {"step": 4, "loss": None}, {"step": 5, "loss": 0.5, "metrics": {"acc": float("nan"), "f1": 0.3}}]
+    pts: list[dict[str, Any]] = [
+        {"step": 1, "loss": 0.9},
+        {"step": 2, "loss": float("nan")},
+        {"step": 3, "loss": float("inf")},
+        {"step": 4, "loss": None},
+        {"step": 5, "loss": 0.5, "metrics": {"acc": float("nan"), "f1": 0.3}},
+    ]
     raw = json.dumps(report(points=pts)).encode()
     assert b"NaN" in raw
     r = client.post("/v1/progress", content=raw, headers={**A, "Content-Type": "application/json"})
