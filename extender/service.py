@@ -12,8 +12,19 @@ from typing import Any
 from fastapi import FastAPI
 
 from extender.app import build_app
+from extender.auth import (
+    Authenticator,
+    AuthError,
+    Identity,
+    StaticTokenAuthenticator,
+    TokenReviewAuthenticator,
+    kubernetes_token_reviewer,
+)
+from extender.convergence_loop import ConvergenceTracker
 from extender.metrics import Metrics, build_metrics
-from extender.settings import Settings
+from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
+from extender.progress_store import ProgressStore, ProgressStoreSettings
+from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
 from extender.watcher import Watcher, kube_api_client, start_watchers
 
@@ -26,6 +37,8 @@ class Service:
     state: ClusterState
     metrics: Metrics
     app: FastAPI
+    store: ProgressStore
+    tracker: ConvergenceTracker
     watchers: list[Watcher] = field(default_factory=list)
     api_client: Any = None
 
@@ -33,6 +46,7 @@ class Service:
         return {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube}
 
     def start(self) -> None:
+        self.tracker.start()
         if not self.settings.kube:
             self.state.synced = {"nodes": True, "pods": True}
             log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")
@@ -46,6 +60,25 @@ class Service:
     def stop(self) -> None:
         for w in self.watchers:
             w.stop()
+        self.tracker.stop()
+        self.store.close()
+
+
+class _NoTokenReview:
+    """Without a cluster there is nobody to verify a service-account token."""
+
+    async def authenticate(self, token: str) -> Identity:
+        raise AuthError(503, "TokenReview needs a cluster; configure progress_auth=static to report without one")
+
+
+def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
+    if settings.progress_auth == "static":
+        if not settings.static_tokens_file:
+            raise FileNotFoundError("progress_auth=static needs static_tokens_file")
+        return StaticTokenAuthenticator(load_static_tokens(settings.static_tokens_file))
+    if api_client is None:
+        return _NoTokenReview()
+    return TokenReviewAuthenticator(kubernetes_token_reviewer(api_client))
 
 
 def build_service(settings: Settings) -> Service:
@@ -75,8 +108,19 @@ def build_service(settings: Settings) -> Service:
             svc.stop()
             log.info("stopped after %.0fs", time.monotonic() - started)
 
-    app = build_app(settings, state, metrics, status=lambda: holder["svc"].status())
+    store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
+    tracker = ConvergenceTracker(store, state, settings.convergence.to_policy(),
+                                 interval_s=settings.convergence.interval_s,
+                                 active_within_s=settings.convergence.active_within_s)
+    progress = build_progress_router(
+        store, _authenticator(settings, api_client),
+        ProgressApiSettings(convergence=settings.convergence.to_policy(),
+                            max_body_bytes=settings.progress_max_body_bytes),
+        ProgressApiMetrics.build(metrics.registry),
+    )
+    app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(), routers=[progress])
     app.router.lifespan_context = lifespan
-    svc = Service(settings=settings, state=state, metrics=metrics, app=app, api_client=api_client)
+    svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
+                  api_client=api_client)
     holder["svc"] = svc
     return svc

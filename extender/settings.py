@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from scoring.convergence import ConvergenceSettings
 from scoring.placement import PlacementSettings
 
 
@@ -28,6 +29,17 @@ class PlacementConfig(BaseModel):
 
     def to_policy(self) -> PlacementSettings:
         return PlacementSettings(**self.model_dump())
+
+
+class ConvergenceConfig(BaseModel):
+    window_s: float = Field(30.0, ge=0)  # FlowCon's Δ
+    alpha: float = Field(0.05, gt=0)  # growth efficiency below this is slow growth
+    plateau_rel_tol: float = Field(0.05, gt=0, lt=1)
+    interval_s: float = Field(10.0, gt=0)  # how often phases are re-estimated
+    active_within_s: float = Field(3600.0, gt=0)  # jobs silent for longer are not re-estimated
+
+    def to_policy(self) -> ConvergenceSettings:
+        return ConvergenceSettings(window_s=self.window_s, alpha=self.alpha, plateau_rel_tol=self.plateau_rel_tol)
 
 
 class Settings(BaseSettings):
@@ -47,6 +59,13 @@ class Settings(BaseSettings):
     completing_horizon_s: float = Field(600.0, ge=0)
     debug_telemetry_injection: bool = False  # POST /debug/telemetry, for tests only
     log_level: str = "info"
+    progress_db: str = "flowsched-progress.sqlite"  # SQLite file of training progress
+    progress_max_body_bytes: int = Field(1 << 20, ge=1024)
+    # tokenreview: the pod's service-account token, checked by the apiserver (default);
+    # static: tokens from static_tokens_file ("<token> <ns>[,<ns>...]" or "*" per line).
+    progress_auth: Literal["tokenreview", "static"] = "tokenreview"
+    static_tokens_file: str | None = None
+    convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
 
     @property
@@ -87,3 +106,21 @@ def build_settings(config_file: Path | None = None, **overrides: Any) -> Setting
             merged[k] = v
     merged.update({k: v for k, v in overrides.items() if v is not None})
     return Settings.model_validate(merged)
+
+
+def load_static_tokens(path: str) -> dict[str, frozenset[str]]:
+    """'<token> <namespace>[,<namespace>...]' per line ('*' = every namespace); # comments."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise SettingsError(f"cannot read static tokens file {path}: {e.strerror}") from e
+    tokens: dict[str, frozenset[str]] = {}
+    for n, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise SettingsError(f"{path}:{n}: expected '<token> <namespace>[,<namespace>...]'")
+        tokens[parts[0]] = frozenset(x for x in parts[1].split(",") if x)
+    return tokens
