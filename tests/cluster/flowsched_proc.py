@@ -1,0 +1,78 @@
+"""The flowsched service as a real process (the same entry point users run), for the e2e tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.cluster.controlplane import REPO, ClusterUnavailable, free_port
+from tests.cluster.procs import ManagedProcess, install_exit_hooks, wait_until
+
+
+def flowsched_argv() -> list[str]:
+    # Prefer the installed console script (what the Dockerfile runs); fall back to the module
+    # entry point so a checkout without `pip install -e .` still works.
+    script = Path(sys.executable).parent / "flowsched"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())"]
+
+
+class FlowschedService:
+    def __init__(self, workdir: Path, kubeconfig: Path, extra_args: list[str] | None = None) -> None:
+        self.workdir = workdir
+        self.kubeconfig = kubeconfig
+        self.extra_args = extra_args or []
+        self.port = free_port()
+        self.proc: ManagedProcess | None = None
+        self.http = httpx.Client(base_url=self.url, timeout=5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, ready_timeout_s: float = 60.0) -> None:
+        install_exit_hooks()
+        argv = [*flowsched_argv(), "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                "--kubeconfig", str(self.kubeconfig), "--debug-telemetry-injection", *self.extra_args]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        # Settings come from flags here; a developer's FLOWSCHED_* must not leak in.
+        for k in [k for k in env if k.startswith("FLOWSCHED_")]:
+            del env[k]
+        self.proc = ManagedProcess("flowsched", argv, self.workdir / "flowsched.log", env=env, cwd=REPO).start()
+        proc = self.proc
+
+        def ready() -> bool:
+            if not proc.alive():
+                raise ClusterUnavailable(f"flowsched exited early; log tail:\n{proc.log_tail()}")
+            return self.http.get("/readyz").status_code == 200
+
+        try:
+            wait_until(ready, ready_timeout_s, interval_s=0.1, what="flowsched /readyz")
+        except TimeoutError as e:
+            raise ClusterUnavailable(f"{e}; flowsched log tail:\n{proc.log_tail()}") from e
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        self.http.close()
+
+    # ---- debug endpoints ----
+    def snapshot(self) -> dict[str, Any]:
+        r = self.http.get("/debug/snapshot")
+        r.raise_for_status()
+        data: dict[str, Any] = r.json()
+        return data
+
+    def inject_telemetry(self, node: str, gpu_util: list[float], fb_free_mib: list[float]) -> None:
+        r = self.http.post("/debug/telemetry", json={"node": node, "gpu_util": gpu_util, "fb_free_mib": fb_free_mib})
+        r.raise_for_status()

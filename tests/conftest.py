@@ -1,0 +1,114 @@
+"""Session fixtures for the tests that need a real control plane (marked `cluster`).
+
+The control plane (etcd, kube-apiserver) starts once per session, then deploy/'s RBAC is
+applied for real, then flowsched and kube-scheduler run under the ServiceAccount identities
+that RBAC authorises. If anything cannot be built or started, cluster tests FAIL with the
+reason; only FLOWSCHED_SKIP_CLUSTER=1 (a developer opt-out CI never sets) skips them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.controlplane import ClusterUnavailable, ControlPlane, ensure_binaries
+from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.kubeapi import Kube
+from tests.cluster.kubelet_emulator import KubeletEmulator
+from tests.cluster.manifests import Discovery, apply, load_docs, manifest_files, scheduler_config_for_tests
+from tests.cluster.procs import install_exit_hooks
+from tests.cluster.scenario import Scenario
+
+# deploy/ objects the tests create for real: the identities flowsched and the second scheduler
+# run under here are authorised by exactly these.
+RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+PRIORITY_CLASSES = {"e2e-low": 100, "e2e-high": 10000}
+
+
+def _skip_requested() -> bool:
+    return os.environ.get("FLOWSCHED_SKIP_CLUSTER") == "1"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    if _skip_requested():
+        pytest.skip("FLOWSCHED_SKIP_CLUSTER=1: cluster tests skipped on request (CI never sets this)")
+    install_exit_hooks()
+    try:
+        bin_dir = ensure_binaries()
+    except ClusterUnavailable as e:
+        pytest.fail(f"cannot build the Kubernetes binaries: {e}", pytrace=False)
+    cp = ControlPlane(bin_dir=bin_dir, workdir=tmp_path_factory.mktemp("k8s"))
+    try:
+        cp.start()
+    except ClusterUnavailable as e:
+        cp.stop()
+        pytest.fail(f"cannot start the control plane: {e}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> Iterator[Kube]:
+    k = Kube(control_plane.server, control_plane.admin_token, control_plane.ssl_context())
+    yield k
+    k.close()
+
+
+@pytest.fixture(scope="session")
+def deploy_rbac(kube: Kube) -> None:
+    disco = Discovery(kube)
+    for path in manifest_files():
+        for doc in load_docs(path):
+            if doc["kind"] in RBAC_KINDS:
+                apply(kube, disco, doc)
+    for name, value in PRIORITY_CLASSES.items():
+        apply(kube, disco, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": name}, "value": value,
+                            "preemptionPolicy": "PreemptLowerPriority"})
+
+
+@pytest.fixture(scope="session")
+def emulator(kube: Kube) -> Iterator[KubeletEmulator]:
+    em = KubeletEmulator(kube).start()
+    yield em
+    em.stop()
+
+
+@pytest.fixture(scope="session")
+def flowsched(control_plane: ControlPlane, deploy_rbac: None) -> Iterator[FlowschedService]:
+    svc = FlowschedService(control_plane.workdir, control_plane.kubeconfigs["flowsched"])
+    try:
+        svc.start()
+    except ClusterUnavailable as e:
+        svc.close()
+        pytest.fail(f"cannot start flowsched against the control plane: {e}", pytrace=False)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture(scope="session")
+def scheduler(control_plane: ControlPlane, flowsched: FlowschedService, deploy_rbac: None) -> Path:
+    """kube-scheduler on deploy/scheduler-config.yaml, pointed at the test's flowsched."""
+    cfg = scheduler_config_for_tests(flowsched.url, control_plane.kubeconfigs["scheduler"])
+    try:
+        control_plane.start_scheduler(cfg)
+    except ClusterUnavailable as e:
+        pytest.fail(f"cannot start kube-scheduler: {e}", pytrace=False)
+    return control_plane.workdir / "scheduler-config.yaml"
+
+
+@pytest.fixture
+def scenario(kube: Kube, emulator: KubeletEmulator, flowsched: FlowschedService,
+             scheduler: Path) -> Iterator[Scenario]:
+    s = Scenario(kube, emulator, flowsched)
+    try:
+        yield s
+    finally:
+        s.cleanup()
