@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -228,11 +229,29 @@ class RateTable:
         return int(np.searchsorted(self.progress_at, progress * (1 + 1e-12), side="right")) - 1
 
 
+class AppModel(Protocol):
+    """What the engine needs of a model: Application (real traces) or a calibrated stand-in."""
+
+    name: str
+    max_epochs: int
+    init_batch_size: int
+    metric_increases: bool
+    progress_at: FloatArray
+
+    def batch_config(self, num_replicas: int, batch_size: int) -> tuple[int, int]: ...
+
+    def throughput(self, placement: Sequence[int], local_bsz: float) -> tuple[float, float]: ...
+
+    def grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]: ...
+
+    def metric(self, batch_size: float, epoch: int) -> float: ...
+
+
 @dataclass
 class ProfileSet:
     """All applications of a workload, with a cache of rate tables per configuration."""
 
-    apps: dict[str, Application]
+    apps: Mapping[str, AppModel]
     _tables: dict[tuple[str, tuple[int, ...], int, int], RateTable] = field(default_factory=dict)
 
     def rate_table(self, app_name: str, placement: Sequence[int], atomic: int, accum: int) -> RateTable:

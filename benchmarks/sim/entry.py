@@ -1,0 +1,179 @@
+"""`flowsched simulate` and `flowsched demo`: argument parsing, the run matrix, the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from benchmarks.sim.cluster import ClusterSettings
+from benchmarks.sim.engine import CompletingFn, Engine, EngineSettings, InterferenceSettings
+from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
+from benchmarks.sim.jobmodel import ProfileSet, load_profiles
+from benchmarks.sim.policies import POLICY_NAMES, make_policy
+from benchmarks.sim.report import (
+    RunMetrics,
+    RunTrace,
+    aggregate,
+    format_table,
+    measure,
+    plot,
+    write_csv,
+    write_summary_csv,
+)
+from benchmarks.sim.workload import JobSpec, read_workload, scale_load
+
+DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux" / "traces"
+
+
+@dataclass(frozen=True)
+class MatrixResult:
+    runs: list[RunMetrics]
+    traces: list[RunTrace]  # the first workload's first seed, one per policy (for plots)
+
+
+def run_matrix(
+    workloads: Sequence[tuple[str, list[JobSpec]]],
+    profiles: ProfileSet,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    settings: EngineSettings,
+    completing: Callable[[], CompletingFn | None] = lambda: None,
+    log: Callable[[str], None] | None = None,
+) -> MatrixResult:
+    """Every policy on every workload; deterministic policies (fifo, tiresias) run one seed."""
+    runs: list[RunMetrics] = []
+    traces: list[RunTrace] = []
+    for wi, (wname, specs) in enumerate(workloads):
+        for policy in policies:
+            for si, seed in enumerate(seeds):
+                if si > 0 and policy in ("fifo", "tiresias"):  # no randomness in these
+                    continue
+                t0 = time.perf_counter()
+                eng = Engine(
+                    specs,
+                    profiles,
+                    make_policy(policy, seed),
+                    replace(settings, seed=seed),
+                    completing=completing() if policy == "flowsched" else None,
+                ).run()
+                m, tr = measure(eng, wname, seed, time.perf_counter() - t0)
+                runs.append(m)
+                if wi == 0 and si == 0:
+                    traces.append(tr)
+                if log:
+                    log(f"{wname} {policy} seed={seed}: avg JCT {m.avg_jct:.0f} s ({m.wall_s:.2f} s)")
+    return MatrixResult(runs, traces)
+
+
+def _common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated: " + ", ".join(POLICY_NAMES))
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--seeds", type=int, default=3, help="seeds averaged (seed, seed+1, ...)")
+    p.add_argument("--nodes", type=int, default=16)
+    p.add_argument("--gpus-per-node", type=int, default=4)
+    p.add_argument("--interval", type=float, default=60.0, help="scheduling round, seconds")
+    p.add_argument("--restart-penalty", type=float, default=30.0, help="seconds lost per (re)start")
+    p.add_argument("--interference", type=float, default=0.0, help="throughput lost by co-located jobs (0..1)")
+    p.add_argument("--interference-scope", choices=("distributed", "any"), default="distributed")
+    p.add_argument("--convergence", action="store_true", help="feed simulated loss series to scoring.convergence")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--progress", action="store_true", help="progress bar on stderr")
+    p.add_argument("--verbose", action="store_true", help="one line per run on stderr")
+
+
+def _settings(a: argparse.Namespace) -> EngineSettings:
+    return EngineSettings(
+        interval=a.interval,
+        restart_penalty=a.restart_penalty,
+        cluster=ClusterSettings(nodes=a.nodes, gpus_per_node=a.gpus_per_node),
+        interference=InterferenceSettings(a.interference, a.interference_scope),
+        seed=a.seed,
+        progress=a.progress,
+    )
+
+
+def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = aggregate(result.runs)
+    print(title)
+    print(format_table(summary))
+    write_csv(out / "runs.csv", result.runs)
+    write_summary_csv(out / "summary.csv", summary)
+    written = [out / "runs.csv", out / "summary.csv"]
+    if not a.no_plots:
+        try:
+            written += plot(out, result.traces)
+        except ImportError:
+            print("matplotlib not installed: no plots (pip install 'flowsched[plots]')", file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _adapter(profiles: ProfileSet, on: bool) -> Callable[[], CompletingFn | None]:
+    if not on:
+        return lambda: None
+    from benchmarks.sim.telemetry import ConvergenceAdapter
+
+    return lambda: ConvergenceAdapter(profiles)
+
+
+def simulate_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="flowsched simulate", description="Replay workload files on a simulated cluster.")
+    p.add_argument("--workload", action="append", required=True, help="workload CSV or a folder of them (repeatable)")
+    p.add_argument("--profiles", default=str(DEFAULT_TRACES), help="the Pollux artifact's traces/ folder")
+    p.add_argument("--load", type=float, default=1.0, help="compress arrivals by this factor")
+    p.add_argument("--out", default="flowsched-sim")
+    _common_args(p)
+    a = p.parse_args(argv)
+    files: list[Path] = []
+    for w in a.workload:
+        path = Path(w)
+        files += sorted(path.glob("*.csv")) if path.is_dir() else [path]
+    profiles_dir = Path(a.profiles)
+    if not profiles_dir.is_dir():
+        print(f"profiles folder {profiles_dir} not found", file=sys.stderr)
+        return 2
+    profiles = load_profiles(profiles_dir)
+    workloads = [(f.stem, scale_load(read_workload(f), a.load)) for f in files]
+    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
+    log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
+    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), _adapter(profiles, a.convergence), log)
+    title = f"{len(files)} workload(s) x {len(seeds)} seed(s), load {a.load}x, {a.nodes}x{a.gpus_per_node} GPUs"
+    return _finish(a, result, title)
+
+
+def demo_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="flowsched demo", description="Compare policies on a generated workload (no data files needed)."
+    )
+    p.add_argument("--out", default="flowsched-demo")
+    p.add_argument("--jobs", type=int, default=160)
+    p.add_argument("--hours", type=float, default=8.0)
+    p.add_argument("--workloads", type=int, default=2, help="generated workloads (seeds) averaged")
+    _common_args(p)
+    a = p.parse_args(argv)
+    profiles = calibrated_profiles(a.gpus_per_node)
+    workloads = [
+        (f"generated-{k}", generate(GeneratorSettings(a.jobs, a.hours, a.seed + k))) for k in range(max(1, a.workloads))
+    ]
+    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
+    log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
+    t0 = time.perf_counter()
+    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), _adapter(profiles, a.convergence), log)
+    title = (
+        f"flowsched demo: {len(workloads)} generated workload(s) of {a.jobs} jobs over {a.hours:g} h "
+        f"(calibrated from the Pollux artifact's profiles), {a.nodes}x{a.gpus_per_node} GPUs, "
+        f"{len(seeds)} seed(s); {time.perf_counter() - t0:.1f} s"
+    )
+    return _finish(a, result, title)
+
+
+if __name__ == "__main__":
+    raise SystemExit(demo_main(sys.argv[1:]))
