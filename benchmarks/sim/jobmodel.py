@@ -254,6 +254,10 @@ class ProfileSet:
     apps: Mapping[str, AppModel]
     _tables: dict[tuple[str, tuple[int, ...], int, int], RateTable] = field(default_factory=dict)
 
+    def app_objects(self) -> dict[str, Application]:
+        """The real-trace applications (those with profiled batch-size limits)."""
+        return {n: a for n, a in self.apps.items() if isinstance(a, Application)}
+
     def rate_table(self, app_name: str, placement: Sequence[int], atomic: int, accum: int) -> RateTable:
         p = normalise_placement(placement)
         key = (app_name, p, atomic, accum)
