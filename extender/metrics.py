@@ -21,6 +21,9 @@ class Metrics:
     snapshot_nodes: Gauge
     snapshot_pods: Gauge
     telemetry_unknown_nodes: Gauge
+    telemetry_refreshes: Counter
+    telemetry_failures: Counter
+    telemetry_bad_samples: Counter
 
 
 def build_metrics(registry: CollectorRegistry | None = None) -> Metrics:
@@ -45,4 +48,10 @@ def build_metrics(registry: CollectorRegistry | None = None) -> Metrics:
         snapshot_pods=Gauge("flowsched_snapshot_pods", "Pods in the snapshot", registry=r),
         telemetry_unknown_nodes=Gauge("flowsched_telemetry_unknown_nodes",
                                       "Nodes whose GPU telemetry is missing or stale", registry=r),
+        telemetry_refreshes=Counter("flowsched_telemetry_refreshes", "Successful telemetry reads", ["source"],
+                                    registry=r),
+        telemetry_failures=Counter("flowsched_telemetry_failures", "Failed telemetry reads (Prometheus query "
+                                   "or all scrapes)", ["source", "reason"], registry=r),
+        telemetry_bad_samples=Counter("flowsched_telemetry_bad_samples", "Telemetry samples or scrape targets "
+                                      "dropped as unusable", ["source", "reason"], registry=r),
     )

@@ -26,6 +26,7 @@ from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build
 from extender.progress_store import ProgressStore, ProgressStoreSettings
 from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
+from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 from extender.watcher import Watcher, kube_api_client, start_watchers
 
 log = logging.getLogger("flowsched.service")
@@ -41,12 +42,18 @@ class Service:
     tracker: ConvergenceTracker
     watchers: list[Watcher] = field(default_factory=list)
     api_client: Any = None
+    telemetry: TelemetryRefresher | None = None
 
     def status(self) -> dict[str, Any]:
-        return {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube}
+        tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
+        return {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube,
+                "telemetry": tel}
 
     def start(self) -> None:
         self.tracker.start()
+        # Telemetry needs no cluster: nodes it has no series for simply stay unknown.
+        self.telemetry = start_telemetry(self.settings.telemetry, self.state, self.metrics,
+                                         stale_s=self.settings.telemetry_stale_s, api_client=self.api_client)
         if not self.settings.kube:
             self.state.synced = {"nodes": True, "pods": True}
             log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")
@@ -60,6 +67,8 @@ class Service:
     def stop(self) -> None:
         for w in self.watchers:
             w.stop()
+        if self.telemetry is not None:
+            self.telemetry.stop()
         self.tracker.stop()
         self.store.close()
 

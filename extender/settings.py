@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from extender.telemetry.config import TelemetryConfig
 from scoring.convergence import ConvergenceSettings
 from scoring.placement import PlacementSettings
 
@@ -67,6 +68,7 @@ class Settings(BaseSettings):
     static_tokens_file: str | None = None
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     @property
     def prefix(self) -> str:
