@@ -225,7 +225,7 @@ def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> Cu
     """Least-squares fit of norm ~ 1/(a*x + b) + c with a > 0 (a decreasing curve).
 
     For a fixed asymptote c the model is linear in 1/(l - c), so we scan c over a grid
-    below the lowest point (at most one observed range below) and solve a weighted linear
+    below the lowest point (at most ten observed ranges below) and solve a weighted linear
     fit for each, keeping the c with the least error in l. Weights: (l-c)^2 partly undoes
     the reciprocal's stretching of noise; a linear ramp favours recent points, which
     matter most for what comes next (chosen on LCBench, see benchmarks/convergence_eval).
@@ -236,7 +236,7 @@ def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> Cu
     if not span > 0 or not math.isfinite(span):
         return None
     x = (steps - step0) / span
-    gap = np.logspace(-3.0, 0.0, max(2, grid))[:, None]  # distance of c below the minimum
+    gap = np.logspace(-3.0, 1.0, max(2, grid))[:, None]  # distance of c below the minimum
     c = float(norm.min()) - gap
     d = norm[None, :] - c  # > 0
     y = 1.0 / d
