@@ -148,6 +148,7 @@ class Engine:
         self.unfinished: list[SimJob] = []
         self._heap: list[tuple[float, int, int]] = []
         self._busy_sum = 0.0
+        self._running = 0  # jobs holding GPUs
         self._alloc_changed = False
         self._util_cache: tuple[float, FloatArray] | None = None
         self.timeline = Timeline()
@@ -201,7 +202,7 @@ class Engine:
             tl.time.append(t)
             tl.gpus_allocated.append(self.cluster.total_gpus - self.cluster.total_free)
             tl.gpus_busy.append(self._busy_sum)
-            tl.queue.append(sum(1 for j in self.active.values() if not j.placement))
+            tl.queue.append(len(self.active) - self._running)
             if bar is not None:
                 bar.update(self.done, t)
         if bar is not None:
@@ -270,6 +271,7 @@ class Engine:
             self._busy_sum -= job.table.busy_fraction * job.gpus
         job.placement = ()
         job.version += 1
+        self._running -= 1
         self._busy[job.idx] = 0.0
         self._alloc_changed = True
 
@@ -296,6 +298,7 @@ class Engine:
         self._busy[job.idx] = job.table.busy_fraction * 100.0
         self._restart_until[job.idx] = job.restart_until
         self._busy_sum += job.table.busy_fraction * job.gpus
+        self._running += 1
         self._alloc_changed = True
         self._schedule_completion(job)
 
