@@ -58,6 +58,9 @@ class TelemetryRefresher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # one refresh at a time (the thread, or a test calling refresh_once)
+        # Computed when /metrics is scraped, so the gauge agrees with what requests see right now
+        # (staleness is a matter of time passing, not only of refreshes).
+        metrics.telemetry_unknown_nodes.set_function(lambda: float(self.unknown_now()))
 
     # ---- one cycle ----
     def refresh_once(self) -> bool:
@@ -116,14 +119,16 @@ class TelemetryRefresher:
         st.partial_errors = list(reading.errors)
         self.metrics.telemetry_refreshes.labels(self.source.name).inc()
 
-    def _count_unknown(self) -> None:
+    def unknown_now(self) -> int:
         """GPU nodes without a fresh sample, as the request path would see them right now."""
         names = [n for n, info in list(self.state.nodes.items()) if info.allocatable.gpus > 0]
-        view = self.state.view(names, self.clock(), self.stale_s)
-        util = view.arrays.gpu_util
-        unknown = int(np.isnan(util).all(axis=1).sum()) if util.size else len(names)
-        self.status.nodes_unknown = unknown
-        self.metrics.telemetry_unknown_nodes.set(unknown)
+        if not names:
+            return 0
+        util = self.state.view(names, self.clock(), self.stale_s).arrays.gpu_util
+        return int(np.isnan(util).all(axis=1).sum())
+
+    def _count_unknown(self) -> None:
+        self.status.nodes_unknown = self.unknown_now()
 
     # ---- thread ----
     def run(self) -> None:

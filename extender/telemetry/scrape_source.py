@@ -121,6 +121,9 @@ class ScrapeSource:
         self._client = make_client(cfg)
         self._targets: list[ScrapeTarget] = [ScrapeTarget(u) for u in cfg.scrape_targets]
         self._discovered_at = -math.inf
+        # Nodes each static target served last time: when it fails, those nodes keep their last
+        # samples until they go stale, as a discovered target's node does.
+        self._nodes_of: dict[str, frozenset[str]] = {}
         self._pool = ThreadPoolExecutor(max_workers=cfg.scrape_concurrency, thread_name_prefix="dcgm-scrape")
 
     def targets(self) -> list[ScrapeTarget]:
@@ -162,9 +165,10 @@ class ScrapeSource:
             except TelemetryError as e:
                 errors.append(str(e))
                 bad[f"target_{e.reason}"] += 1
-                if t.node:
-                    failed.add(t.node)
+                failed.update({t.node} if t.node else self._nodes_of.get(t.url, frozenset()))
                 continue
+            if not t.node:
+                self._nodes_of[t.url] = frozenset(r.node for r in got)
             rows.extend(got)
             bad.update(b)
         if len(errors) == len(targets):
