@@ -20,6 +20,7 @@ from extender.auth import (
     TokenReviewAuthenticator,
     kubernetes_token_reviewer,
 )
+from extender.control.runtime import Controllers, build_control_router, build_controllers
 from extender.convergence_loop import ConvergenceTracker
 from extender.metrics import Metrics, build_metrics
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
@@ -43,14 +44,20 @@ class Service:
     watchers: list[Watcher] = field(default_factory=list)
     api_client: Any = None
     telemetry: TelemetryRefresher | None = None
+    control: Controllers | None = None  # the enabled control loops and their leader elector
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
-        return {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube,
-                "telemetry": tel}
+        out = {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube,
+               "telemetry": tel}
+        if self.control is not None:
+            out["control"] = self.control.status()
+        return out
 
     def start(self) -> None:
         self.tracker.start()
+        if self.control is not None:
+            self.control.start()  # each loop acts only while this replica holds the Lease
         # Telemetry needs no cluster: nodes it has no series for simply stay unknown.
         self.telemetry = start_telemetry(self.settings.telemetry, self.state, self.metrics,
                                          stale_s=self.settings.telemetry_stale_s, api_client=self.api_client)
@@ -65,6 +72,8 @@ class Service:
         )
 
     def stop(self) -> None:
+        if self.control is not None:
+            self.control.stop()  # releases the Lease so another replica takes over at once
         for w in self.watchers:
             w.stop()
         if self.telemetry is not None:
@@ -127,9 +136,12 @@ def build_service(settings: Settings) -> Service:
                             max_body_bytes=settings.progress_max_body_bytes),
         ProgressApiMetrics.build(metrics.registry),
     )
-    app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(), routers=[progress])
+    control = build_controllers(settings, state, tracker, api_client, metrics.registry)
+    control_router = build_control_router(lambda: holder["svc"].control)
+    app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
+                    routers=[progress, control_router])
     app.router.lifespan_context = lifespan
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
-                  api_client=api_client)
+                  api_client=api_client, control=control)
     holder["svc"] = svc
     return svc

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.telemetry.config import TelemetryConfig
@@ -43,6 +43,46 @@ class ConvergenceConfig(BaseModel):
         return ConvergenceSettings(window_s=self.window_s, alpha=self.alpha, plateau_rel_tol=self.plateau_rel_tol)
 
 
+class ControlConfig(BaseModel):
+    """Shared by every control loop (migrator, resizer, elastic). See docs/control-loops.md."""
+
+    # Safety first: loops plan, log and show their plans at /debug/* but change nothing until an
+    # operator sets dry_run=false (flag --act).
+    dry_run: bool = True
+    lease_namespace: str = "flowsched"
+    lease_name: str = "flowsched-controllers"
+    identity: str | None = None  # default: $POD_NAME, else hostname-pid
+    lease_duration_s: float = Field(15.0, gt=0)
+    renew_deadline_s: float = Field(10.0, gt=0)
+    retry_period_s: float = Field(2.0, gt=0)
+    permanent_backoff_s: float = Field(3600.0, ge=0)  # a key whose action failed for good is left alone
+    # Namespaces no loop ever touches; a namespace labelled opt_out_label="false" is skipped too.
+    excluded_namespaces: list[str] = ["kube-system"]
+    opt_out_label: str = "flowsched.io/migrate"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ControlConfig:
+        if not self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError("control: need retry_period_s < renew_deadline_s < lease_duration_s")
+        return self
+
+
+class LoopConfig(BaseModel):
+    interval_s: float = Field(60.0, gt=0)
+    max_per_interval: int = Field(1, ge=0)
+    max_per_hour: int = Field(6, ge=0)
+
+
+class MigratorConfig(LoopConfig):
+    min_runtime_s: float = Field(600.0, ge=0)  # a job younger than this is never moved
+    max_migrations: int = Field(2, ge=0)  # per job
+    cooldown_s: float = Field(1800.0, ge=0)  # hysteresis: not moved again within this
+    min_remaining_s: float = Field(300.0, ge=0)  # a job predicted to end sooner frees its GPUs itself
+    restart_cost_s: float = Field(120.0, ge=0)  # estimated checkpoint + restart, reported with the plan
+    require_room_elsewhere: bool = True  # move only if the job itself fits on another node afterwards
+    origin_ttl_s: float = Field(3600.0, gt=0)  # how long the extender scores the origin node down
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
@@ -68,6 +108,10 @@ class Settings(BaseSettings):
     static_tokens_file: str | None = None
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
+    # Control loops run in this process, each only while it holds the Lease (see ControlConfig).
+    controllers: list[Literal["migrator", "resizer", "elastic"]] = []
+    control: ControlConfig = ControlConfig()
+    migrator: MigratorConfig = MigratorConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 
     @property
@@ -106,7 +150,11 @@ def build_settings(config_file: Path | None = None, **overrides: Any) -> Setting
             merged[k] = {**merged[k], **v}
         else:
             merged[k] = v
-    merged.update({k: v for k, v in overrides.items() if v is not None})
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        # A nested override (e.g. control={"dry_run": False}) changes only the keys it names.
+        merged[k] = {**merged[k], **v} if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
     return Settings.model_validate(merged)
 
 

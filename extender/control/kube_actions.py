@@ -1,0 +1,109 @@
+"""The few writes the control loops make, with API failures mapped to TemporaryError /
+PermanentError so loops never interpret HTTP statuses themselves.
+
+    actions = KubeActions(api_client)
+    actions.evict("team-a", "train-0", uid)      # "evicted" | "gone"; 429 -> TemporaryError
+    actions.annotate_pod("team-a", "train-0", {"flowsched.io/evicted-from": "gpu-3"})
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from extender.control.errors import PermanentError, TemporaryError
+from extender.control.rest import kube_request
+
+log = logging.getLogger("flowsched.actions")
+
+EVICTED = "evicted"
+GONE = "gone"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _status(e: Exception) -> int | None:
+    s = getattr(e, "status", None)
+    return int(s) if isinstance(s, int) else None
+
+
+def _retry_after(e: Exception, default: float) -> float:
+    headers = getattr(e, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After") or headers.get("retry-after")
+        return float(value) if value is not None else default
+    except (TypeError, ValueError, AttributeError):
+        return default
+
+
+def _message(e: Exception) -> str:
+    body = getattr(e, "body", None)
+    if body:
+        try:
+            return str(json.loads(body).get("message", body))[:300]
+        except (ValueError, AttributeError):
+            return str(body)[:300]
+    return str(e)[:300]
+
+
+def map_api_error(e: Exception, what: str, retry_s: float = 30.0) -> Exception:
+    """An API exception -> TemporaryError (retry later) or PermanentError. Non-API errors
+    (connection refused, timeouts) are temporary."""
+    status = _status(e)
+    msg = f"{what}: {status or type(e).__name__} {_message(e)}"
+    if status is None or status in (408, 409, 429) or (status >= 500 and status != 501):
+        # 500 from the eviction endpoint can also mean several PDBs cover the pod: an operator
+        # must fix that, but retrying slowly costs nothing and is what kubectl drain does.
+        return TemporaryError(msg, _retry_after(e, retry_s))
+    return PermanentError(msg)
+
+
+class KubeActions:
+    def __init__(self, api_client: Any, retry_s: float = 30.0) -> None:
+        self.api_client = api_client
+        self.retry_s = retry_s
+        self._ns_labels: dict[str, dict[str, str]] = {}
+
+    def evict(self, namespace: str, name: str, uid: str = "") -> str:
+        """policy/v1 Eviction (PodDisruptionBudgets apply). With uid, only that incarnation of
+        the pod is evicted (a replacement with the same name is left alone: 409 -> gone)."""
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        try:
+            kube_request(self.api_client, "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+        except Exception as e:
+            status = _status(e)
+            if status == 404:
+                return GONE
+            if status == 409 and uid and "precondition" in _message(e).lower():
+                return GONE  # a different pod of the same name now
+            raise map_api_error(e, f"evict {namespace}/{name}", self.retry_s) from e
+        return EVICTED
+
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Merge-patch annotations (None deletes one). False when the pod is gone."""
+        try:
+            kube_request(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                         {"metadata": {"annotations": annotations}}, content_type=MERGE_PATCH)
+        except Exception as e:
+            if _status(e) == 404:
+                return False
+            raise map_api_error(e, f"annotate {namespace}/{name}", self.retry_s) from e
+        return True
+
+    def namespace_labels(self, namespace: str, refresh: bool = False) -> dict[str, str]:
+        """The namespace's labels (cached; refresh=True re-reads). Unreadable -> TemporaryError."""
+        if refresh or namespace not in self._ns_labels:
+            try:
+                obj = kube_request(self.api_client, "GET", f"/api/v1/namespaces/{namespace}", timeout_s=10)
+            except Exception as e:
+                if _status(e) == 404:
+                    return {}
+                raise map_api_error(e, f"read namespace {namespace}", self.retry_s) from e
+            self._ns_labels[namespace] = dict((obj.get("metadata") or {}).get("labels") or {})
+        return self._ns_labels[namespace]
+
+    def forget_namespaces(self) -> None:
+        self._ns_labels.clear()

@@ -1,0 +1,226 @@
+"""ControlLoop: runs one controller every interval, only while this replica holds the Lease.
+
+A controller is two methods (see `Controller`): `plan(now)` returns the actions it would take
+(pure decision, from the snapshot), `act(action, now)` performs one and returns an outcome label
+or raises TemporaryError / PermanentError. The loop owns everything around them:
+
+- leadership: no plan, no action unless `leader.is_leader` (checked again before each action);
+- dry run: actions are planned, budgeted, logged and kept for /debug, never performed;
+- budgets: at most per_interval actions a tick and per_hour in any sliding hour;
+- back-off: a TemporaryError(delay) parks that action's key for delay seconds, a PermanentError
+  for permanent_backoff_s; a key in back-off is reported as such, not retried;
+- metrics: flowsched_control_actions_total{loop,action,outcome}, flowsched_control_ticks_total
+  {loop,result}, flowsched_control_leader{loop}; an exception in plan() is logged and counted,
+  the loop goes on.
+
+Time comes from `clock` (wall seconds), so tests drive `run_once()` with a fake clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from extender.control.budget import ActionBudget
+from extender.control.errors import PermanentError, TemporaryError
+
+log = logging.getLogger("flowsched.control")
+
+DRY_RUN = "dry_run"
+BUDGET = "budget_exhausted"
+BACKOFF = "backoff"
+RETRY = "retry_later"
+FAILED = "failed"
+NOT_LEADER = "lost_leadership"
+
+
+@dataclass(frozen=True)
+class Action:
+    key: str  # back-off and dedup key, e.g. "namespace/job"
+    kind: str  # "evict", "resize", ... (the metric's action label)
+    target: str  # the object acted on, for humans: "namespace/pod"
+    reason: str  # why, in numbers
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "kind": self.kind, "target": self.target, "reason": self.reason,
+                "detail": dict(self.detail)}
+
+
+class Controller(Protocol):
+    name: str
+
+    def plan(self, now: float) -> Sequence[Action]: ...
+
+    def act(self, action: Action, now: float) -> str: ...
+
+
+class Leadership(Protocol):
+    @property
+    def is_leader(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class ControlMetrics:
+    actions: Counter
+    ticks: Counter
+    leader: Gauge
+
+    @classmethod
+    def build(cls, registry: CollectorRegistry) -> ControlMetrics:
+        return cls(
+            actions=Counter("flowsched_control_actions", "Control-loop actions by outcome",
+                            ["loop", "action", "outcome"], registry=registry),
+            ticks=Counter("flowsched_control_ticks", "Control-loop intervals by result", ["loop", "result"],
+                          registry=registry),
+            leader=Gauge("flowsched_control_leader", "1 while this replica runs the loop as leader", ["loop"],
+                         registry=registry),
+        )
+
+
+@dataclass
+class Outcome:
+    action: Action
+    outcome: str
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.action.as_dict(), "outcome": self.outcome, "error": self.error or None}
+
+
+@dataclass
+class Tick:
+    at: float
+    leader: bool
+    dry_run: bool
+    outcomes: list[Outcome] = field(default_factory=list)
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "leader": self.leader, "dry_run": self.dry_run, "error": self.error or None,
+                "actions": [o.as_dict() for o in self.outcomes]}
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        controller: Controller,
+        leader: Leadership,
+        metrics: ControlMetrics,
+        *,
+        interval_s: float,
+        dry_run: bool = True,
+        per_interval: int = 1,
+        per_hour: int = 6,
+        permanent_backoff_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+        history: int = 50,
+    ) -> None:
+        self.controller, self.leader, self.metrics = controller, leader, metrics
+        self.name = controller.name
+        self.interval_s, self.dry_run = interval_s, dry_run
+        self.permanent_backoff_s = permanent_backoff_s
+        self.clock = clock
+        self.budget = ActionBudget(per_interval, per_hour, clock=clock)
+        self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
+        self.history: deque[Tick] = deque(maxlen=history)
+        self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _count(self, action: Action, outcome: str) -> None:
+        self.metrics.actions.labels(self.name, action.kind, outcome).inc()
+
+    def run_once(self) -> Tick:
+        now = self.clock()
+        leader = bool(self.leader.is_leader)
+        self.metrics.leader.labels(self.name).set(1.0 if leader else 0.0)
+        tick = Tick(at=now, leader=leader, dry_run=self.dry_run)
+        if not leader:
+            self.metrics.ticks.labels(self.name, "not_leader").inc()
+            return tick
+        self.budget.new_interval()
+        self.backoff = {k: v for k, v in self.backoff.items() if v[0] > now}
+        try:
+            planned = list(self.controller.plan(now))
+        except Exception as e:
+            log.exception("%s: planning failed", self.name)
+            tick.error = f"{type(e).__name__}: {e}"[:300]
+            self.metrics.ticks.labels(self.name, "error").inc()
+            self.history.append(tick)
+            return tick
+        for action in planned:
+            tick.outcomes.append(self._one(action, now))
+        acted = any(o.outcome not in (DRY_RUN, BUDGET, BACKOFF) for o in tick.outcomes)
+        self.metrics.ticks.labels(self.name, "acted" if acted else ("planned" if planned else "idle")).inc()
+        if planned:
+            self.history.append(tick)
+        return tick
+
+    def _one(self, action: Action, now: float) -> Outcome:
+        parked = self.backoff.get(action.key)
+        if parked is not None:
+            out = Outcome(action, BACKOFF, f"until {parked[0]:.0f}: {parked[1]}")
+        elif not self.budget.allows():
+            out = Outcome(action, BUDGET, f"budget left {self.budget.remaining()}")
+        elif self.dry_run:
+            self.budget.spend()
+            out = Outcome(action, DRY_RUN)
+            log.info("%s (dry run) would %s %s: %s", self.name, action.kind, action.target, action.reason)
+        elif not self.leader.is_leader:
+            out = Outcome(action, NOT_LEADER)
+        else:
+            try:
+                result = self.controller.act(action, now)
+            except TemporaryError as e:
+                self.backoff[action.key] = (now + e.delay_s, str(e))
+                out = Outcome(action, RETRY, str(e))
+                log.info("%s: %s %s deferred %.0fs: %s", self.name, action.kind, action.target, e.delay_s, e)
+            except PermanentError as e:
+                self.backoff[action.key] = (now + self.permanent_backoff_s, str(e))
+                out = Outcome(action, FAILED, str(e))
+                log.warning("%s: %s %s failed: %s", self.name, action.kind, action.target, e)
+            except Exception as e:  # a controller bug: treat as permanent for this key, keep looping
+                log.exception("%s: %s %s raised", self.name, action.kind, action.target)
+                self.backoff[action.key] = (now + self.permanent_backoff_s, repr(e))
+                out = Outcome(action, FAILED, f"{type(e).__name__}: {e}"[:300])
+            else:
+                self.budget.spend()
+                out = Outcome(action, result)
+                self.performed.append(out)
+        self._count(action, out.outcome)
+        return out
+
+    # ---- thread ----
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # never let the thread die
+                log.exception("%s: tick failed", self.name)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> ControlLoop:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"control-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def status(self) -> dict[str, Any]:
+        last = self.history[-1].as_dict() if self.history else None
+        return {"interval_s": self.interval_s, "dry_run": self.dry_run, "budget_left": self.budget.remaining(),
+                "backoff": {k: {"until": v[0], "why": v[1]} for k, v in self.backoff.items()},
+                "last_planned_tick": last, "performed": [o.as_dict() for o in self.performed]}

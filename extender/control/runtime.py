@@ -1,0 +1,187 @@
+"""Builds the leader elector and the enabled loops for the service, and the /debug routes.
+
+Controllers are found by name in FACTORIES ("module:function"); a factory takes a
+ControlContext and returns a Controller. Adding a loop = one line here, a LoopConfig-derived
+settings field named like the controller (optional: LoopConfig() defaults otherwise), and the
+name in Settings.controllers' Literal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Response
+from prometheus_client import CollectorRegistry, Counter
+
+from extender.control.events import EventRecorder, LogRecorder, Recorder
+from extender.control.kube_actions import KubeActions
+from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
+from extender.control.loop import Controller, ControlLoop, ControlMetrics, Leadership
+from extender.convergence_loop import ConvergenceTracker
+from extender.settings import LoopConfig, Settings
+from extender.state import ClusterState
+
+log = logging.getLogger("flowsched.control")
+
+FACTORIES: dict[str, str] = {
+    "migrator": "extender.control.migrator:build",
+    "resizer": "extender.control.resizer:build",
+    "elastic": "extender.control.elastic:build",
+}
+
+
+@dataclass
+class ControlContext:
+    """What a controller factory gets. `actions` is None without a cluster (loops are then dry-run)."""
+
+    settings: Settings
+    state: ClusterState
+    tracker: ConvergenceTracker
+    actions: KubeActions | None
+    recorder: Recorder
+    registry: CollectorRegistry
+    leader: Leadership
+    identity: str
+    clock: Callable[[], float] = time.time
+
+
+def default_identity(settings: Settings) -> str:
+    if settings.control.identity:
+        return settings.control.identity
+    pod = os.environ.get("POD_NAME")
+    return pod or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _factory(name: str) -> Callable[[ControlContext], Controller]:
+    spec = FACTORIES.get(name)
+    if spec is None:
+        raise ValueError(f"unknown controller {name!r}; known: {', '.join(sorted(FACTORIES))}")
+    module, _, func = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"controller {name!r} is not available in this build ({e})") from e
+    f: Callable[[ControlContext], Controller] = getattr(mod, func)
+    return f
+
+
+@dataclass
+class Controllers:
+    loops: list[ControlLoop]
+    elector: LeaderElector | None
+    leader: Leadership
+    controllers: dict[str, Controller] = field(default_factory=dict)
+
+    def start(self) -> None:
+        if self.elector is not None:
+            self.elector.start()
+        for loop in self.loops:
+            loop.start()
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        if self.elector is not None:
+            self.elector.stop(release=True)
+
+    def loop(self, name: str) -> ControlLoop | None:
+        return next((lp for lp in self.loops if lp.name == name), None)
+
+    def status(self) -> dict[str, Any]:
+        leader = self.elector.status() if self.elector is not None else {"is_leader": True, "lease": None}
+        return {"leader": leader, "loops": {lp.name: {"interval_s": lp.interval_s, "dry_run": lp.dry_run,
+                                                      "budget_left": lp.budget.remaining()}
+                                            for lp in self.loops}}
+
+
+def build_controllers(settings: Settings, state: ClusterState, tracker: ConvergenceTracker, api_client: Any,
+                      registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> Controllers | None:
+    """None when no controller is enabled. Raises ValueError for an unknown or missing one."""
+    if not settings.controllers:
+        return None
+    cc = settings.control
+    identity = default_identity(settings)
+    event_failures = Counter("flowsched_event_failures", "Events the apiserver did not accept", registry=registry)
+    elector: LeaderElector | None = None
+    leader: Leadership
+    recorder: Recorder
+    actions: KubeActions | None
+    dry_run = cc.dry_run
+    if api_client is not None:
+        elector = LeaderElector(KubeLeaseClient(api_client), cc.lease_namespace, cc.lease_name, identity,
+                                lease_duration_s=cc.lease_duration_s, renew_deadline_s=cc.renew_deadline_s,
+                                retry_period_s=cc.retry_period_s)
+        leader = elector
+        recorder = EventRecorder(api_client, identity, failures=event_failures)
+        actions = KubeActions(api_client)
+    else:
+        log.warning("control loops without a cluster: always leader, always dry-run")
+        leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
+    ctx = ControlContext(settings=settings, state=state, tracker=tracker, actions=actions, recorder=recorder,
+                         registry=registry, leader=leader, identity=identity, clock=clock)
+    metrics = ControlMetrics.build(registry)
+    loops: list[ControlLoop] = []
+    made: dict[str, Controller] = {}
+    for name in dict.fromkeys(settings.controllers):
+        controller = _factory(name)(ctx)
+        cfg: LoopConfig = getattr(settings, name, None) or LoopConfig()
+        made[name] = controller
+        loops.append(ControlLoop(controller, leader, metrics, interval_s=cfg.interval_s, dry_run=dry_run,
+                                 per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
+                                 permanent_backoff_s=cc.permanent_backoff_s, clock=clock))
+        log.info("control loop %s enabled (every %.0fs, %s, identity %s)", name, cfg.interval_s,
+                 "dry run" if dry_run else "acting", identity)
+    return Controllers(loops=loops, elector=elector, leader=leader, controllers=made)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS,
+                                 default=str), status_code=status, media_type="application/json")
+
+
+def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
+    """GET /debug/control: leader and every loop; GET /debug/{loop}s (e.g. /debug/migrations):
+    that loop's recent planned ticks (dry-run plans included), back-offs, performed actions and
+    the controller's own `describe()` if it has one."""
+    router = APIRouter()
+
+    @router.get("/debug/control")
+    async def debug_control() -> Response:
+        c = get()
+        if c is None:
+            return _json({"enabled": []})
+        return _json({"enabled": [lp.name for lp in c.loops], **c.status()})
+
+    def loop_view(name: str) -> Response:
+        c = get()
+        lp = c.loop(name) if c is not None else None
+        if c is None or lp is None:
+            return _json({"error": f"controller {name} is not enabled (settings.controllers)"}, 404)
+        body: dict[str, Any] = {"leader": c.status()["leader"], **lp.status(),
+                                "recent": [t.as_dict() for t in lp.history]}
+        describe = getattr(c.controllers.get(name), "describe", None)
+        if callable(describe):
+            body["controller"] = describe()
+        return _json(body)
+
+    @router.get("/debug/migrations")
+    async def debug_migrations() -> Response:
+        return loop_view("migrator")
+
+    @router.get("/debug/resizes")
+    async def debug_resizes() -> Response:
+        return loop_view("resizer")
+
+    @router.get("/debug/elastic")
+    async def debug_elastic() -> Response:
+        return loop_view("elastic")
+
+    return router

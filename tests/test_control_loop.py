@@ -1,0 +1,205 @@
+"""ControlLoop, ActionBudget and the kube error mapping, on a fake clock (no sleeping, no cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from extender.control.budget import ActionBudget
+from extender.control.errors import PermanentError, TemporaryError
+from extender.control.events import ObjectRef, event_body
+from extender.control.kube_actions import map_api_error
+from extender.control.loop import BACKOFF, BUDGET, DRY_RUN, FAILED, RETRY, Action, ControlLoop, ControlMetrics
+from extender.control.rest import ApiError
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Leader:
+    def __init__(self, leader: bool = True) -> None:
+        self.is_leader = leader
+
+
+class FakeController:
+    name = "fake"
+
+    def __init__(self, actions: list[Action]) -> None:
+        self.actions = actions
+        self.acted: list[str] = []
+        self.raise_for: dict[str, Exception] = {}
+        self.plans = 0
+
+    def plan(self, now: float) -> Sequence[Action]:
+        self.plans += 1
+        return list(self.actions)
+
+    def act(self, action: Action, now: float) -> str:
+        if action.key in self.raise_for:
+            raise self.raise_for[action.key]
+        self.acted.append(action.key)
+        return "done"
+
+
+def act(key: str) -> Action:
+    return Action(key=key, kind="evict", target=f"ns/{key}", reason="test")
+
+
+def make(ctrl: FakeController, clock: Clock, leader: Leader, *, dry_run: bool = False, per_interval: int = 5,
+         per_hour: int = 100) -> tuple[ControlLoop, CollectorRegistry]:
+    reg = CollectorRegistry()
+    loop = ControlLoop(ctrl, leader, ControlMetrics.build(reg), interval_s=10, dry_run=dry_run,
+                       per_interval=per_interval, per_hour=per_hour, permanent_backoff_s=600, clock=clock)
+    return loop, reg
+
+
+def count(reg: CollectorRegistry, outcome: str) -> float:
+    v = reg.get_sample_value("flowsched_control_actions_total", {"loop": "fake", "action": "evict",
+                                                                  "outcome": outcome})
+    return v or 0.0
+
+
+def test_budget_interval_and_sliding_hour() -> None:
+    clock = Clock(0.0)
+    b = ActionBudget(per_interval=2, per_hour=3, clock=clock)
+    b.new_interval()
+    assert b.allows()
+    b.spend()
+    b.spend()
+    assert not b.allows()  # interval used up
+    clock.t = 100.0
+    b.new_interval()
+    assert b.allows()
+    b.spend()
+    b.new_interval()
+    assert not b.allows()  # three in the last hour
+    clock.t = 3599.0
+    assert not b.allows()
+    clock.t = 3600.5  # the first two slid out of the window
+    assert b.allows()
+    assert b.remaining() == {"interval": 2, "hour": 2}
+
+
+def test_not_leader_neither_plans_nor_acts() -> None:
+    ctrl = FakeController([act("a")])
+    loop, reg = make(ctrl, Clock(), Leader(False))
+    tick = loop.run_once()
+    assert not tick.leader and ctrl.plans == 0 and ctrl.acted == []
+    assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "fake", "result": "not_leader"}) == 1
+
+
+def test_dry_run_plans_and_budgets_but_never_acts() -> None:
+    ctrl = FakeController([act("a"), act("b"), act("c")])
+    loop, reg = make(ctrl, Clock(), Leader(), dry_run=True, per_interval=2)
+    tick = loop.run_once()
+    assert ctrl.acted == []
+    assert [o.outcome for o in tick.outcomes] == [DRY_RUN, DRY_RUN, BUDGET]
+    assert count(reg, DRY_RUN) == 2 and count(reg, BUDGET) == 1
+    assert loop.history[-1] is tick  # shown at /debug
+
+
+def test_budget_limits_real_actions_per_interval_and_hour() -> None:
+    clock = Clock()
+    ctrl = FakeController([act("a"), act("b")])
+    loop, reg = make(ctrl, clock, Leader(), per_interval=1, per_hour=2)
+    loop.run_once()
+    assert ctrl.acted == ["a"]
+    clock.t += 10
+    loop.run_once()
+    assert ctrl.acted == ["a", "a"]  # the fake plans the same again; the hour budget is now 2/2
+    clock.t += 10
+    tick = loop.run_once()
+    assert ctrl.acted == ["a", "a"] and [o.outcome for o in tick.outcomes] == [BUDGET, BUDGET]
+    clock.t += 3600
+    loop.run_once()
+    assert ctrl.acted == ["a", "a", "a"]
+    assert count(reg, "done") == 3
+
+
+def test_temporary_error_backs_off_that_key_only_then_retries() -> None:
+    clock = Clock()
+    ctrl = FakeController([act("a"), act("b")])
+    ctrl.raise_for["a"] = TemporaryError("pdb says no", delay_s=30)
+    loop, reg = make(ctrl, clock, Leader())
+    tick = loop.run_once()
+    assert [o.outcome for o in tick.outcomes] == [RETRY, "done"]
+    del ctrl.raise_for["a"]
+    clock.t += 20
+    tick = loop.run_once()
+    assert tick.outcomes[0].outcome == BACKOFF and "pdb says no" in tick.outcomes[0].error
+    clock.t += 11
+    tick = loop.run_once()
+    assert tick.outcomes[0].outcome == "done"
+    assert count(reg, RETRY) == 1 and count(reg, BACKOFF) == 1
+
+
+def test_permanent_error_and_bugs_park_the_key_and_the_loop_survives() -> None:
+    clock = Clock()
+    ctrl = FakeController([act("a"), act("b")])
+    ctrl.raise_for["a"] = PermanentError("forbidden")
+    ctrl.raise_for["b"] = KeyError("bug")
+    loop, _ = make(ctrl, clock, Leader())
+    tick = loop.run_once()
+    assert [o.outcome for o in tick.outcomes] == [FAILED, FAILED]
+    clock.t += 599
+    assert [o.outcome for o in loop.run_once().outcomes] == [BACKOFF, BACKOFF]
+
+
+def test_leadership_lost_between_plan_and_act() -> None:
+    leader = Leader()
+
+    class Flip(FakeController):
+        def plan(self, now: float) -> Sequence[Action]:
+            leader.is_leader = False  # the Lease went away while planning
+            return [act("a")]
+
+    ctrl = Flip([])
+    loop, _ = make(ctrl, Clock(), leader)
+    tick = loop.run_once()
+    assert ctrl.acted == [] and tick.outcomes[0].outcome == "lost_leadership"
+
+
+def test_planning_exception_is_counted_not_raised() -> None:
+    class Broken(FakeController):
+        def plan(self, now: float) -> Sequence[Action]:
+            raise RuntimeError("snapshot torn")
+
+    loop, reg = make(Broken([]), Clock(), Leader())
+    tick = loop.run_once()
+    assert "snapshot torn" in tick.error
+    assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "fake", "result": "error"}) == 1
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (429, TemporaryError), (500, TemporaryError), (503, TemporaryError), (409, TemporaryError),
+    (403, PermanentError), (422, PermanentError), (400, PermanentError),
+])
+def test_api_errors_map_to_temporary_or_permanent(status: int, kind: type) -> None:
+    e = ApiError("POST", "/x", status, '{"reason": "r", "message": "m"}', {"Retry-After": "7"})
+    mapped = map_api_error(e, "evict ns/p")
+    assert isinstance(mapped, kind)
+    if status == 429:
+        assert isinstance(mapped, TemporaryError) and mapped.delay_s == 7.0
+
+
+def test_connection_errors_are_temporary() -> None:
+    assert isinstance(map_api_error(ConnectionRefusedError("down"), "evict"), TemporaryError)
+
+
+def test_event_reason_must_be_flowsched() -> None:
+    from datetime import UTC, datetime
+
+    obj = ObjectRef("ns", "p", "u1")
+    body = event_body(obj, "FlowschedMigrated", "x" * 5000, type_="Normal", action="Evict", instance="i",
+                      now=datetime(2025, 1, 1, tzinfo=UTC))
+    assert body["reportingComponent"] == "flowsched" and body["involvedObject"]["uid"] == "u1"
+    assert len(body["message"]) == 1024
+    with pytest.raises(ValueError, match="Flowsched"):
+        event_body(obj, "Migrated", "m", type_="Normal", action="Evict", instance="i", now=datetime.now(UTC))
