@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -106,15 +107,16 @@ def build_app(
             metrics.requests.labels(verb, "fallback").inc()
         else:
             metrics.requests.labels(verb, str(code)).inc()
+        body = reply if isinstance(reply, bytes) else orjson.dumps(reply)
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
-        return Response(orjson.dumps(reply), media_type=JSON)
+        return Response(body, media_type=JSON)
 
     def do_filter(body: Any) -> Any:
         args = wire.parse_extender_args(body)
         ans = decide_filter(state, args, policy, clock())
         note_unknown("filter", ans.unknown, args.names)
-        for reason in (*ans.failed.values(), *ans.unresolvable.values()):
-            metrics.filter_rejections.labels(reason).inc()
+        for reason, count in Counter((*ans.failed.values(), *ans.unresolvable.values())).items():
+            metrics.filter_rejections.labels(reason).inc(count)
         return wire.filter_result(args, ans.passed, ans.failed, ans.unresolvable)
 
     def filter_fallback(body: Any) -> Any:
@@ -125,7 +127,7 @@ def build_app(
         args = wire.parse_extender_args(body)
         ans = decide_prioritize(state, args, policy, clock())
         note_unknown("prioritize", ans.unknown, args.names)
-        return wire.host_priority_list(ans.names, ans.scores)
+        return wire.encode_host_priority_list(ans.names, ans.scores)
 
     def prioritize_fallback(body: Any) -> Any:
         names = wire.parse_extender_args(body).names

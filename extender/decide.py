@@ -68,15 +68,16 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     reasons = np.zeros(len(names), dtype=np.int64)
     known = view.idx >= 0
     reasons[known] = verdict.reason
-    passed: list[str] = []
+    # Vectorised by reason code: a per-node Python loop cost ~10 ms at 5,000 nodes.
+    name_arr = np.asarray(names, dtype=object)
+    passed: list[str] = name_arr[reasons == Reject.OK].tolist()
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    for name, code in zip(names, reasons.tolist(), strict=True):
-        if code == Reject.OK:
-            passed.append(name)
-        else:
-            target = unresolvable if Reject(code) in UNRESOLVABLE else failed
-            target[name] = REJECT_TEXT[Reject(code)]
+    if len(passed) < len(names):
+        for code in np.unique(reasons[reasons != Reject.OK]).tolist():
+            reject = Reject(code)
+            target = unresolvable if reject in UNRESOLVABLE else failed
+            target.update(dict.fromkeys(name_arr[reasons == code].tolist(), REJECT_TEXT[reject]))
     return FilterAnswer(passed, failed, unresolvable, int((~known).sum()))
 
 

@@ -9,9 +9,10 @@ orient (lower is better) -> median filter -> normalise to [0, 1] by the observed
 progress P and growth efficiency G = P / share, and an Optimus fit
 l(k) = 1/(b0*k + b1) + b2 for the steps left to the plateau.
 
-P is the improvement of the windowed mean between two consecutive windows, as a fraction
-of the observed range, per window (FlowCon divides by the window in seconds; per window makes alpha
-independent of the window and of the job's speed). A job getting worse is not growing: P >= 0.
+P is the relative pace: the improvement of the windowed mean between two consecutive
+windows, divided by the job's mean improvement per window so far (FlowCon divides by the
+window in seconds; a ratio makes alpha independent of the window, of the metric's scale, of
+the job's speed and of how long it has run). A job getting worse is not growing: P >= 0.
 """
 
 from __future__ import annotations
@@ -190,14 +191,26 @@ def window_ids(
 
 
 def window_progress(norm: FloatArray, ids: IntArray) -> FloatArray:
-    """P between consecutive non-empty windows, oldest first; gaps count as elapsed windows."""
+    """Relative pace between consecutive non-empty windows, oldest first.
+
+    Each window pair's improvement is divided by the job's mean improvement per window so far
+    (from its first window to the best it has reached). A job learning at a steady pace scores
+    1 however long its history; a plateau tends to 0. Measuring against the whole observed
+    range instead would make any long steady run look slow (P ~ 1/windows). Gaps count as
+    elapsed windows. A job that has not improved yet scores 0.
+    """
     uniq, inverse = np.unique(ids, return_inverse=True)
     if uniq.size < 2:
         return np.empty(0)
     means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
     means, uniq = means[::-1], uniq[::-1]  # oldest window first
-    gap = -np.diff(uniq).astype(np.float64)
-    return np.asarray(np.maximum(means[:-1] - means[1:], 0.0) / gap, dtype=np.float64)
+    elapsed = (uniq[0] - uniq).astype(np.float64)  # windows since the first, >= 1 from index 1
+    gap = elapsed[1:] - elapsed[:-1]
+    step = np.maximum(means[:-1] - means[1:], 0.0) / gap
+    gained = means[0] - np.minimum.accumulate(means)[1:]  # improvement so far, >= 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pace = np.where(gained > _FLAT_SPAN, step / (gained / elapsed[1:]), 0.0)
+    return np.asarray(pace, dtype=np.float64)
 
 
 def advance_phase(previous: Phase, low_count: int, g: float, alpha: float) -> tuple[Phase, int]:

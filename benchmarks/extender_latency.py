@@ -1,0 +1,162 @@
+"""Extender round-trip latency and resident memory, from a separate client process over loopback.
+
+    python -m benchmarks.extender_latency [--sizes 100,500,5000] [--requests 300] [--out DIR]
+
+Starts `python -m benchmarks.extender_latency serve` (the real service app under uvicorn, with
+a snapshot of openb nodes replicated to the largest size and --pods pods), then times filter
+and prioritize calls in names mode (nodeCacheCapable) and full-Node mode. Prints a table and
+writes latency.csv; also prints the server's resident memory (VmRSS) once populated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from benchmarks import openb
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def serve(ns: argparse.Namespace) -> int:
+    import uvicorn
+
+    from extender.app import build_app
+    from extender.metrics import build_metrics
+    from extender.settings import Settings
+    from extender.state import ClusterState
+
+    state = ClusterState()
+    openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
+    state.synced = {"nodes": True, "pods": True}
+    app = build_app(Settings(kube=False), state, build_metrics())
+    print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
+    uvicorn.run(app, host="127.0.0.1", port=ns.port, loop=ns.loop, http=ns.http, access_log=False,
+                log_level="warning")
+    return 0
+
+
+def _percentiles(ms: np.ndarray[Any, np.dtype[np.float64]]) -> dict[str, float]:
+    return {"p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "max": float(ms.max())}
+
+
+def client(ns: argparse.Namespace) -> int:
+    import httpx
+
+    sizes = [int(x) for x in ns.sizes.split(",")]
+    port = _free_port()
+    cmd = [sys.executable, "-m", "benchmarks.extender_latency", "serve", "--port", str(port),
+           "--nodes", str(max(sizes)), "--pods", str(ns.pods), "--data", ns.data, "--loop", ns.loop, "--http", ns.http]
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    rows: list[dict[str, Any]] = []
+    try:
+        assert server.stdout is not None
+        print(server.stdout.readline().strip(), flush=True)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        with httpx.Client(base_url=base, timeout=30) as http:
+            while True:
+                try:
+                    if http.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("server did not come up")
+                time.sleep(0.2)
+            print(f"server resident memory: {rss_mib(server.pid):.0f} MiB "
+                  f"({max(sizes)} nodes, {ns.pods} pods, loop={ns.loop}, http={ns.http})", flush=True)
+            nodes = openb.replicate(openb.read_nodes(Path(ns.data)), max(sizes))
+            pods = openb.read_pods(Path(ns.data))
+            rng = np.random.default_rng(1)
+            for size in sizes:
+                for mode in ns.modes.split(","):
+                    full_objects = [openb.node_object(n) for n in nodes[:size]] if mode == "full" else None
+                    for verb in ("filter", "prioritize"):
+                        bodies = []
+                        for r in range(ns.requests + ns.warmup):
+                            p = pods[int(rng.integers(len(pods)))]
+                            pod = openb.pod_object(p, f"bench-{r}")
+                            idx = rng.permutation(len(nodes))[:size]
+                            if full_objects is not None:
+                                body = {"Pod": pod, "Nodes": {"items": [full_objects[i % size] for i in idx]},
+                                        "NodeNames": None}
+                            else:
+                                body = {"Pod": pod, "Nodes": None, "NodeNames": [nodes[i].name for i in idx]}
+                            bodies.append(orjson.dumps(body))
+                        times = []
+                        start_all = time.perf_counter()
+                        for k, b in enumerate(bodies):
+                            t0 = time.perf_counter()
+                            resp = http.post(f"/{verb}", content=b, headers={"content-type": "application/json"})
+                            dt = time.perf_counter() - t0
+                            if resp.status_code != 200:
+                                raise RuntimeError(f"{verb} {size} {mode}: {resp.status_code} {resp.text[:200]}")
+                            if k >= ns.warmup:
+                                times.append(dt * 1000)
+                        wall = time.perf_counter() - start_all
+                        ms = np.asarray(times)
+                        row = {"verb": verb, "nodes": size, "mode": mode, "requests": len(times),
+                               "body_kib": round(float(np.mean([len(b) for b in bodies])) / 1024, 1),
+                               **{k: round(v, 3) for k, v in _percentiles(ms).items()},
+                               "req_per_s": round(len(bodies) / wall, 1)}
+                        rows.append(row)
+                        print(f"{verb:<10} {size:>5} {mode:<5} body={row['body_kib']:>8} KiB  p50={row['p50']:7.3f} "
+                              f"p90={row['p90']:7.3f} p99={row['p99']:7.3f} max={row['max']:7.3f} ms  "
+                              f"{row['req_per_s']:>7} req/s", flush=True)
+            print(f"server resident memory after the run: {rss_mib(server.pid):.0f} MiB", flush=True)
+    finally:
+        server.terminate()
+        server.wait(10)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "latency.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out / 'latency.csv'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", nargs="?", default="client", choices=["client", "serve"])
+    p.add_argument("--sizes", default="100,500,5000")
+    p.add_argument("--modes", default="names,full")
+    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--pods", type=int, default=50_000)
+    p.add_argument("--nodes", type=int, default=5000)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
+    p.add_argument("--http", default="httptools", choices=["httptools", "h11"])
+    p.add_argument("--data", default=str(openb.DEFAULT_DIR))
+    p.add_argument("--out", default=os.environ.get("FLOWSCHED_BENCH_OUT", "results/extender"))
+    ns = p.parse_args(argv)
+    return serve(ns) if ns.mode == "serve" else client(ns)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
