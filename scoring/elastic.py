@@ -1,0 +1,350 @@
+"""Elastic optimizer: GPUs and batch size per elastic job, by dynamic programming.
+
+Pure: numpy and dataclasses; the caller brings every measurement (step times, gradient
+statistics, convergence estimates) and the GPUs free for elastic jobs.
+
+Model (Saxena et al., MASCOTS'20, with Pollux's goodput as the throughput that counts):
+- A job's useful progress rate at g GPUs and global batch b is rate[g, b] = throughput x
+  statistical efficiency. Throughput comes from a step-time model (fitted to the job's own
+  measured step times when it reports them, else a profile); statistical efficiency from the
+  gradient noise (Pollux: gain(b) / (b / b0), gain = (var + sqr) / (var / scale + sqr)).
+- Rates of different models are not comparable, so each job's rate is normalised by its
+  rate per GPU at its minimum size: value_j(g) = max_b rate[g, b] / (max_b rate[min, b] / min).
+  That is "GPU-equivalents of useful work"; it is concave in g for real jobs, so the sum
+  favours running many jobs before widening any.
+- Every change of (g, b) of a running job costs a restart of `restart_s` seconds out of the
+  planning horizon `horizon_s` (its value is scaled by 1 - restart_s / horizon_s), and the
+  current configuration is kept unless the gain is above `min_gain` (hysteresis): jobs are
+  not resized for marginal gains. Both are part of the objective, so the DP is exact.
+- Each job's value is multiplied by its weight; `convergence_weight` lowers the weight of
+  jobs whose validation curve has flattened (FlowCon's watching / completing phases), so
+  GPUs go to the jobs whose training still grows.
+
+DP: P[j][k] = max over g of value_j(g) + P[j-1][k-g], over the options of job j (g = 0 for
+a job that may stay idle, i.e. a pending one, and min..max). O(J·K·maxG); each job's step is
+one max over shifted copies of P (a sliding-window view), so 200 jobs x 512 GPUs takes
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scoring.convergence import ConvergenceEstimate, Phase
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_NEG = -np.inf
+
+
+# -- throughput and statistical efficiency ------------------------------------------------
+@dataclass(frozen=True)
+class StepTimeModel:
+    """Seconds per optimizer step of a data-parallel job:
+    (accum + 1) x (compute_s + per_sample_s x atomic) + sync(g), sync(1) = 0,
+    sync(g) = sync_s + sync_per_gpu_s x (g - 1) for g > 1; atomic = per-GPU micro-batch
+    (at most max_local_bsz, the rest by gradient accumulation)."""
+
+    compute_s: float
+    per_sample_s: float
+    sync_s: float = 0.0
+    sync_per_gpu_s: float = 0.0
+    max_local_bsz: int = 1 << 30
+
+    def step_time(self, gpus: npt.ArrayLike, batch: npt.ArrayLike) -> FloatArray:
+        g = np.maximum(np.asarray(gpus, dtype=np.float64), 1.0)
+        b = np.asarray(batch, dtype=np.float64)
+        local = np.ceil(b / g - 1e-9)
+        steps = np.maximum(np.ceil(local / self.max_local_bsz - 1e-9), 1.0)
+        atomic = np.ceil(local / steps - 1e-9)
+        sync = np.where(g > 1, self.sync_s + self.sync_per_gpu_s * (g - 1), 0.0)
+        out: FloatArray = steps * (self.compute_s + self.per_sample_s * atomic) + sync
+        return out
+
+
+def fit_step_time(
+    gpus: npt.ArrayLike,
+    batch: npt.ArrayLike,
+    step_time: npt.ArrayLike,
+    prior: StepTimeModel | None = None,
+    max_local_bsz: int = 1 << 30,
+) -> StepTimeModel | None:
+    """Least-squares fit of StepTimeModel to measured (gpus, global batch, seconds/step).
+
+    Terms the measurements cannot identify (no multi-GPU point: sync; one batch size: the
+    per-sample slope) are taken from `prior`; None when nothing usable was measured and no
+    prior is given. Coefficients are clipped at zero (time never shrinks with more work)."""
+    g = np.asarray(gpus, dtype=np.float64).reshape(-1)
+    b = np.asarray(batch, dtype=np.float64).reshape(-1)
+    t = np.asarray(step_time, dtype=np.float64).reshape(-1)
+    ok = np.isfinite(g) & np.isfinite(b) & np.isfinite(t) & (g >= 1) & (b >= 1) & (t > 0)
+    g, b, t = g[ok], b[ok], t[ok]
+    if t.size == 0:
+        return prior
+    mlb = prior.max_local_bsz if prior is not None else max_local_bsz
+    local = np.ceil(b / g - 1e-9)
+    steps = np.maximum(np.ceil(local / mlb - 1e-9), 1.0)
+    atomic = np.ceil(local / steps - 1e-9)
+    multi = (g > 1).astype(np.float64)
+    cols = [steps, steps * atomic, multi, multi * (g - 1)]
+    names = ["compute_s", "per_sample_s", "sync_s", "sync_per_gpu_s"]
+    base = prior or StepTimeModel(0.0, 0.0, 0.0, 0.0, mlb)
+    # Identifiable columns only: each must add to the rank of those already kept.
+    use = [0]
+    for i in (1, 2, 3):
+        if np.linalg.matrix_rank(np.stack([cols[c] for c in [*use, i]], axis=1)) == len(use) + 1:
+            use.append(i)
+    fixed = np.zeros_like(t)
+    for i in range(4):
+        if i not in use:
+            fixed += cols[i] * getattr(base, names[i])
+    a = np.stack([cols[i] for i in use], axis=1)
+    coef, *_ = np.linalg.lstsq(a, t - fixed, rcond=None)
+    vals = {names[i]: getattr(base, names[i]) for i in range(4)}
+    for i, c in zip(use, coef, strict=True):
+        vals[names[i]] = max(float(c), 0.0)
+    if vals["compute_s"] + vals["per_sample_s"] <= 0:
+        return prior
+    return StepTimeModel(max_local_bsz=mlb, **vals)
+
+
+@dataclass(frozen=True)
+class GradientNoise:
+    """Gradient statistics measured at batch size `base_batch` (Pollux's grad_sqr, grad_var)."""
+
+    grad_sqr: float
+    grad_var: float
+    base_batch: int
+
+    def efficiency(self, batch: npt.ArrayLike) -> FloatArray:
+        """Statistical efficiency in (0, 1]: progress per sample at `batch` relative to base_batch."""
+        b = np.asarray(batch, dtype=np.float64)
+        scale = np.maximum(b / self.base_batch, 1e-12)
+        sqr, var = max(self.grad_sqr, 0.0), max(self.grad_var, 0.0)
+        if sqr + var <= 0:
+            return np.ones_like(b)
+        gain = (var + sqr) / (var / scale + sqr)
+        out: FloatArray = np.minimum(gain / scale, 1.0)
+        return out
+
+
+def rate_table(
+    model: StepTimeModel, max_gpus: int, batch_sizes: npt.ArrayLike, noise: GradientNoise | None = None
+) -> FloatArray:
+    """rate[g, i] = samples/s x efficiency at g GPUs and batch_sizes[i] (row 0 is zero);
+    NaN where the batch cannot be split over g GPUs (fewer samples than GPUs)."""
+    bs = np.asarray(batch_sizes, dtype=np.float64).reshape(-1)
+    g = np.arange(max_gpus + 1, dtype=np.float64)[:, None]
+    t = model.step_time(np.maximum(g, 1.0), bs[None, :])
+    eff = noise.efficiency(bs) if noise is not None else np.ones_like(bs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = bs[None, :] / t * eff[None, :]
+    r = np.where((g >= 1) & (bs[None, :] >= g) & np.isfinite(r), r, np.nan)
+    r[0, :] = 0.0
+    out: FloatArray = r
+    return out
+
+
+# -- convergence weight -------------------------------------------------------------------
+@dataclass(frozen=True)
+class WeightSettings:
+    growing: float = 1.0
+    watching: float = 0.75
+    completing: float = 0.5
+    unknown: float = 1.0
+
+
+def convergence_weight(est: ConvergenceEstimate | None, s: WeightSettings | None = None) -> float:
+    """A job's weight in the objective from its convergence phase (unknown is neutral)."""
+    s = s or WeightSettings()
+    if est is None:
+        return s.unknown
+    return {
+        Phase.GROWING: s.growing,
+        Phase.WATCHING: s.watching,
+        Phase.COMPLETING: s.completing,
+    }.get(est.phase, s.unknown)
+
+
+# -- the optimizer ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ElasticJob:
+    """One elastic job as the optimizer sees it.
+
+    rate: (max_gpus + 1, len(batch_sizes)) useful progress per second (see rate_table);
+    NaN or <= 0 marks an infeasible configuration. current_gpus 0 = pending (holds no GPUs).
+    """
+
+    key: str
+    min_gpus: int
+    max_gpus: int
+    batch_sizes: IntArray
+    rate: FloatArray
+    current_gpus: int = 0
+    current_batch: int = 0
+    min_batch: int = 0  # 0 = no lower bound
+    max_batch: int = 0  # 0 = no upper bound
+    weight: float = 1.0
+    may_idle: bool | None = None  # g = 0 allowed; default: only when pending
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    restart_s: float = 30.0  # seconds of progress lost by a restart at a new configuration
+    horizon_s: float = 600.0  # the plan is expected to hold this long
+    min_gain: float = 0.05  # keep the current configuration unless a change gains more than this
+
+
+@dataclass(frozen=True)
+class ElasticDecision:
+    key: str
+    gpus: int  # 0 = stays pending
+    batch_size: int  # 0 when gpus is 0
+    value: float  # this job's term of the objective
+    current_gpus: int
+    current_batch: int
+
+    @property
+    def changed(self) -> bool:
+        if self.gpus == 0:
+            return False  # a pending job left pending is not touched
+        return self.gpus != self.current_gpus or self.batch_size != self.current_batch
+
+
+@dataclass(frozen=True)
+class ElasticPlan:
+    decisions: tuple[ElasticDecision, ...]
+    total_value: float
+    gpus_used: int
+    capacity: int
+    feasible: bool  # False: the running jobs' minimums exceed the capacity; nothing changes
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """A job's value per GPU count after batch choice, restart penalty and weight."""
+
+    gpus: IntArray  # the options, ascending (0 first when the job may idle)
+    value: FloatArray  # finite
+    batch: IntArray  # batch size chosen at each option (0 for g = 0)
+
+
+def job_options(job: ElasticJob, s: ElasticSettings) -> JobOptions:
+    """The feasible (g, value, batch) options of one job."""
+    bs = np.asarray(job.batch_sizes, dtype=np.int64).reshape(-1)
+    rate = np.asarray(job.rate, dtype=np.float64)
+    mx = min(job.max_gpus, rate.shape[0] - 1)
+    mn = max(job.min_gpus, 1)
+    ok_b = (bs >= job.min_batch) & ((bs <= job.max_batch) | (job.max_batch <= 0))
+    may_idle = job.current_gpus == 0 if job.may_idle is None else job.may_idle
+    empty = JobOptions(np.zeros(1, np.int64), np.zeros(1), np.zeros(1, np.int64))
+    if mx < mn or not ok_b.any():
+        return empty if may_idle else JobOptions(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+    sub = rate[mn : mx + 1]
+    filled = np.where(ok_b & (sub > 0) & (sub < np.inf), sub, _NEG)  # NaN, <= 0, excluded batches: -inf
+    best_b = filled.argmax(axis=1)
+    best = filled.max(axis=1)
+    feasible = best > _NEG
+    if not feasible.any():
+        return empty if may_idle else JobOptions(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+    ref_row = int(feasible.argmax())  # the smallest feasible size
+    ref = best[ref_row] / (mn + ref_row)
+    discount = max(0.0, 1.0 - s.restart_s / s.horizon_s) if s.horizon_s > 0 else 1.0
+    value = best * (discount * job.weight / ref)
+    batch = bs[best_b]
+    g = np.arange(mn, mx + 1, dtype=np.int64)
+    # Staying as is costs no restart, and wins unless a change gains more than min_gain.
+    cur = job.current_gpus
+    if job.current_gpus > 0 and mn <= cur <= mx:
+        i = cur - mn
+        hit = np.flatnonzero(bs == job.current_batch)
+        if hit.size and filled[i, hit[0]] > _NEG:
+            stay = filled[i, hit[0]] / ref * job.weight * (1.0 + s.min_gain)
+            if stay >= value[i]:
+                value[i], batch[i] = stay, job.current_batch
+    if not feasible.all():
+        g, value, batch = g[feasible], value[feasible], batch[feasible]
+    if may_idle:
+        g, value, batch = np.insert(g, 0, 0), np.insert(value, 0, 0.0), np.insert(batch, 0, 0)
+    return JobOptions(g, value, batch)
+
+
+def solve(options: Sequence[JobOptions], capacity: int) -> tuple[float, IntArray]:
+    """max Σ value_j(g_j) s.t. Σ g_j <= capacity, one option per job. Returns (best total,
+    chosen index into each job's options); (-inf, empty) when no choice fits.
+
+    P_j[k] is the best value of jobs 0..j using at most k GPUs. For job j, a strided view
+    lays the shifted copies P_{j-1}[k - g] of the previous row one above the other (one row
+    per size g, -inf below zero capacity), so the step is one elementwise max down the rows.
+    The choices are recovered afterwards from the stored rows."""
+    n = len(options)
+    if any(o.gpus.size == 0 for o in options):
+        return _NEG, np.zeros(0, np.int64)
+    k_cap = max(0, min(capacity, sum(int(o.gpus[-1]) for o in options)))
+    top = max((int(o.gpus[-1]) for o in options), default=0)
+    buf = np.full(top + k_cap + 1, _NEG)  # buf[top:] = P_{j-1}; buf[:top] = -inf (negative capacity)
+    prev = buf[top:]
+    prev[:] = 0.0
+    rows = np.empty((n + 1, k_cap + 1))
+    rows[0] = 0.0
+    view = np.lib.stride_tricks.sliding_window_view(buf, k_cap + 1)  # view[c] = buf[c : c + K + 1], live
+    work = np.empty((max(top, 1), k_cap + 1))
+    for j, o in enumerate(options):
+        idle = o.gpus[0] == 0
+        sizes = o.gpus[1:] if idle else o.gpus
+        if sizes.size == 0:
+            prev += o.value[0]
+        else:
+            mn, mx = int(sizes[0]), int(sizes[-1])
+            w = mx - mn + 1
+            dense = np.full(w, _NEG)  # dense[i] = value at g = mn + i
+            dense[sizes - mn] = o.value[1:] if idle else o.value
+            # view[top - g] = P_{j-1}[k - g] for k = 0..K; g = mn..mx -> rows top-mn down to top-mx.
+            shifted = view[top - mx : top - mn + 1][::-1]
+            cand = np.add(shifted, dense[:, None], out=work[:w])
+            best = cand.max(axis=0)
+            if idle:
+                np.maximum(best, prev + o.value[0], out=best)
+            prev[:] = best
+        rows[j + 1] = prev
+    total = float(prev[k_cap])
+    if not math.isfinite(total):
+        return _NEG, np.zeros(0, np.int64)
+    picks = np.zeros(n, dtype=np.int64)
+    k = k_cap
+    for j in range(n - 1, -1, -1):
+        o = options[j]
+        fits = o.gpus <= k
+        before = np.where(fits, rows[j][np.where(fits, k - o.gpus, 0)], _NEG)
+        i = int(np.argmax(o.value + before))
+        picks[j] = i
+        k -= int(o.gpus[i])
+    return total, picks
+
+
+def plan_elastic(jobs: Sequence[ElasticJob], capacity: int, settings: ElasticSettings | None = None) -> ElasticPlan:
+    """GPUs and batch size for every elastic job, maximising Σ weight x normalised useful rate
+    (with restart penalty and hysteresis) within `capacity` GPUs: the free GPUs plus those the
+    elastic jobs hold now. Pending jobs may stay pending (g = 0); running ones stay within
+    their min..max. If even the running jobs' minimums do not fit, nothing changes."""
+    s = settings or ElasticSettings()
+    opts = [job_options(j, s) for j in jobs]
+    total, picks = solve(opts, capacity)
+    if not math.isfinite(total):
+        keep = tuple(
+            ElasticDecision(j.key, j.current_gpus, j.current_batch if j.current_gpus else 0, 0.0,
+                            j.current_gpus, j.current_batch)
+            for j in jobs
+        )
+        return ElasticPlan(keep, 0.0, sum(j.current_gpus for j in jobs), capacity, False)
+    decisions = tuple(
+        ElasticDecision(j.key, int(o.gpus[i]), int(o.batch[i]), float(o.value[i]), j.current_gpus, j.current_batch)
+        for j, o, i in zip(jobs, opts, picks, strict=True)
+    )
+    return ElasticPlan(decisions, total, sum(d.gpus for d in decisions), capacity, True)

@@ -1,0 +1,218 @@
+"""scoring.elastic: the DP against brute force, its bounds, and the throughput helpers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.elastic import (
+    ElasticJob,
+    ElasticSettings,
+    GradientNoise,
+    StepTimeModel,
+    convergence_weight,
+    fit_step_time,
+    plan_elastic,
+    rate_table,
+)
+
+
+def _random_job(rng: np.random.Generator, key: str, capacity: int) -> ElasticJob:
+    mx = int(rng.integers(1, 6))
+    mn = int(rng.integers(1, mx + 1))
+    bs = np.array(sorted(rng.choice([32, 64, 128, 256, 512, 1024], size=int(rng.integers(1, 4)), replace=False)))
+    rate = rng.uniform(0.1, 10.0, size=(mx + 1, bs.size))
+    rate[rng.random(rate.shape) < 0.15] = np.nan  # some infeasible configurations
+    rate[0] = 0.0
+    running = rng.random() < 0.5
+    cur = int(rng.integers(mn, mx + 1)) if running else 0
+    cur_b = int(rng.choice(bs)) if running else 0
+    lo = int(bs[0]) if rng.random() < 0.5 else 0
+    hi = int(bs[-1]) if rng.random() < 0.5 else 0
+    if rng.random() < 0.3 and bs.size > 1:
+        hi = int(bs[-2])  # a batch range that excludes the largest candidate
+    return ElasticJob(
+        key, mn, mx, bs, rate, cur, cur_b, lo, hi, weight=float(rng.choice([0.5, 1.0, 2.0])),
+        may_idle=None if rng.random() < 0.8 else bool(rng.random() < 0.5),
+    )
+
+
+def _config_values(job: ElasticJob, s: ElasticSettings) -> dict[tuple[int, int], float]:
+    """Every allowed (gpus, batch) of one job with its objective term, from the definitions."""
+    bs = job.batch_sizes
+    ok_b = [
+        (job.min_batch == 0 or b >= job.min_batch) and (job.max_batch == 0 or b <= job.max_batch) for b in bs
+    ]
+    feas: dict[tuple[int, int], float] = {}
+    for g in range(max(job.min_gpus, 1), job.max_gpus + 1):
+        for i, b in enumerate(bs):
+            r = job.rate[g, i]
+            if ok_b[i] and math.isfinite(r) and r > 0:
+                feas[(g, int(b))] = float(r)
+    may_idle = job.current_gpus == 0 if job.may_idle is None else job.may_idle
+    out: dict[tuple[int, int], float] = {(0, 0): 0.0} if may_idle else {}
+    if not feas:
+        return out
+    g_ref = min(g for g, _ in feas)
+    ref = max(r for (g, _), r in feas.items() if g == g_ref) / g_ref
+    disc = 1.0 - s.restart_s / s.horizon_s
+    for (g, b), r in feas.items():
+        stay = g == job.current_gpus and b == job.current_batch
+        out[(g, b)] = r / ref * job.weight * ((1 + s.min_gain) if stay else disc)
+    return out
+
+
+def _brute(jobs: list[ElasticJob], capacity: int, s: ElasticSettings) -> float:
+    per_job = [list(_config_values(j, s).items()) for j in jobs]
+    best = -math.inf
+    for combo in itertools.product(*per_job):
+        if sum(c[0][0] for c in combo) <= capacity:
+            best = max(best, sum(c[1] for c in combo))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_dp_equals_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5))
+    capacity = int(rng.integers(0, 14))
+    s = ElasticSettings(restart_s=float(rng.choice([0.0, 30.0, 120.0])), horizon_s=600.0,
+                        min_gain=float(rng.choice([0.0, 0.05, 0.3])))
+    jobs = [_random_job(rng, f"j{i}", capacity) for i in range(n)]
+    plan = plan_elastic(jobs, capacity, s)
+    want = _brute(jobs, capacity, s)
+    if not math.isfinite(want):
+        assert not plan.feasible
+        assert [d.gpus for d in plan.decisions] == [j.current_gpus for j in jobs]  # nothing changes
+        return
+    assert plan.feasible
+    assert plan.total_value == pytest.approx(want, rel=1e-9, abs=1e-9)
+    # The decisions themselves achieve the value and respect every bound.
+    got = 0.0
+    for j, d in zip(jobs, plan.decisions, strict=True):
+        vals = _config_values(j, s)
+        assert (d.gpus, d.batch_size) in vals
+        got += vals[(d.gpus, d.batch_size)]
+        if d.gpus:
+            assert j.min_gpus <= d.gpus <= j.max_gpus
+            assert d.batch_size in j.batch_sizes
+            assert j.min_batch == 0 or d.batch_size >= j.min_batch
+            assert j.max_batch == 0 or d.batch_size <= j.max_batch
+        else:
+            assert j.current_gpus == 0 or j.may_idle  # a running job is never stopped unless allowed
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+    assert plan.gpus_used == sum(d.gpus for d in plan.decisions) <= capacity
+
+
+def test_large_instance_respects_capacity_and_bounds() -> None:
+    rng = np.random.default_rng(7)
+    model = StepTimeModel(0.05, 0.001, 0.02, 0.002)
+    noise = GradientNoise(1.0, 8.0, 64)
+    bs = np.array([64, 128, 256, 512, 1024, 2048])
+    jobs = []
+    for i in range(200):
+        mx = int(rng.integers(1, 33))
+        mn = int(rng.integers(1, min(mx, 4) + 1))
+        cur = int(rng.integers(mn, mx + 1)) if i < 60 else 0
+        jobs.append(ElasticJob(f"j{i}", mn, mx, bs, rate_table(model, mx, bs, noise), cur,
+                               int(bs[1]) if cur else 0, 128, 1024))
+    capacity = 512
+    plan = plan_elastic(jobs, capacity)
+    assert plan.feasible
+    assert plan.gpus_used <= capacity
+    for j, d in zip(jobs, plan.decisions, strict=True):
+        if j.current_gpus:
+            assert j.min_gpus <= d.gpus <= j.max_gpus
+        if d.gpus:
+            assert 128 <= d.batch_size <= 1024
+    assert plan.gpus_used == capacity  # 200 jobs with up to 32 GPUs each use every GPU
+
+
+def test_restart_penalty_keeps_marginal_changes_away() -> None:
+    bs = np.array([256])
+    # Linear-ish scaling: 4 GPUs now; a fifth GPU is free and gains 2 %.
+    rate = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [4.08]])
+    job = ElasticJob("a", 1, 5, bs, rate, current_gpus=4, current_batch=256)
+    assert plan_elastic([job], 5).decisions[0].gpus == 4
+    assert plan_elastic([job], 5, ElasticSettings(restart_s=0.0, min_gain=0.0)).decisions[0].gpus == 5
+    # A large gain is worth the restart.
+    rate2 = rate.copy()
+    rate2[5] = 6.0
+    job2 = ElasticJob("a", 1, 5, bs, rate2, current_gpus=4, current_batch=256)
+    d = plan_elastic([job2], 5).decisions[0]
+    assert d.gpus == 5 and d.changed
+
+
+def test_running_jobs_shrink_for_a_pending_one() -> None:
+    bs = np.array([128])
+    sub = np.array([[0.0]] + [[g**0.7] for g in range(1, 9)])  # sublinear scaling
+    running = ElasticJob("r", 1, 8, bs, sub, current_gpus=8, current_batch=128)
+    pending = ElasticJob("p", 2, 8, bs, sub, current_gpus=0)
+    plan = plan_elastic([running, pending], 8)
+    r, p = plan.decisions
+    assert r.gpus + p.gpus == 8 and p.gpus >= 2 and r.changed
+
+
+def test_infeasible_minimums_change_nothing() -> None:
+    bs = np.array([64])
+    rate = np.array([[0.0], [1.0], [1.9], [2.7]])
+    jobs = [ElasticJob(k, 2, 3, bs, rate, current_gpus=3, current_batch=64) for k in "ab"]
+    plan = plan_elastic(jobs, 3)
+    assert not plan.feasible
+    assert [d.gpus for d in plan.decisions] == [3, 3] and not any(d.changed for d in plan.decisions)
+
+
+def test_batch_size_follows_gradient_noise() -> None:
+    model = StepTimeModel(0.02, 0.0005, 0.01, 0.001)
+    bs = np.array([64, 128, 256, 512, 1024, 2048, 4096])
+    noisy = GradientNoise(grad_sqr=1.0, grad_var=1000.0, base_batch=64)  # large noise: big batches pay
+    quiet = GradientNoise(grad_sqr=1.0, grad_var=0.5, base_batch=64)  # small noise: big batches waste samples
+    big = plan_elastic([ElasticJob("a", 8, 8, bs, rate_table(model, 8, bs, noisy))], 8).decisions[0]
+    small = plan_elastic([ElasticJob("a", 8, 8, bs, rate_table(model, 8, bs, quiet))], 8).decisions[0]
+    assert big.batch_size > small.batch_size
+
+
+def test_convergence_weight_moves_gpus_to_growing_jobs() -> None:
+    bs = np.array([128])
+    rate = np.array([[0.0]] + [[g**0.8] for g in range(1, 9)])
+
+    def est(phase: Phase) -> ConvergenceEstimate:
+        nan = math.nan
+        return ConvergenceEstimate(phase, 0, nan, nan, nan, nan, nan, 10, 10.0)
+
+    # Two identical running jobs at 4 GPUs each: equal weights keep the even split.
+    same = [ElasticJob(k, 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.GROWING))) for k in "ab"]
+    assert [d.gpus for d in plan_elastic(same, 8).decisions] == [4, 4]
+    grow = ElasticJob("g", 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.GROWING)))
+    done = ElasticJob("c", 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.COMPLETING)))
+    g, c = plan_elastic([grow, done], 8).decisions
+    assert g.gpus > 4 > c.gpus >= 1
+    assert convergence_weight(None) == convergence_weight(est(Phase.UNKNOWN)) == 1.0
+
+
+def test_fit_step_time_recovers_model_and_falls_back_to_prior() -> None:
+    true = StepTimeModel(0.04, 0.002, 0.03, 0.005, max_local_bsz=64)
+    g = np.array([1, 2, 4, 8, 1, 4, 8, 2])
+    b = np.array([32, 64, 128, 256, 64, 512, 1024, 96])
+    t = true.step_time(g, b)
+    fit = fit_step_time(g, b, t, max_local_bsz=64)
+    assert fit is not None
+    np.testing.assert_allclose(fit.step_time(g, b), t, rtol=1e-6)
+    # One measured point: only compute_s is identified; the slope and sync come from the prior.
+    prior = StepTimeModel(0.01, 0.002, 0.03, 0.005, max_local_bsz=64)
+    one = fit_step_time([4], [128], true.step_time(4, 128), prior=prior)
+    assert one is not None and one.per_sample_s == prior.per_sample_s and one.sync_s == prior.sync_s
+    assert float(one.step_time(4, 128)) == pytest.approx(float(true.step_time(4, 128)))
+    assert fit_step_time([], [], [], prior=None) is None
+
+
+def test_efficiency_is_pollux_gain_over_scale() -> None:
+    n = GradientNoise(grad_sqr=2.0, grad_var=6.0, base_batch=100)
+    e = n.efficiency([100, 200, 400])
+    scale = np.array([1.0, 2.0, 4.0])
+    np.testing.assert_allclose(e, (6 + 2) / (6 / scale + 2) / scale)
+    assert e[0] == pytest.approx(1.0) and np.all(np.diff(e) < 0)
