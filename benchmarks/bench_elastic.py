@@ -18,6 +18,7 @@ from scoring.elastic import (
     ElasticJob,
     ElasticSettings,
     GradientNoise,
+    JobOptions,
     StepTimeModel,
     job_options,
     plan_elastic,
@@ -67,9 +68,16 @@ def main(argv: list[str]) -> int:
                              (1000, 2048, 32)]:
         inst = instance(jobs, maxg, a.seed)
         opts = [job_options(j, ElasticSettings()) for j in inst]
-        dp = np.array(timeit(lambda opts=opts, gpus=gpus: solve(opts, gpus), a.repeats))
-        full = np.array(timeit(lambda inst=inst, gpus=gpus: plan_elastic(inst, gpus), a.repeats))
-        cpu = np.array(timeit(lambda inst=inst, gpus=gpus: plan_elastic(inst, gpus), a.repeats, time.process_time))
+
+        def run_dp(opts: list[JobOptions] = opts, gpus: int = gpus) -> object:
+            return solve(opts, gpus)
+
+        def run_full(inst: list[ElasticJob] = inst, gpus: int = gpus) -> object:
+            return plan_elastic(inst, gpus)
+
+        dp = np.array(timeit(run_dp, a.repeats), dtype=np.float64)
+        full = np.array(timeit(run_full, a.repeats), dtype=np.float64)
+        cpu = np.array(timeit(run_full, a.repeats, time.process_time), dtype=np.float64)
         plan = plan_elastic(inst, gpus)
         print(f"{jobs:>5} {gpus:>5} {maxg:>8} | {np.median(dp):7.2f} {np.percentile(dp, 90):7.2f} | "
               f"{np.median(full):8.2f} {np.percentile(full, 90):8.2f} {full.max():8.2f} | "
