@@ -70,6 +70,7 @@ class SimJob:
     table: RateTable | None = None
     restart_until: float = 0.0
     slowdown: float = 0.0
+    cpu_speed: float = 1.0  # throughput factor from the CPU share (1 = as profiled); see cpu_model.py
     first_start: float | None = None
     completion: float | None = None
     allocations: int = 0
@@ -234,7 +235,7 @@ class Engine:
         if table is not None and job.placement:
             start = max(job.synced_at, job.restart_until)
             if t > start:
-                keep = 1.0 - job.slowdown
+                keep = (1.0 - job.slowdown) * job.cpu_speed
                 p0 = job.progress
                 t0 = table.time_at(p0)
                 p1 = table.progress_after(p0, (t - start) * keep)
@@ -261,7 +262,7 @@ class Engine:
         table = job.table
         assert table is not None
         start = max(self.now, job.restart_until)
-        remaining = (table.total - table.time_at(job.progress)) / (1.0 - job.slowdown)
+        remaining = (table.total - table.time_at(job.progress)) / ((1.0 - job.slowdown) * job.cpu_speed)
         heapq.heappush(self._heap, (start + remaining, job.version, job.idx))
 
     def _release(self, job: SimJob, t: float) -> None:
@@ -295,6 +296,7 @@ class Engine:
         if job.first_start is None:
             job.first_start = self.now
         job.slowdown = 0.0
+        job.cpu_speed = 1.0  # a (re)started pod comes back with its template's CPU request
         self._busy[job.idx] = job.table.busy_fraction * 100.0
         self._restart_until[job.idx] = job.restart_until
         self._busy_sum += job.table.busy_fraction * job.gpus
@@ -327,6 +329,18 @@ class Engine:
         job.atomic, job.accum = self.profiles.apps[s.app].batch_config(replicas, s.batch_size)
         self.policy.on_requeue(job, self.now)
         return True
+
+    def set_cpu_speed(self, job: SimJob, speed: float) -> None:
+        """In-place CPU resize of a running job: its throughput becomes `speed` x the profiled
+        one from now on (no restart). Only the resizer control loop calls this."""
+        if not speed > 0:
+            raise ValueError(f"cpu speed must be positive, got {speed}")
+        if speed == job.cpu_speed:
+            return
+        self._sync(job, self.now)
+        job.cpu_speed = speed
+        if job.placement and job.completion is None:
+            self._schedule_completion(job)
 
     # -- what the extender would see -----------------------------------------------------
     def gpu_util(self) -> FloatArray:
