@@ -83,6 +83,20 @@ class MigratorConfig(LoopConfig):
     origin_ttl_s: float = Field(3600.0, gt=0)  # how long the extender scores the origin node down
 
 
+class ResizerConfig(LoopConfig):
+    """In-place CPU resize of pods annotated flowsched.io/resizable: "true" (docs/resizer.md)."""
+
+    interval_s: float = Field(30.0, gt=0)  # FlowCon's window
+    max_per_interval: int = Field(4, ge=0)
+    max_per_hour: int = Field(60, ge=0)
+    beta: float = Field(2.0, gt=0)  # completing pods keep at least 1/(beta N) of the node's pool
+    min_step_m: float = Field(100.0, ge=0)  # smallest change made, millicores
+    hysteresis: float = Field(0.10, ge=0)  # ...and at least this fraction of the current request
+    cooldown_s: float = Field(120.0, ge=0)  # a pod is not resized again within this
+    min_cpu_m: float = Field(100.0, ge=0)  # absolute floor of any resized request
+    headroom_m: float = Field(0.0, ge=0)  # per node, kept out of the pool the resized pods share
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
@@ -112,6 +126,7 @@ class Settings(BaseSettings):
     controllers: list[Literal["migrator", "resizer", "elastic"]] = []
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
+    resizer: ResizerConfig = ResizerConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 
     @property
