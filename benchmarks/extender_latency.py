@@ -100,6 +100,7 @@ def client(ns: argparse.Namespace) -> int:
                             p = pods[int(rng.integers(len(pods)))]
                             pod = openb.pod_object(p, f"bench-{r}")
                             idx = rng.permutation(len(nodes))[:size]
+                            body: dict[str, Any]
                             if full_objects is not None:
                                 body = {"Pod": pod, "Nodes": {"items": [full_objects[i % size] for i in idx]},
                                         "NodeNames": None}

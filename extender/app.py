@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 import orjson
@@ -62,7 +62,7 @@ def build_app(
     clock: Callable[[], float] = time.time,
     status: Callable[[], dict[str, Any]] = dict,
     routers: Iterable[APIRouter] = (),
-) -> FastAPI:
+) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
     policy = Policy(settings.placement.to_policy(), settings.telemetry_stale_s, settings.gpu_resource)
     limit = settings.max_body_bytes
@@ -87,29 +87,30 @@ def build_app(
             log.warning("%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
                         verb, count, ", ".join(unknown))
 
-    async def handle(request: Request, verb: str, work: Callable[[Any], Any], fallback: Callable[[Any], Any]
-                     ) -> Response:
+    def answer(verb: str, raw: bytes, work: Callable[[Any], Any], fallback: Callable[[Any], Any]
+               ) -> tuple[int, bytes]:
+        """One verb call: status and JSON body. Client mistakes are 400; our own bugs fail open."""
         start = time.perf_counter()
-        decoded = await decode(request, verb)
-        if isinstance(decoded, Response):
-            metrics.requests.labels(verb, str(decoded.status_code)).inc()
-            return decoded
+        try:
+            decoded = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            metrics.bad_requests.labels(verb, "json").inc()
+            metrics.requests.labels(verb, "400").inc()
+            return 400, orjson.dumps({"error": f"malformed JSON: {e}"})
         try:
             reply = work(decoded)
-            code = 200
+            outcome = "200"
         except wire.WireError as e:
             metrics.bad_requests.labels(verb, "shape").inc()
             metrics.requests.labels(verb, "400").inc()
-            return _error(400, str(e))
+            return 400, orjson.dumps({"error": str(e)})
         except Exception:  # flowsched's own bug: fail open, loudly
             log.exception("%s failed; answering neutrally so scheduling goes on", verb)
-            reply, code = fallback(decoded), 200
-            metrics.requests.labels(verb, "fallback").inc()
-        else:
-            metrics.requests.labels(verb, str(code)).inc()
+            reply, outcome = fallback(decoded), "fallback"
+        metrics.requests.labels(verb, outcome).inc()
         body = reply if isinstance(reply, bytes) else orjson.dumps(reply)
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
-        return Response(body, media_type=JSON)
+        return 200, body
 
     def do_filter(body: Any) -> Any:
         args = wire.parse_extender_args(body)
@@ -141,18 +142,6 @@ def build_app(
 
     def preempt_fallback(body: Any) -> Any:
         return wire.preemption_result(wire.parse_preemption_args(body).victims)
-
-    @app.post(f"{prefix}/filter")
-    async def filter_verb(request: Request) -> Response:
-        return await handle(request, "filter", do_filter, filter_fallback)
-
-    @app.post(f"{prefix}/prioritize")
-    async def prioritize_verb(request: Request) -> Response:
-        return await handle(request, "prioritize", do_prioritize, prioritize_fallback)
-
-    @app.post(f"{prefix}/preempt")
-    async def preempt_verb(request: Request) -> Response:
-        return await handle(request, "preempt", do_preempt, preempt_fallback)
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -201,4 +190,67 @@ def build_app(
 
     for router in routers:
         app.include_router(router)
-    return app
+    verbs = {
+        f"{prefix}/filter": ("filter", do_filter, filter_fallback),
+        f"{prefix}/prioritize": ("prioritize", do_prioritize, prioritize_fallback),
+        f"{prefix}/preempt": ("preempt", do_preempt, preempt_fallback),
+    }
+    return ExtenderApp(app, verbs, answer, limit, metrics)
+
+
+Verb = tuple[str, Callable[[Any], Any], Callable[[Any], Any]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_HEADERS = [(b"content-type", JSON.encode())]
+
+
+class ExtenderApp:
+    """ASGI entry: the three verbs are answered here, on the hot path, without FastAPI's
+    request/response machinery (~0.4 ms a call); everything else goes to the FastAPI app."""
+
+    def __init__(self, fastapi: FastAPI, verbs: Mapping[str, Verb],
+                 answer: Callable[[str, bytes, Callable[[Any], Any], Callable[[Any], Any]], tuple[int, bytes]],
+                 limit: int, metrics: Metrics) -> None:
+        self.fastapi, self.verbs, self.answer, self.limit, self.metrics = fastapi, verbs, answer, limit, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        verb = self.verbs.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if verb is None:
+            await self.fastapi(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await self._send(send, 405, orjson.dumps({"error": "use POST"}))
+            return
+        raw = await self._body(scope, receive)
+        if raw is None:
+            self.metrics.bad_requests.labels(verb[0], "too_large").inc()
+            self.metrics.requests.labels(verb[0], "413").inc()
+            await self._send(send, 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}))
+            return
+        status, body = self.answer(verb[0], raw, verb[1], verb[2])
+        await self._send(send, status, body)
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return b""
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    @staticmethod
+    async def _send(send: Send, status: int, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*_HEADERS, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("simulate", help="simulate a workload file (e.g. the Pollux workloads)", add_help=False)
 
     if argv and argv[0] in ("demo", "simulate"):
-        from benchmarks.sim import entry
+        from benchmarks.sim.entry import demo_main, simulate_main
 
-        return entry.demo_main(argv[1:]) if argv[0] == "demo" else entry.simulate_main(argv[1:])
+        return demo_main(argv[1:]) if argv[0] == "demo" else simulate_main(argv[1:])
     ns = parser.parse_args(argv)
     if ns.command == "serve":
         return _serve(ns)

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from extender.app import build_app
+from extender.app import ExtenderApp, build_app
 from extender.auth import (
     Authenticator,
     AuthError,
@@ -38,7 +38,7 @@ class Service:
     settings: Settings
     state: ClusterState
     metrics: Metrics
-    app: FastAPI
+    app: ExtenderApp
     store: ProgressStore
     tracker: ConvergenceTracker
     watchers: list[Watcher] = field(default_factory=list)
@@ -102,6 +102,7 @@ def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
 def build_service(settings: Settings) -> Service:
     """Raises FileNotFoundError with a clear message when no kubeconfig can be found."""
     state = ClusterState(completing_horizon_s=settings.completing_horizon_s)
+    state.migration_ttl_s = settings.migrator.origin_ttl_s  # origin scored down (every replica)
     metrics = build_metrics()
     api_client = None
     if settings.kube:
@@ -140,7 +141,7 @@ def build_service(settings: Settings) -> Service:
     control_router = build_control_router(lambda: holder["svc"].control)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
                     routers=[progress, control_router])
-    app.router.lifespan_context = lifespan
+    app.fastapi.router.lifespan_context = lifespan
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
                   api_client=api_client, control=control)
     holder["svc"] = svc

@@ -16,11 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from extender.k8s_objects import NodeInfo, PodInfo, Resources
+from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo, Resources
 from scoring.convergence import Phase
-from scoring.nodes import FloatArray, IntArray, NodeArrays
+from scoring.nodes import IntArray, NodeArrays
 
 GPU_SLOTS = 8  # telemetry columns per node; wider nodes keep their first 8 GPUs' samples
+(_GPU_ALLOC, _GPU_USED, _CPU_ALLOC, _CPU_USED, _MEM_ALLOC, _MEM_USED, _SAMPLED_AT, _COMPLETING, _CONV_KNOWN) = range(9)
+_UTIL = 9
+_FB = _UTIL + GPU_SLOTS
+_NCOLS = _FB + GPU_SLOTS
 
 
 @dataclass(frozen=True)
@@ -47,46 +51,29 @@ class ClusterState:
         self.pods: dict[str, PodInfo] = {}
         self.jobs: dict[str, set[str]] = defaultdict(set)
         self.convergence: dict[str, JobConvergence] = {}
+        # job -> (mark, uid of the pod that carried it): the migrator's record, read from the
+        # flowsched.io/migration annotation it puts on a pod before evicting it, so every
+        # replica learns it from its pod watch (see docs/control-loops.md).
+        self.migrations: dict[str, tuple[MigrationMark, str]] = {}
+        self.migration_ttl_s = 3600.0  # how long the origin node is scored down
         self._pods_on: dict[str, set[str]] = defaultdict(set)
         self._slot: dict[str, int] = {}
         self._free_slots: list[int] = []
         self._cap = 0
-        self.gpu_alloc: FloatArray
-        self.gpu_used: FloatArray
-        self.cpu_alloc: FloatArray
-        self.cpu_used: FloatArray
-        self.mem_alloc: FloatArray
-        self.mem_used: FloatArray
-        self.gpu_util: FloatArray
-        self.fb_free: FloatArray
-        self.sampled_at: FloatArray
-        self.completing_gpus: FloatArray
-        self.conv_known: FloatArray
+        self._cols = np.zeros((0, _NCOLS))
         self._alloc(initial_capacity)
         self.version = 0
         self.synced: dict[str, bool] = {"nodes": False, "pods": False}
 
     # ---- columns ----
+    # One row per node slot, all facts side by side, so a request gathers its candidate rows
+    # with a single fancy-index instead of one per column. The named properties are views.
     def _alloc(self, cap: int) -> None:
-        def grow(old: FloatArray | None, fill: float, width: int = 0) -> FloatArray:
-            shape: tuple[int, ...] = (cap, width) if width else (cap,)
-            new = np.full(shape, fill)
-            if old is not None:
-                new[: old.shape[0]] = old
-            return new
-
-        first = self._cap == 0
-        self.gpu_alloc = grow(None if first else self.gpu_alloc, 0.0)
-        self.gpu_used = grow(None if first else self.gpu_used, 0.0)
-        self.cpu_alloc = grow(None if first else self.cpu_alloc, 0.0)
-        self.cpu_used = grow(None if first else self.cpu_used, 0.0)
-        self.mem_alloc = grow(None if first else self.mem_alloc, 0.0)
-        self.mem_used = grow(None if first else self.mem_used, 0.0)
-        self.gpu_util = grow(None if first else self.gpu_util, np.nan, GPU_SLOTS)
-        self.fb_free = grow(None if first else self.fb_free, np.nan, GPU_SLOTS)
-        self.sampled_at = grow(None if first else self.sampled_at, np.nan)
-        self.completing_gpus = grow(None if first else self.completing_gpus, 0.0)
-        self.conv_known = grow(None if first else self.conv_known, 0.0)  # pods with progress data
+        cols = np.zeros((cap, _NCOLS))
+        cols[:, _UTIL:] = np.nan
+        cols[:, _SAMPLED_AT] = np.nan
+        cols[: self._cap] = self._cols
+        self._cols = cols
         self._free_slots.extend(range(cap - 1, self._cap - 1, -1))
         self._cap = cap
 
@@ -96,12 +83,21 @@ class ClusterState:
         return self._free_slots.pop()
 
     def _clear_slot(self, i: int) -> None:
-        for col in (self.gpu_alloc, self.gpu_used, self.cpu_alloc, self.cpu_used, self.mem_alloc,
-                    self.mem_used, self.completing_gpus, self.conv_known):
-            col[i] = 0.0
-        self.gpu_util[i] = np.nan
-        self.fb_free[i] = np.nan
-        self.sampled_at[i] = np.nan
+        self._cols[i, :] = 0.0
+        self._cols[i, _UTIL:] = np.nan
+        self._cols[i, _SAMPLED_AT] = np.nan
+
+    gpu_alloc = property(lambda self: self._cols[:, _GPU_ALLOC])
+    gpu_used = property(lambda self: self._cols[:, _GPU_USED])
+    cpu_alloc = property(lambda self: self._cols[:, _CPU_ALLOC])
+    cpu_used = property(lambda self: self._cols[:, _CPU_USED])
+    mem_alloc = property(lambda self: self._cols[:, _MEM_ALLOC])
+    mem_used = property(lambda self: self._cols[:, _MEM_USED])
+    sampled_at = property(lambda self: self._cols[:, _SAMPLED_AT])
+    completing_gpus = property(lambda self: self._cols[:, _COMPLETING])
+    conv_known = property(lambda self: self._cols[:, _CONV_KNOWN])  # pods with progress data
+    gpu_util = property(lambda self: self._cols[:, _UTIL:_FB])
+    fb_free = property(lambda self: self._cols[:, _FB:])
 
     def _is_completing(self, job: str) -> bool | None:
         c = self.convergence.get(job)
@@ -115,15 +111,15 @@ class ClusterState:
         i = self._slot.get(pod.node)
         if i is None or not pod.holds_resources:
             return
-        r = pod.requests
-        self.gpu_used[i] += sign * r.gpus
-        self.cpu_used[i] += sign * r.cpu_m
-        self.mem_used[i] += sign * r.mem
+        r, row = pod.requests, self._cols[i]
+        row[_GPU_USED] += sign * r.gpus
+        row[_CPU_USED] += sign * r.cpu_m
+        row[_MEM_USED] += sign * r.mem
         completing = self._is_completing(pod.job)
         if completing is not None:
-            self.conv_known[i] += sign
+            row[_CONV_KNOWN] += sign
             if completing:
-                self.completing_gpus[i] += sign * r.gpus
+                row[_COMPLETING] += sign * r.gpus
 
     # ---- nodes ----
     def upsert_node(self, node: NodeInfo) -> None:
@@ -138,12 +134,12 @@ class ClusterState:
                 for uid in self._pods_on.get(node.name, ()):
                     self._account(self.pods[uid], +1.0)
             self.nodes[node.name] = node
-            a = node.allocatable
+            a, row = node.allocatable, self._cols[i]
             # An unready or cordoned node offers nothing to new pods.
             usable = node.ready and not node.unschedulable
-            self.gpu_alloc[i] = a.gpus if usable else 0.0
-            self.cpu_alloc[i] = a.cpu_m if usable else 0.0
-            self.mem_alloc[i] = a.mem if usable else 0.0
+            row[_GPU_ALLOC] = a.gpus if usable else 0.0
+            row[_CPU_ALLOC] = a.cpu_m if usable else 0.0
+            row[_MEM_ALLOC] = a.mem if usable else 0.0
 
     def delete_node(self, name: str) -> None:
         with self._lock:
@@ -163,6 +159,7 @@ class ClusterState:
                 self._forget_pod(old)
             self.pods[pod.uid] = pod
             self.jobs[pod.job].add(pod.uid)
+            self._note_migration(pod)
             if pod.node:
                 self._pods_on[pod.node].add(pod.uid)
             self._account(pod, +1.0)
@@ -180,6 +177,25 @@ class ClusterState:
             members.discard(pod.uid)
             if not members:
                 del self.jobs[pod.job]
+
+    def _note_migration(self, pod: PodInfo) -> None:
+        rec = self.migrations.get(pod.job)
+        if pod.migration is not None:
+            if rec is None or pod.migration.at >= rec[0].at:
+                self.migrations[pod.job] = (pod.migration, pod.uid)
+        elif rec is not None and rec[1] == pod.uid:
+            del self.migrations[pod.job]  # the mark was withdrawn (the eviction was refused)
+
+    def migration_of(self, job: str) -> MigrationMark | None:
+        rec = self.migrations.get(job)
+        return rec[0] if rec else None
+
+    def migration_origin(self, job: str, now: float) -> str | None:
+        """The node the job was last migrated away from, within migration_ttl_s."""
+        rec = self.migrations.get(job)
+        if rec is None or now - rec[0].at > self.migration_ttl_s:
+            return None
+        return rec[0].origin
 
     def delete_pod(self, uid: str) -> None:
         with self._lock:
@@ -216,24 +232,21 @@ class ClusterState:
             i = self._slot.get(node)
             if i is None:
                 return False
-            util = np.full(GPU_SLOTS, np.nan)
-            fb = np.full(GPU_SLOTS, np.nan)
             u = np.asarray(gpu_util_pct, dtype=np.float64)[:GPU_SLOTS]
             f = np.asarray(fb_free_mib, dtype=np.float64)[:GPU_SLOTS]
-            util[: u.shape[0]] = u
-            fb[: f.shape[0]] = f
-            self.gpu_util[i] = util
-            self.fb_free[i] = fb
-            self.sampled_at[i] = sampled_at
+            row = self._cols[i]
+            row[_UTIL:] = np.nan
+            row[_UTIL:_UTIL + u.shape[0]] = u
+            row[_FB:_FB + f.shape[0]] = f
+            row[_SAMPLED_AT] = sampled_at
             return True
 
     def clear_node_telemetry(self, node: str) -> None:
         with self._lock:
             i = self._slot.get(node)
             if i is not None:
-                self.gpu_util[i] = np.nan
-                self.fb_free[i] = np.nan
-                self.sampled_at[i] = np.nan
+                self._cols[i, _UTIL:] = np.nan
+                self._cols[i, _SAMPLED_AT] = np.nan
 
     def set_job_convergence(self, job: str, conv: JobConvergence) -> None:
         with self._lock:
@@ -252,25 +265,22 @@ class ClusterState:
         with self._lock:
             # map() over dict.get runs in C: ~5x faster than a generator at 5,000 names.
             idx = np.fromiter(map(self._slot.get, names, repeat(-1)), dtype=np.int64, count=len(names))
-            rows = idx[idx >= 0]
-            util = self.gpu_util[rows]
-            fb = self.fb_free[rows]
-            stale = ~(now - self.sampled_at[rows] <= stale_after_s)  # NaN sampled_at is stale too
-            if stale.any():
-                util[stale] = np.nan
-                fb[stale] = np.nan
-            known = self.conv_known[rows]
-            arrays = NodeArrays(
-                gpu_alloc=self.gpu_alloc[rows],
-                gpu_used=self.gpu_used[rows],
-                cpu_alloc=self.cpu_alloc[rows],
-                cpu_used=self.cpu_used[rows],
-                mem_alloc=self.mem_alloc[rows],
-                mem_used=self.mem_used[rows],
-                gpu_util=util,
-                fb_free_mib=fb,
-                completing_gpus=np.where(known > 0, self.completing_gpus[rows], np.nan),
-            )
+            g = self._cols[idx[idx >= 0]]  # the one gather; everything below is views of g
+        stale = ~(now - g[:, _SAMPLED_AT] <= stale_after_s)  # NaN sampled_at is stale too
+        if stale.any():
+            g[stale, _UTIL:] = np.nan
+        known = g[:, _CONV_KNOWN]
+        arrays = NodeArrays(
+            gpu_alloc=g[:, _GPU_ALLOC],
+            gpu_used=g[:, _GPU_USED],
+            cpu_alloc=g[:, _CPU_ALLOC],
+            cpu_used=g[:, _CPU_USED],
+            mem_alloc=g[:, _MEM_ALLOC],
+            mem_used=g[:, _MEM_USED],
+            gpu_util=g[:, _UTIL:_FB],
+            fb_free_mib=g[:, _FB:],
+            completing_gpus=np.where(known > 0, g[:, _COMPLETING], np.nan),
+        )
         return NodeView(names=names, idx=idx, arrays=arrays)
 
     @property

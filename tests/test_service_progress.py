@@ -26,7 +26,8 @@ def _service(tmp_path: Path) -> tuple[TestClient, object]:
 def _curve(plateau: bool, n: int = 120) -> list[dict[str, float]]:
     steps = np.arange(n)
     loss = 2.0 * np.exp(-steps / 8.0) + 0.3 if plateau else 3.0 - 0.02 * steps
-    return [{"step": int(s), "loss": float(v), "timestamp": 1000.0 + 10.0 * s} for s, v in zip(steps, loss, strict=True)]
+    return [{"step": int(s), "loss": float(v), "timestamp": 1000.0 + 10.0 * s}
+            for s, v in zip(steps, loss, strict=True)]
 
 
 def test_reports_become_phases_in_the_snapshot(tmp_path: Path) -> None:
@@ -43,7 +44,8 @@ def test_reports_become_phases_in_the_snapshot(tmp_path: Path) -> None:
             r = client.post("/v1/progress", headers=auth,
                             json={"namespace": "team-a", "job": job, "points": _curve(plateau)})
             assert r.status_code == 200, r.text
-        r = client.post("/v1/progress", headers=auth, json={"namespace": "team-b", "job": "x", "points": _curve(True, 1)})
+        foreign = {"namespace": "team-b", "job": "x", "points": _curve(True, 1)}
+        r = client.post("/v1/progress", headers=auth, json=foreign)
         assert r.status_code == 403
         svc.tracker.clock = lambda: 1000.0 + 10.0 * 120  # type: ignore[attr-defined]
         assert svc.tracker.refresh_once() == 2  # type: ignore[attr-defined]
