@@ -71,6 +71,7 @@ class SimJob:
     restart_until: float = 0.0
     slowdown: float = 0.0
     cpu_speed: float = 1.0  # throughput factor from the CPU share (1 = as profiled); see cpu_model.py
+    batch_size: int = 0  # global batch size the job runs at (its spec's until an elastic resize)
     first_start: float | None = None
     completion: float | None = None
     allocations: int = 0
@@ -138,7 +139,7 @@ class Engine:
         self.jobs: list[SimJob] = []
         for i, s in enumerate(sorted(specs, key=lambda s: s.arrival)):
             atomic, accum = profiles.apps[s.app].batch_config(s.replicas, s.batch_size)
-            self.jobs.append(SimJob(i, s, s.replicas, atomic, accum))
+            self.jobs.append(SimJob(i, s, s.replicas, atomic, accum, batch_size=s.batch_size))
         n = len(self.jobs)
         # Per-job columns for vectorised telemetry.
         self._busy = np.zeros(n + 1)
@@ -319,15 +320,21 @@ class Engine:
         self.policy.on_requeue(job, self.now)
         return True
 
-    def resize(self, job: SimJob, replicas: int) -> bool:
-        """Elastic scaling: change an opted-in job's replica count (a restart at the new size)."""
+    def resize(self, job: SimJob, replicas: int, batch_size: int | None = None) -> bool:
+        """Elastic scaling: change an opted-in job's replica count and optionally its global
+        batch size (a restart at the new size). A pending job stays in the queue it is in
+        (kube: its pods are replaced by the new count); a running one is requeued."""
         s = job.spec
-        if not (s.elastic_min <= replicas <= s.elastic_max) or s.elastic_max == 0:
+        if not (s.elastic_min <= replicas <= s.elastic_max) or s.elastic_max == 0 or job.completion is not None:
             return False
+        running = bool(job.placement)
         self.preempt(job)
         job.replicas = replicas
-        job.atomic, job.accum = self.profiles.apps[s.app].batch_config(replicas, s.batch_size)
-        self.policy.on_requeue(job, self.now)
+        batch = batch_size if batch_size is not None else job.batch_size
+        job.atomic, job.accum = self.profiles.apps[s.app].batch_config(replicas, batch)
+        job.batch_size = batch
+        if running:
+            self.policy.on_requeue(job, self.now)
         return True
 
     def set_cpu_speed(self, job: SimJob, speed: float) -> None:
