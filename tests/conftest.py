@@ -38,16 +38,21 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     if _skip_requested():
         pytest.skip("FLOWSCHED_SKIP_CLUSTER=1: cluster tests skipped on request (CI never sets this)")
     install_exit_hooks()
+    problem = ""
     try:
         bin_dir = ensure_binaries()
     except ClusterUnavailable as e:
-        pytest.fail(f"cannot build the Kubernetes binaries: {e}", pytrace=False)
+        problem = f"cannot build the Kubernetes binaries: {e}"
+    if problem:
+        pytest.fail(problem, pytrace=False)
     cp = ControlPlane(bin_dir=bin_dir, workdir=tmp_path_factory.mktemp("k8s"))
     try:
         cp.start()
     except ClusterUnavailable as e:
+        problem = f"cannot start the control plane: {e}"
+    if problem:
         cp.stop()
-        pytest.fail(f"cannot start the control plane: {e}", pytrace=False)
+        pytest.fail(problem, pytrace=False)
     try:
         yield cp
     finally:

@@ -44,7 +44,10 @@ class FlowschedService:
         # Settings come from flags here; a developer's FLOWSCHED_* must not leak in.
         for k in [k for k in env if k.startswith("FLOWSCHED_")]:
             del env[k]
-        self.proc = ManagedProcess("flowsched", argv, self.workdir / "flowsched.log", env=env, cwd=REPO).start()
+        # cwd is the session's workdir: relative paths in the service's defaults (its SQLite
+        # progress store) land there, never in the checkout.
+        self.proc = ManagedProcess("flowsched", argv, self.workdir / "flowsched.log", env=env,
+                                   cwd=self.workdir).start()
         proc = self.proc
 
         def ready() -> bool:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.cluster.kubeapi import pod_path
+from tests.cluster.kubeapi import JSON, pod_path
 from tests.cluster.scenario import Scenario
 
 pytestmark = pytest.mark.cluster
@@ -31,7 +31,7 @@ def _pin_cpu_hog(s: Scenario, node: str, cpu: str = "16") -> None:
     It makes kube-scheduler's own scores (LeastAllocated, BalancedAllocation) prefer the
     *other* nodes, so a pod landing on `node` shows flowsched's score outweighing them.
     """
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"hog-{node}"},
+    pod: JSON = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"hog-{node}"},
            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/hog:0",
                                                       "resources": {"requests": {"cpu": cpu}}}]}}
     s.kube.create(f"/api/v1/namespaces/{s.ns}/pods", pod)
