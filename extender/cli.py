@@ -26,6 +26,7 @@ def _serve(ns: argparse.Namespace) -> int:
             host=ns.host, port=ns.port, kubeconfig=ns.kubeconfig, url_prefix=ns.url_prefix,
             kube=False if ns.no_kube else None,
             debug_telemetry_injection=True if ns.debug_telemetry_injection else None,
+            controllers=_controllers(ns), control={"dry_run": False} if ns.act else None,
         )
     except (SettingsError, ValidationError) as e:
         print(f"flowsched: bad settings: {e}", file=sys.stderr)
@@ -49,6 +50,13 @@ def _serve(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _controllers(ns: argparse.Namespace) -> list[str] | None:
+    names = [x.strip() for x in (ns.controllers or "").split(",") if x.strip()]
+    if ns.with_migrator and "migrator" not in names:
+        names.append("migrator")
+    return names or None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="flowsched", description="Convergence-aware GPU scheduler extender")
@@ -65,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--no-kube", action="store_true", help="run without a cluster: every node is unknown")
     serve.add_argument("--debug-telemetry-injection", action="store_true",
                        help="enable POST /debug/telemetry (tests only)")
+    serve.add_argument("--controllers", help="control loops to run while this replica holds the Lease, "
+                                             "comma-separated: migrator,resizer,elastic")
+    serve.add_argument("--act", action="store_true",
+                       help="let the control loops act (default: dry run, plans only at /debug/*)")
+    serve.add_argument("--with-migrator", action="store_true", help=argparse.SUPPRESS)
+    sub.add_parser("migrate", help="serve with the migrator loop on (= serve --controllers migrator)",
+                   add_help=False)
 
     sub.add_parser("demo", help="simulate a generated workload and compare flowsched with the baselines",
                    add_help=False)
@@ -74,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.sim.entry import demo_main, simulate_main
 
         return demo_main(argv[1:]) if argv[0] == "demo" else simulate_main(argv[1:])
+    if argv and argv[0] == "migrate":
+        argv = ["serve", "--with-migrator", *argv[1:]]
     ns = parser.parse_args(argv)
     if ns.command == "serve":
         return _serve(ns)

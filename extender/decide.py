@@ -88,18 +88,22 @@ class ScoreAnswer:
     unknown: int
 
 
-def _origin_mask(view: NodeView, pod: PodInfo) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-    if not pod.migrated_from:
+def _origin_mask(view: NodeView, pod: PodInfo, state: ClusterState, now: float
+                 ) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+    # The pod's own annotation, else the migrator's record for its job (the replacement pod a
+    # Job/operator creates carries no annotation of ours).
+    origin = pod.migrated_from or state.migration_origin(pod.job, now)
+    if not origin:
         return None
     known_names = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
-    return np.array([n == pod.migrated_from for n in known_names], dtype=np.bool_)
+    return np.array([n == origin for n in known_names], dtype=np.bool_)
 
 
 def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float) -> ScoreAnswer:
     pod = pod_of(args.pod, policy.gpu_resource)
     names = args.names
     view = state.view(names, now, policy.stale_after_s)
-    terms = score_nodes(view.arrays, _demand(pod), policy.placement, _origin_mask(view, pod))
+    terms = score_nodes(view.arrays, _demand(pod), policy.placement, _origin_mask(view, pod, state, now))
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
     scores[known] = terms.score
@@ -138,7 +142,7 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
     verdict = filter_nodes(view.arrays, demand, policy.placement)
-    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod))
+    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod, state, now))
     out: list[dict[str, Any]] = []
     row = 0
     for name, i in zip(names, view.idx.tolist(), strict=True):

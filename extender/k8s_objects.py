@@ -6,10 +6,12 @@ keeps the request path and the snapshot free of deep dict walks.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -19,6 +21,9 @@ CHECKPOINTABLE = "flowsched.io/checkpointable"
 ELASTIC = "flowsched.io/elastic"
 WORKLOAD = "flowsched.io/workload"
 MIGRATED_FROM = "flowsched.io/migrated-from"
+# Set by the migrator on a pod just before evicting it: {"from": node, "at": unix s, "count": n}.
+MIGRATION = "flowsched.io/migration"
+EVICTED_FROM = "flowsched.io/evicted-from"  # the same origin, readable, for humans
 
 _SUFFIX = {
     "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
@@ -104,6 +109,35 @@ def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> R
 
 
 @dataclass(frozen=True)
+class MigrationMark:
+    origin: str
+    at: float
+    count: int
+
+
+def parse_migration_mark(value: object) -> MigrationMark | None:
+    """The flowsched.io/migration annotation; None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        d = json.loads(value)
+        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return mark if mark.origin and math.isfinite(mark.at) else None
+
+
+def parse_time(value: object) -> float | None:
+    """An RFC 3339 timestamp ('2025-01-02T03:04:05Z') as unix seconds; None if absent or bad."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
 class PodInfo:
     uid: str
     namespace: str
@@ -119,6 +153,8 @@ class PodInfo:
     migrated_from: str | None
     terminating: bool
     labels: Mapping[str, str] = field(default_factory=dict)
+    started_at: float | None = None  # status.startTime, unix seconds
+    migration: MigrationMark | None = None
 
     @property
     def key(self) -> str:
@@ -168,6 +204,8 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         migrated_from=ann.get(MIGRATED_FROM),
         terminating=bool(meta.get("deletionTimestamp")),
         labels=dict(labels),
+        started_at=parse_time(status.get("startTime")),
+        migration=parse_migration_mark(ann.get(MIGRATION)),
     )
 
 

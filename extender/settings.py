@@ -56,6 +56,7 @@ class ControlConfig(BaseModel):
     renew_deadline_s: float = Field(10.0, gt=0)
     retry_period_s: float = Field(2.0, gt=0)
     permanent_backoff_s: float = Field(3600.0, ge=0)  # a key whose action failed for good is left alone
+    retry_after_s: float = Field(30.0, ge=0)  # least wait after a refusal (429 from a PDB, 5xx)
     # Namespaces no loop ever touches; a namespace labelled opt_out_label="false" is skipped too.
     excluded_namespaces: list[str] = ["kube-system"]
     opt_out_label: str = "flowsched.io/migrate"
@@ -97,6 +98,21 @@ class ResizerConfig(LoopConfig):
     headroom_m: float = Field(0.0, ge=0)  # per node, kept out of the pool the resized pods share
 
 
+class ElasticConfig(LoopConfig):
+    """GPU counts (and batch sizes) for jobs annotated flowsched.io/elastic: "min-max" (docs/elastic.md)."""
+
+    interval_s: float = Field(30.0, gt=0)
+    max_per_interval: int = Field(4, ge=0)
+    max_per_hour: int = Field(30, ge=0)
+    restart_s: float = Field(120.0, ge=0)  # progress a job loses to a rescale (checkpoint + restart)
+    horizon_s: float = Field(1800.0, gt=0)  # how long a plan is expected to hold
+    min_gain: float = Field(0.10, ge=0)  # keep the current size unless a change gains more than this
+    cooldown_s: float = Field(300.0, ge=0)  # a job is not rescaled again within this
+    sync_fraction: float = Field(0.1, ge=0)  # prior: share of a 1-GPU step spent syncing (multi-GPU)
+    reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
+    patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
@@ -127,6 +143,7 @@ class Settings(BaseSettings):
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
     resizer: ResizerConfig = ResizerConfig()
+    elastic: ElasticConfig = ElasticConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 
     @property

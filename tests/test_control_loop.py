@@ -183,10 +183,11 @@ def test_planning_exception_is_counted_not_raised() -> None:
 ])
 def test_api_errors_map_to_temporary_or_permanent(status: int, kind: type) -> None:
     e = ApiError("POST", "/x", status, '{"reason": "r", "message": "m"}', {"Retry-After": "7"})
-    mapped = map_api_error(e, "evict ns/p")
+    mapped = map_api_error(e, "evict ns/p", retry_s=5.0)
     assert isinstance(mapped, kind)
     if status == 429:
-        assert isinstance(mapped, TemporaryError) and mapped.delay_s == 7.0
+        assert isinstance(mapped, TemporaryError) and mapped.delay_s == 7.0  # the server's, above our least
+    assert map_api_error(ApiError("POST", "/x", 429, "{}", {"Retry-After": "0"}), "e", 5.0).delay_s == 5.0  # type: ignore[attr-defined]
 
 
 def test_connection_errors_are_temporary() -> None:

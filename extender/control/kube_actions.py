@@ -54,7 +54,7 @@ def map_api_error(e: Exception, what: str, retry_s: float = 30.0) -> Exception:
     if status is None or status in (408, 409, 429) or (status >= 500 and status != 501):
         # 500 from the eviction endpoint can also mean several PDBs cover the pod: an operator
         # must fix that, but retrying slowly costs nothing and is what kubectl drain does.
-        return TemporaryError(msg, _retry_after(e, retry_s))
+        return TemporaryError(msg, max(_retry_after(e, retry_s), retry_s))
     return PermanentError(msg)
 
 

@@ -121,7 +121,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                                 retry_period_s=cc.retry_period_s)
         leader = elector
         recorder = EventRecorder(api_client, identity, failures=event_failures)
-        actions = KubeActions(api_client)
+        actions = KubeActions(api_client, retry_s=cc.retry_after_s)
     else:
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
