@@ -1,0 +1,176 @@
+"""Real kube-scheduler throughput with and without flowsched, in one run.
+
+    python -m benchmarks.kube_scheduler_throughput [--nodes 1000] [--pods 1000] [--rounds 2]
+
+On the real control plane of the tests (etcd, kube-apiserver, kube-scheduler built from
+k8s.io/kubernetes; see tests/cluster/), with fake GPU nodes shaped like the Alibaba openb
+nodes and GPU pods from the openb pod list. For each variant the pods are created first with
+the scheduler stopped, then kube-scheduler starts and a watch times every binding; throughput
+is bound pods / (last binding - first binding). Both variants use the same profile and the
+same raised client QPS (the default 50/s would cap both and hide the extender's cost); the
+only difference is the `extenders:` stanza of deploy/scheduler-config.yaml. Variants
+alternate for --rounds rounds so drift on a shared machine hits both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from benchmarks import openb
+from tests.cluster.controlplane import ControlPlane, ensure_binaries
+from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.kubeapi import Kube, node_path, pods_path
+from tests.cluster.manifests import scheduler_config_for_tests
+
+NS = "bench"
+
+
+def scheduler_config(url: str, kubeconfig: Path, with_extender: bool) -> str:
+    cfg = yaml.safe_load(scheduler_config_for_tests(url, kubeconfig))
+    cfg["leaderElection"] = {"leaderElect": False}
+    cfg["clientConnection"].update({"qps": 5000, "burst": 5000})
+    if not with_extender:
+        cfg.pop("extenders", None)
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def make_nodes(kube: Kube, count: int) -> None:
+    for n in openb.replicate(openb.read_nodes(), count):
+        obj = openb.node_object(n)
+        obj["metadata"] = {"name": obj["metadata"]["name"], "labels": obj["metadata"]["labels"]}
+        created = kube.create(node_path(), {"apiVersion": "v1", "kind": "Node", **obj})
+        kube.request("PUT", node_path(n.name) + "/status", {**created, "status": obj["status"]})
+
+
+def pod_specs(count: int, seed: int) -> list[dict[str, Any]]:
+    pods = openb.read_pods()
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        p = pods[int(rng.integers(len(pods)))]
+        obj = openb.pod_object(p, f"bench-{i:05d}", namespace=NS)
+        obj["metadata"] = {"name": obj["metadata"]["name"], "namespace": NS, "labels": obj["metadata"]["labels"]}
+        obj["spec"].pop("nodeName")
+        obj["spec"].pop("priority")
+        obj["status"] = {}
+        out.append({"apiVersion": "v1", "kind": "Pod", **obj})
+    return out
+
+
+def delete_pods(kube: Kube) -> None:
+    kube.request("DELETE", pods_path(NS), params={"gracePeriodSeconds": "0"})
+    deadline = time.monotonic() + 120
+    while kube.get(pods_path(NS), limit=1)["items"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("pods did not go away")
+        time.sleep(0.2)
+
+
+def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods: list[dict[str, Any]],
+                with_extender: bool) -> dict[str, Any]:
+    cp.stop_scheduler()
+    delete_pods(kube)
+    for p in pods:
+        kube.create(pods_path(NS), p)
+    rv = kube.get(pods_path(NS), limit=1)["metadata"]["resourceVersion"]
+    bound: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        w = kube.clone()
+        last_rv = rv
+        while not done.is_set():
+            try:
+                for etype, obj in w.watch(pods_path(NS), last_rv, timeout_s=60):
+                    last_rv = obj["metadata"].get("resourceVersion", last_rv)
+                    if etype == "MODIFIED" and obj["spec"].get("nodeName") and obj["metadata"]["name"] not in bound:
+                        bound[obj["metadata"]["name"]] = time.perf_counter()
+                        if len(bound) == len(pods):
+                            done.set()
+                            return
+            except Exception as e:  # a dropped watch resumes from the last resourceVersion
+                print(f"watch reconnect: {type(e).__name__}", flush=True)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    time.sleep(0.5)  # the watch is established before the scheduler binds anything
+    before = flowsched.http.get("/metrics").text if with_extender else ""
+    # The admin identity: the benchmark measures scheduling, not the RBAC the e2e tests check.
+    cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], with_extender))
+    done.wait(600)
+    cp.stop_scheduler()
+    times = sorted(bound.values())
+    span = times[-1] - times[0] if len(times) > 1 else float("nan")
+    calls = _extender_calls(flowsched.http.get("/metrics").text) - _extender_calls(before) if with_extender else 0
+    return {"extender": with_extender, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
+            "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": calls}
+
+
+def _extender_calls(metrics_text: str) -> int:
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("flowsched_extender_requests_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="results/extender")
+    ns = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="flowsched-bench-") as tmp:
+        cp = ControlPlane(bin_dir=ensure_binaries(), workdir=Path(tmp) / "k8s")
+        flowsched = None
+        try:
+            cp.start()
+            kube = Kube(cp.server, cp.admin_token, cp.ssl_context())
+            kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+            t0 = time.perf_counter()
+            make_nodes(kube, ns.nodes)
+            print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
+            flowsched = FlowschedService(Path(tmp), cp.kubeconfigs["admin"])
+            flowsched.start()
+            pods = pod_specs(ns.pods, ns.seed)
+            rows = []
+            for r in range(ns.rounds):
+                for with_ext in (False, True) if r % 2 == 0 else (True, False):
+                    row = {"round": r, **run_variant(cp, kube, flowsched, pods, with_ext)}
+                    rows.append(row)
+                    print(f"round {r} {'with' if with_ext else 'without'} extender: {row['bound']}/{row['pods']} "
+                          f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
+                          f"(extender calls {row['extender_calls']})", flush=True)
+        finally:
+            if flowsched is not None:
+                flowsched.close()
+            cp.stop()
+    without = np.mean([r["pods_per_s"] for r in rows if not r["extender"]])
+    with_ = np.mean([r["pods_per_s"] for r in rows if r["extender"]])
+    print(f"\nkube-scheduler throughput at {ns.nodes} nodes, {ns.pods} GPU pods, mean of {ns.rounds} rounds:")
+    print(f"  without flowsched: {without:.1f} pods/s")
+    print(f"  with flowsched:    {with_:.1f} pods/s")
+    print(f"  ratio:             {with_ / without:.3f}")
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "throughput.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out / 'throughput.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
