@@ -11,11 +11,16 @@ from tests.cluster.scenario import CHECKPOINTABLE, Scenario
 pytestmark = pytest.mark.cluster
 
 
-def _metric(text: str, name: str) -> float:
+def _metric(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels` (Prometheus text format)."""
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
+        if line.startswith("#") or not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        head, value = line.rsplit(" ", 1)
+        have = dict(kv.split("=", 1) for kv in head[len(name):].strip("{}").split(",") if "=" in kv)
+        if all(have.get(k) == f'"{v}"' for k, v in labels.items()):
+            total += float(value)
     return total
 
 
@@ -49,7 +54,8 @@ def test_high_priority_pod_preempts_the_checkpointable_victim(scenario: Scenario
 
     # The decision went through flowsched's preempt verb, and it dropped the other candidate.
     after = s.flowsched.http.get("/metrics").text
-    calls = 'flowsched_extender_requests_total{code="200",verb="preempt"}'
-    assert _metric(after, calls) > _metric(before, calls), "preempt verb was not called"
+    calls = "flowsched_extender_requests_total"
+    assert _metric(after, calls, verb="preempt", code="200") > _metric(before, calls, verb="preempt", code="200"), \
+        "preempt verb was not called"
     dropped = "flowsched_preempt_candidates_dropped_total"
     assert _metric(after, dropped) > _metric(before, dropped)
