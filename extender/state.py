@@ -296,6 +296,8 @@ class ClusterState:
                 fresh = bool(np.isfinite(age) and age <= stale_after_s)
                 nodes[name] = {
                     "ready": self.nodes[name].ready,
+                    "unschedulable": self.nodes[name].unschedulable,
+                    "labels": dict(self.nodes[name].labels),
                     "gpu_alloc": self.gpu_alloc[i], "gpu_used": self.gpu_used[i],
                     "cpu_alloc": self.cpu_alloc[i], "cpu_used": self.cpu_used[i],
                     "mem_alloc": self.mem_alloc[i], "mem_used": self.mem_used[i],
