@@ -21,6 +21,7 @@ CHECKPOINTABLE = "flowsched.io/checkpointable"
 ELASTIC = "flowsched.io/elastic"
 WORKLOAD = "flowsched.io/workload"
 MIGRATED_FROM = "flowsched.io/migrated-from"
+RESIZABLE = "flowsched.io/resizable"
 # Set by the migrator on a pod just before evicting it: {"from": node, "at": unix s, "count": n}.
 MIGRATION = "flowsched.io/migration"
 EVICTED_FROM = "flowsched.io/evicted-from"  # the same origin, readable, for humans
@@ -152,6 +153,7 @@ class PodInfo:
     workload: str | None
     migrated_from: str | None
     terminating: bool
+    resizable: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     started_at: float | None = None  # status.startTime, unix seconds
     migration: MigrationMark | None = None
@@ -203,6 +205,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         workload=ann.get(WORKLOAD),
         migrated_from=ann.get(MIGRATED_FROM),
         terminating=bool(meta.get("deletionTimestamp")),
+        resizable=str(ann.get(RESIZABLE, "")).lower() == "true",
         labels=dict(labels),
         started_at=parse_time(status.get("startTime")),
         migration=parse_migration_mark(ann.get(MIGRATION)),

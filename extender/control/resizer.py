@@ -194,8 +194,9 @@ class Resizer:
     def _nodes_with_candidates(self) -> list[str]:
         state = self.ctx.state
         known = self.ctx.tracker.snapshot()
+        # Only nodes holding an opted-in pod are listed: one LIST per such node per interval.
         nodes = {p.node for p in list(state.pods.values())
-                 if p.node and p.phase == "Running" and not p.terminating and p.job in known}
+                 if p.node and p.resizable and p.phase == "Running" and not p.terminating and p.job in known}
         return sorted(nodes)
 
     def plan(self, now: float) -> Sequence[Action]:
