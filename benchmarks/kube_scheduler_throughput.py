@@ -119,17 +119,18 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     cp.stop_scheduler()
     times = sorted(bound.values())
     span = times[-1] - times[0] if len(times) > 1 else float("nan")
-    calls = _extender_calls(flowsched.http.get("/metrics").text) - _extender_calls(before) if with_extender else 0
+    after = flowsched.http.get("/metrics").text if with_extender else ""
+    calls = _sum(after, "flowsched_extender_requests_total{") - _sum(before, "flowsched_extender_requests_total{")
+    handled = _sum(after, "flowsched_extender_seconds_count{") - _sum(before, "flowsched_extender_seconds_count{")
+    seconds = _sum(after, "flowsched_extender_seconds_sum{") - _sum(before, "flowsched_extender_seconds_sum{")
     return {"extender": with_extender, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
-            "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": calls}
+            "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
+            "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan")}
 
 
-def _extender_calls(metrics_text: str) -> int:
-    total = 0.0
-    for line in metrics_text.splitlines():
-        if line.startswith("flowsched_extender_requests_total{"):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+def _sum(metrics_text: str, prefix: str) -> float:
+    """Sum of a metric's samples over all label sets (flowsched's own /metrics)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines() if line.startswith(prefix))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     print(f"round {r} {'with' if with_ext else 'without'} extender: {row['bound']}/{row['pods']} "
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
-                          f"(extender calls {row['extender_calls']})", flush=True)
+                          f"(extender calls {row['extender_calls']}, flowsched's own handling "
+                          f"{row['server_ms_per_call']} ms/call)", flush=True)
         finally:
             if flowsched is not None:
                 flowsched.close()
