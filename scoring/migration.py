@@ -15,6 +15,15 @@ is the GPUs of unmet demands that then fit. With require_room_elsewhere the job'
 must also fit afterwards on nodes other than the ones it leaves (so the move is a move, not a
 demotion to the queue). Greedy: the candidate with the largest benefit (ties: slowest growth,
 then most remaining time) is chosen, the world updated, repeat up to max_moves.
+
+order="attained" (least-attained-service through eviction; off by default): the move is made
+only for demands that have waited at least wait_threshold_s (Demands.wait_s; others count as
+met), a candidate must also have attained at least min_attained_gpu_s GPU-seconds
+(JobArrays.attained_gpu_s: GPUs x running time, summed over its starts), and among useful
+candidates the one with the most attained service goes first (ties: the usual order). The
+evicted job's replacement is a new pod and queues behind the pods that were waiting, so it
+approximates Tiresias' demotion of long-served jobs with only the migrator's powers; whether
+it is slow-growing is still the slow_phases rule.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ class Why(IntEnum):
     NO_BENEFIT = 9
     NO_ROOM_ELSEWHERE = 10
     MOVE_LIMIT = 11  # eligible and useful, but max_moves were already chosen this round
+    LOW_SERVICE = 12  # order="attained": attained GPU-seconds below min_attained_gpu_s
 
 
 WHY_TEXT = {w: w.name.lower() for w in Why}
@@ -63,6 +73,9 @@ class MigrationSettings:
     require_room_elsewhere: bool = True
     max_moves: int = 1
     slow_phases: tuple[Phase, ...] = (Phase.COMPLETING,)
+    order: str = "benefit"  # "benefit" (SpeCon) | "attained" (least attained service first)
+    wait_threshold_s: float = 0.0  # order="attained": only demands waiting this long count
+    min_attained_gpu_s: float = 0.0  # order="attained": candidates have at least this service
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,7 @@ class JobArrays:
     migrations: IntArray  # [J] times migrated so far
     since_migration_s: FloatArray  # [J] inf if never
     gpus_on: FloatArray  # [J, N] GPUs the job's pods hold on each node
+    attained_gpu_s: FloatArray | None = None  # [J] GPU-seconds of service so far (NaN unknown)
 
     @property
     def count(self) -> int:
@@ -90,11 +104,13 @@ class JobArrays:
 class Demands:
     gpus: FloatArray  # [D] per pending pod, in kube-scheduler's queue order
     node: IntArray  # [D] -1: any node; k: only node k (e.g. a growing job's extra GPUs there)
+    wait_s: FloatArray | None = None  # [D] seconds each has waited (NaN unknown = not long)
 
     @staticmethod
-    def pending(gpus: npt.ArrayLike) -> Demands:
+    def pending(gpus: npt.ArrayLike, wait_s: npt.ArrayLike | None = None) -> Demands:
         g = np.asarray(gpus, dtype=np.float64).reshape(-1)
-        return Demands(g, np.full(g.shape[0], -1, dtype=np.int64))
+        w = None if wait_s is None else np.asarray(wait_s, dtype=np.float64).reshape(-1)
+        return Demands(g, np.full(g.shape[0], -1, dtype=np.int64), w)
 
 
 @dataclass(frozen=True)
@@ -139,8 +155,16 @@ def place(free: FloatArray, gpus: FloatArray, only: IntArray, forbid: BoolArray 
     return where, left
 
 
+def _attained(jobs: JobArrays) -> FloatArray:
+    if jobs.attained_gpu_s is None:
+        return np.full(jobs.count, np.nan)
+    return np.asarray(jobs.attained_gpu_s, dtype=np.float64).reshape(-1)
+
+
 def eligibility(jobs: JobArrays, s: MigrationSettings) -> IntArray:
     """Why per job from the rules alone (CHOSEN = eligible, benefit not yet checked)."""
+    if s.order not in ("benefit", "attained"):
+        raise ValueError(f"unknown order {s.order!r}: 'benefit' or 'attained'")
     j = jobs.count
     why = np.full(j, Why.CHOSEN, dtype=np.int64)
     slow = np.isin(jobs.phase, np.asarray([int(p) for p in s.slow_phases], dtype=np.int64))
@@ -155,6 +179,8 @@ def eligibility(jobs: JobArrays, s: MigrationSettings) -> IntArray:
             (Why.COOLDOWN, jobs.since_migration_s < s.cooldown_s),
             (Why.ALMOST_DONE, jobs.remaining_s < s.min_remaining_s),
         ]
+        if s.order == "attained":  # unknown service is not "much"
+            rules.append((Why.LOW_SERVICE, ~(_attained(jobs) >= s.min_attained_gpu_s)))
     undecided = np.ones(j, dtype=bool)
     for reason, mask in rules:
         hit = undecided & mask
@@ -191,6 +217,12 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
     why = eligibility(jobs, settings)
     where, free = place(free, demands.gpus, demands.node)  # what fits now needs no migration
     unmet = np.flatnonzero(where < 0).astype(np.int64)
+    if settings.order == "attained":  # only demands that have waited long enough call for a move
+        if demands.wait_s is None or demands.wait_s.shape != demands.gpus.shape:
+            raise ValueError("order='attained' needs Demands.wait_s, one per demand")
+        with np.errstate(invalid="ignore"):
+            long_wait = demands.wait_s[unmet] >= settings.wait_threshold_s
+        unmet = unmet[long_wait]
     unmet_before = tuple(int(x) for x in unmet)
     candidates = [int(x) for x in np.flatnonzero(why == Why.CHOSEN)]
     moves: list[Move] = []
@@ -199,6 +231,9 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
         return MigrationPlan((), why, unmet_before)
     growth = np.where(np.isfinite(jobs.growth), jobs.growth, np.inf)
     remaining = np.where(np.isfinite(jobs.remaining_s), jobs.remaining_s, 0.0)
+    att = _attained(jobs)
+    # order="attained": most service first; "benefit": a constant, so the benefit decides.
+    served_key = -np.where(np.isfinite(att), att, 0.0) if settings.order == "attained" else np.zeros(jobs.count)
     while candidates:
         evaluated = [(_evaluate(j, jobs, free, unmet, demands, settings), j) for j in candidates]
         useful = [(m, j) for (m, _), j in evaluated if m is not None]
@@ -211,7 +246,8 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
             for _, j in useful:
                 why[j] = Why.MOVE_LIMIT
             break
-        best, bj = min(useful, key=lambda mj: (-mj[0].benefit_gpus, growth[mj[1]], -remaining[mj[1]], mj[1]))
+        best, bj = min(useful, key=lambda mj: (served_key[mj[1]], -mj[0].benefit_gpus, growth[mj[1]],
+                                              -remaining[mj[1]], mj[1]))
         moves.append(best)
         why[bj] = Why.CHOSEN
         # Commit: the job's GPUs come back, the served demands take theirs, the job lands again.

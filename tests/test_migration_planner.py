@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,9 +25,10 @@ def jobs(gpus_on: Any, **over: Any) -> JobArrays:
         "runtime_s": np.full(j, 3600.0), "phase": np.full(j, int(Phase.COMPLETING), np.int64),
         "growth": np.full(j, 0.01), "remaining_s": np.full(j, 3000.0),
         "migrations": np.zeros(j, np.int64), "since_migration_s": np.full(j, np.inf), "gpus_on": g,
+        "attained_gpu_s": None,
     }
     for k, v in over.items():
-        base[k] = np.asarray(v, dtype=base[k].dtype)
+        base[k] = np.asarray(v, dtype=np.float64 if base[k] is None else base[k].dtype)
     return JobArrays(**base)
 
 
@@ -177,3 +179,78 @@ def test_invariants_on_random_clusters(n_jobs: int, n_nodes: int, seed: int) -> 
     assert all(plan.why[k] != Why.CHOSEN for k in range(n_jobs) if k not in chosen)
     served = [x for m in plan.moves for x in m.served]
     assert len(served) == len(set(served))
+
+
+# ---- order="attained": least attained service through eviction ----
+LAS = MigrationSettings(min_runtime_s=600, max_migrations=2, cooldown_s=1800, min_remaining_s=300,
+                        require_room_elsewhere=False, max_moves=1, order="attained",
+                        wait_threshold_s=600.0, min_attained_gpu_s=3600.0)
+# Two full nodes: job 0 (4 GPUs, 10 GPU-h) on node 0, job 1 (4 GPUs, 40 GPU-h) on node 1.
+FULL = [[4, 0], [0, 4]]
+
+
+def test_attained_evicts_the_most_served_slow_job_for_a_long_waiting_pod() -> None:
+    plan = plan_migrations(jobs(FULL, attained_gpu_s=[10 * 3600.0, 40 * 3600.0]), [0.0, 0.0],
+                           Demands.pending([2], wait_s=[900.0]), LAS)
+    assert plan.jobs == [1]
+    assert plan.moves[0].served == (0,) and plan.moves[0].relocation == (-1,)  # it requeues
+    # The default order would have taken job 0 (equal benefit, then index).
+    default = plan_migrations(jobs(FULL, attained_gpu_s=[10 * 3600.0, 40 * 3600.0]), [0.0, 0.0],
+                              Demands.pending([2], wait_s=[900.0]),
+                              MigrationSettings(require_room_elsewhere=False))
+    assert default.jobs == [0]
+
+
+def test_attained_waits_for_the_threshold() -> None:
+    plan = plan_migrations(jobs(FULL, attained_gpu_s=[10 * 3600.0, 40 * 3600.0]), [0.0, 0.0],
+                           Demands.pending([2], wait_s=[599.0]), LAS)
+    assert plan.jobs == [] and plan.unmet_before == ()
+    assert set(plan.why.tolist()) == {Why.NO_BENEFIT}
+    unknown = plan_migrations(jobs(FULL, attained_gpu_s=[10 * 3600.0, 40 * 3600.0]), [0.0, 0.0],
+                              Demands.pending([2], wait_s=[np.nan]), LAS)
+    assert unknown.jobs == []
+
+
+def test_attained_counts_only_long_waiting_demands_as_benefit() -> None:
+    # A young 4-GPU pod ahead of an old 2-GPU one: only the old one calls for a move.
+    plan = plan_migrations(jobs(FULL, attained_gpu_s=[20 * 3600.0, 40 * 3600.0]), [0.0, 0.0],
+                           Demands.pending([4, 2], wait_s=[10.0, 1200.0]), LAS)
+    assert plan.jobs == [1] and plan.moves[0].served == (1,) and plan.moves[0].benefit_gpus == 2
+
+
+def test_attained_needs_minimum_service_and_a_slow_phase() -> None:
+    low = plan_migrations(jobs(FULL, attained_gpu_s=[3599.0, np.nan]), [0.0, 0.0],
+                          Demands.pending([2], wait_s=[900.0]), LAS)
+    assert low.jobs == [] and list(low.why) == [Why.LOW_SERVICE, Why.LOW_SERVICE]
+    growing = plan_migrations(jobs(FULL, attained_gpu_s=[10 * 3600.0, 40 * 3600.0],
+                                   phase=[Phase.COMPLETING, Phase.GROWING]), [0.0, 0.0],
+                              Demands.pending([2], wait_s=[900.0]), LAS)
+    assert growing.jobs == [0] and growing.why[1] == Why.NOT_SLOW
+    no_att = plan_migrations(jobs(FULL), [0.0, 0.0], Demands.pending([2], wait_s=[900.0]), LAS)
+    assert no_att.jobs == []
+
+
+def test_attained_respects_hysteresis_and_caps() -> None:
+    att = [10 * 3600.0, 40 * 3600.0]
+    d = Demands.pending([2], wait_s=[900.0])
+    assert plan_migrations(jobs(FULL, attained_gpu_s=att, migrations=[0, 2]), [0.0, 0.0], d, LAS).jobs == [0]
+    assert plan_migrations(jobs(FULL, attained_gpu_s=att, since_migration_s=[np.inf, 60.0]),
+                           [0.0, 0.0], d, LAS).jobs == [0]
+    two = plan_migrations(jobs(FULL, attained_gpu_s=att), [0.0, 0.0], Demands.pending([4, 4], wait_s=[900, 900]),
+                          replace(LAS, max_moves=2))
+    assert two.jobs == [1, 0]
+
+
+def test_attained_order_needs_wait_times_and_a_known_order() -> None:
+    with pytest.raises(ValueError):
+        plan_migrations(jobs(FULL, attained_gpu_s=[1e5, 1e5]), [0.0, 0.0], Demands.pending([2]), LAS)
+    with pytest.raises(ValueError):
+        plan_migrations(jobs(FULL), [0.0, 0.0], Demands.pending([2]), replace(LAS, order="fastest"))
+
+
+def test_default_order_ignores_wait_and_service() -> None:
+    # The same inputs with the default settings behave as before the option existed.
+    plain = plan_migrations(jobs(GPUS, phase=[Phase.COMPLETING, Phase.GROWING]), FREE, PENDING, S)
+    extra = plan_migrations(jobs(GPUS, phase=[Phase.COMPLETING, Phase.GROWING], attained_gpu_s=[0.0, 9e9]), FREE,
+                            Demands.pending([4], wait_s=[0.0]), S)
+    assert plain.jobs == extra.jobs == [0] and list(plain.why) == list(extra.why)
