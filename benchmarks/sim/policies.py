@@ -116,19 +116,25 @@ class KubeSchedulerPolicy:
         # round, once a shape fails every later job of that shape would fail too.
         self.pending: dict[int, list[tuple[int, float, int]]] = {}
         self.by_idx: dict[int, SimJob] = {}
+        # When each pending job's pods entered the queue: its arrival, or for a job evicted or
+        # resized while running the time its replacement pods were created (DESIGN §7: a
+        # replacement is a new pod and queues behind the pods created before it).
+        self.queued_at: dict[int, float] = {}
 
-    def _enqueue(self, job: SimJob) -> None:
+    def _enqueue(self, job: SimJob, at: float) -> None:
         self.by_idx[job.idx] = job
-        heapq.heappush(self.pending.setdefault(job.replicas, []), (-job.spec.priority, job.spec.arrival, job.idx))
+        self.queued_at[job.idx] = at
+        heapq.heappush(self.pending.setdefault(job.replicas, []), (-job.spec.priority, at, job.idx))
 
     def on_arrival(self, job: SimJob, now: float) -> None:
-        self._enqueue(job)
+        self._enqueue(job, job.spec.arrival)
 
     def on_requeue(self, job: SimJob, now: float) -> None:
-        self._enqueue(job)
+        self._enqueue(job, now)
 
     def on_complete(self, job: SimJob, now: float) -> None:
         self.by_idx.pop(job.idx, None)
+        self.queued_at.pop(job.idx, None)
 
     def next_wakeup(self, now: float) -> float | None:
         return None
