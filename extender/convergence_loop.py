@@ -29,10 +29,13 @@ class ConvergenceTracker:
         *,
         interval_s: float = 10.0,
         active_within_s: float = 3600.0,
+        prune_every_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store, self.state, self.settings = store, state, settings
         self.interval_s, self.active_within_s, self.clock = interval_s, active_within_s, clock
+        self.prune_every_s = prune_every_s
+        self._next_prune = clock() + prune_every_s
         self.estimates: dict[str, ConvergenceEstimate] = {}  # "namespace/job"
         self.errors = 0
         self._stop = threading.Event()
@@ -68,10 +71,19 @@ class ConvergenceTracker:
         est = self.estimates.get(job)
         return est.phase if est else Phase.UNKNOWN
 
+    def prune_if_due(self) -> int:
+        """Drop jobs silent for longer than the store's max_idle_s, at most every prune_every_s."""
+        now = self.clock()
+        if now < self._next_prune:
+            return 0
+        self._next_prune = now + self.prune_every_s
+        return self.store.prune(now)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.refresh_once()
+                self.prune_if_due()
             except Exception:  # e.g. the SQLite file went away: keep serving, retry next round
                 self.errors += 1
                 log.exception("convergence refresh failed")

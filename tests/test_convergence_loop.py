@@ -1,0 +1,32 @@
+"""The convergence tracker on a real SQLite store, with a fake clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from extender.convergence_loop import ConvergenceTracker
+from extender.progress_store import ProgressPoint, ProgressStore, ProgressStoreSettings
+from extender.state import ClusterState
+from scoring.convergence import ConvergenceSettings, Phase
+
+DAY = 86400.0
+
+
+def test_silent_jobs_are_not_estimated_and_idle_ones_pruned_hourly(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite"), max_idle_s=7 * DAY))
+    now = [100 * DAY]
+    flat = [ProgressPoint(step=k, value=1.0 + 1.0 / (k + 1), timestamp=now[0] - 8 * DAY + 10 * k) for k in range(50)]
+    fresh = [ProgressPoint(step=k, value=5.0 - 0.01 * k, timestamp=now[0] - 600 + 10 * k) for k in range(50)]
+    store.add_points("ns", "old", flat)
+    store.add_points("ns", "new", fresh)
+    tracker = ConvergenceTracker(store, ClusterState(), ConvergenceSettings(window_s=0.0, window_points=5),
+                                 active_within_s=3600, prune_every_s=3600, clock=lambda: now[0])
+    assert tracker.refresh_once() == 1  # the job silent for 8 days is not re-estimated
+    assert tracker.phase_of("ns/new") == Phase.GROWING
+    assert tracker.phase_of("ns/old") == Phase.UNKNOWN
+    assert tracker.prune_if_due() == 0  # not due yet: the first prune is an hour after start
+    now[0] += 3601
+    assert tracker.prune_if_due() == 1
+    assert {j.job for j in store.jobs()} == {"new"}
+    assert tracker.prune_if_due() == 0  # and not again within the hour
+    store.close()
