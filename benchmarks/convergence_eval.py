@@ -15,7 +15,13 @@ Online: the estimator sees only the prefix up to each point.
     to its offline plateau: median absolute percentage error of remaining_seconds against
     the true time to the plateau; coverage = share of curves with a prediction.
 
-Usage: python -m benchmarks.convergence_eval --out out/convergence [--limit N]
+Split (to avoid tuning on what is reported): the remaining-time method and its parameters
+were chosen on the LCBench tasks with an even OpenML task id only (--split even); report
+--split odd (held out) and --split all. Pollux was not used for choosing and is in every split.
+--max-steps: the estimator is told each curve's last step as the job's planned end (LCBench
+jobs run a fixed 52 epochs); without it the plateau is measured against the fitted asymptote.
+
+Usage: python -m benchmarks.convergence_eval --out out/convergence [--limit N] [--split odd] [--max-steps]
 """
 
 from __future__ import annotations
@@ -135,7 +141,17 @@ class DatasetResult:
     asked: dict[float, int] | None = None  # fraction -> curves evaluated at that fraction
 
 
-def evaluate_curve(c: Curve, settings: ConvergenceSettings, res: DatasetResult) -> list[dict[str, object]]:
+def in_split(c: Curve, split: str) -> bool:
+    """LCBench curves by the parity of their OpenML task id; other datasets are in every split."""
+    if split == "all" or not c.dataset.startswith("lcbench/"):
+        return True
+    odd = int(c.name.split("/")[0]) % 2 == 1
+    return odd if split == "odd" else not odd
+
+
+def evaluate_curve(
+    c: Curve, settings: ConvergenceSettings, res: DatasetResult, max_steps: bool = False
+) -> list[dict[str, object]]:
     assert res.phase is not None and res.fit is not None and res.ape is not None and res.asked is not None
     s = replace(settings, higher_is_better=c.higher_is_better)
     k_star = offline_plateau_index(c.values, c.higher_is_better, s.plateau_rel_tol)
@@ -144,7 +160,9 @@ def evaluate_curve(c: Curve, settings: ConvergenceSettings, res: DatasetResult) 
         res.skipped_flat += 1
         return []
     n = c.steps.size
-    ests = {m: estimate(c.steps[:m], c.values[:m], c.timestamps[:m], s) for m in range(s.min_fit_points, n + 1)}
+    planned = float(c.steps[-1]) if max_steps else None
+    ests = {m: estimate(c.steps[:m], c.values[:m], c.timestamps[:m], s, max_steps=planned)
+            for m in range(s.min_fit_points, n + 1)}
     for m, e in ests.items():
         truth = m - 1 >= k_star
         res.phase.add(e.phase == Phase.COMPLETING, truth)
@@ -183,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window-points", type=int, default=4)
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--tol", type=float, default=0.05)
+    ap.add_argument("--split", choices=("all", "even", "odd"), default="all",
+                    help="LCBench tasks by task-id parity; method chosen on even, report odd and all")
+    ap.add_argument("--max-steps", action="store_true", help="tell the estimator each curve's planned last step")
     args = ap.parse_args(argv)
 
     settings = ConvergenceSettings(window_s=0.0, window_points=args.window_points, alpha=args.alpha,
@@ -200,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, load in sources.items():
         res = DatasetResult(phase=Counts(), fit=Counts(), ape={f: [] for f in FRACTIONS},
                             asked=dict.fromkeys(FRACTIONS, 0))
-        for i, curve in enumerate(load()):
+        for i, curve in enumerate(c for c in load() if in_split(c, args.split)):
             if args.limit and i >= args.limit:
                 break
-            detail.extend(evaluate_curve(curve, settings, res))
+            detail.extend(evaluate_curve(curve, settings, res, args.max_steps))
         assert res.phase is not None and res.fit is not None and res.ape is not None and res.asked is not None
         row: dict[str, object] = {
             "dataset": name, "curves": res.curves, "flat_skipped": res.skipped_flat,
@@ -219,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
 
     header = (f"{'dataset':28} {'curves':>6} {'det':>5} {'precision':>9} {'recall':>7} | "
               + " | ".join(f"MdAPE@{int(f * 100)}% (n, cov)" for f in FRACTIONS))
-    print(f"settings: window={args.window_points} points, alpha={args.alpha}, plateau tol={args.tol}")
+    print(f"settings: window={args.window_points} points, alpha={args.alpha}, plateau tol={args.tol}, "
+          f"max_steps {'given' if args.max_steps else 'not given'}")
+    print(f"split: {args.split} (LCBench tasks by task-id parity; method tuned on even tasks only, "
+          f"odd = held out; pollux never used for tuning)")
     print(header)
     print("-" * len(header))
     for r in summary:

@@ -6,8 +6,9 @@ Pipeline: clean (drop non-finite points with counted reasons; a step going backw
 restart from checkpoint, whose new points supersede the old ones from that step on) ->
 orient (lower is better) -> median filter -> normalise to [0, 1] by the observed range
 (so everything is invariant to scaling and shifting the metric) -> FlowCon windows for
-progress P and growth efficiency G = P / share, and an Optimus fit
-l(k) = 1/(b0*k + b1) + b2 for the steps left to the plateau.
+progress P and growth efficiency G = P / share, and curve fits for the steps left to the
+plateau: Optimus' l(k) = 1/(b0*k + b1) + b2, an exponential and a power law, whose remaining
+steps are averaged geometrically.
 
 P is the relative pace: the improvement of the windowed mean between two consecutive
 windows, divided by the job's mean improvement per window so far (FlowCon divides by the
@@ -29,6 +30,12 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _FLAT_SPAN = 1e-12  # normalised span below which a series counts as constant
+FAMILIES = ("inverse", "exponential", "power")
+_GRID_LO_HI = {  # shape parameter range per family, in units of the observed span
+    "inverse": (1e-3, 1e2),  # theta = shift s in A / (x + s)
+    "exponential": (1e-2, 1e2),  # theta = time constant tau in A * exp(-x / tau)
+    "power": (5e-2, 4.0),  # theta = exponent p in A * (x + x0)^-p, x0 = one step
+}
 
 
 class Phase(IntEnum):
@@ -47,7 +54,11 @@ class ConvergenceSettings:
     median_points: int = 3  # odd width of the spike-removing median filter; 1 = off
     plateau_rel_tol: float = 0.05  # plateau: remaining improvement <= tol * total improvement
     min_fit_points: int = 5
-    fit_grid: int = 48  # asymptote candidates tried by the curve fit
+    fit_grid: int = 48  # shape-parameter candidates tried per curve family
+    fit_families: tuple[str, ...] = FAMILIES  # curve families averaged for the remaining steps
+    fit_rmse_ratio: float = 3.0  # families fitting worse than this x the best rmse (+ floor) drop out
+    fit_rmse_floor: float = 0.002  # in normalised units: noise below this does not separate families
+    fit_max_points: int = 256  # longer histories are binned to this many points for the fit
     rate_points: int = 20  # recent points of the current run used for the step rate
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
 
@@ -67,7 +78,11 @@ class CleanSeries:
 
 @dataclass(frozen=True)
 class CurveFit:
-    """l(x) = 1/(a*x + b) + c in normalised units, x = (step - step0) / step_span."""
+    """l(x) = c + a * g(x) in normalised units, x = (step - step0) / step_span, g decreasing to 0.
+
+    family "inverse": g = 1/(x + b) (Optimus' 1/(b0*x + b1) + c with b0 = 1/a, b1 = b/a);
+    "exponential": g = exp(-x / b); "power": g = (x + shift)^-b, shift = one step in x units.
+    """
 
     a: float
     b: float
@@ -75,12 +90,26 @@ class CurveFit:
     step0: float
     step_span: float
     rmse: float
+    family: str = "inverse"
+    shift: float = 0.0
 
     def predict(self, steps: FloatArray) -> FloatArray:
-        x = (steps - self.step0) / self.step_span
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out: FloatArray = self.c + 1.0 / (self.a * x + self.b)
+        x = (np.asarray(steps, dtype=np.float64) - self.step0) / self.step_span
+        with np.errstate(all="ignore"):
+            out: FloatArray = self.c + self.a * _basis(self.family, np.array([self.b]), x, self.shift)[0]
         return out
+
+    def x_at_gap(self, gap: float) -> float:
+        """The x at which a * g(x) = gap (> 0); inf or NaN when never."""
+        with np.errstate(all="ignore"):
+            r = gap / self.a
+            if not r > 0:
+                return math.nan
+            if self.family == "exponential":
+                return -self.b * math.log(r)
+            if self.family == "power":
+                return float(r ** (-1.0 / self.b)) - self.shift
+            return 1.0 / r - self.b
 
 
 @dataclass(frozen=True)
@@ -183,7 +212,7 @@ def window_ids(
     steps_count: int, timestamps: FloatArray | None, settings: ConvergenceSettings
 ) -> IntArray:
     """Window index of each point, 0 = the latest window, counted back from the last point."""
-    if timestamps is not None and settings.window_s > 0:
+    if timestamps is not None and timestamps.size and settings.window_s > 0:
         back = (float(timestamps.max()) - timestamps) / settings.window_s
         return np.floor(np.clip(back, 0.0, 1e12)).astype(np.int64)
     width = max(1, settings.window_points)
@@ -234,53 +263,160 @@ def replay_phase(g: FloatArray, alpha: float) -> tuple[Phase, int]:
     return (Phase.WATCHING if low == 1 else Phase.COMPLETING), low
 
 
-def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
-    """Least-squares fit of norm ~ 1/(a*x + b) + c with a > 0 (a decreasing curve).
+def _basis(family: str, theta: FloatArray, x: FloatArray, shift: float) -> FloatArray:
+    t, xx = theta[:, None], x[None, :]
+    with np.errstate(all="ignore"):
+        if family == "exponential":
+            return np.asarray(np.exp(-xx / t), dtype=np.float64)
+        if family == "power":
+            return np.asarray((xx + shift) ** (-t), dtype=np.float64)
+        return np.asarray(1.0 / (xx + t), dtype=np.float64)
 
-    For a fixed asymptote c the model is linear in 1/(l - c), so we scan c over a grid
-    below the lowest point (at most ten observed ranges below) and solve a weighted linear
-    fit for each, keeping the c with the least error in l. Weights: (l-c)^2 partly undoes
-    the reciprocal's stretching of noise; a linear ramp favours recent points, which
-    matter most for what comes next (chosen on LCBench, see benchmarks/convergence_eval).
-    """
+
+def _grid(family: str, size: int) -> FloatArray:
+    lo, hi = _GRID_LO_HI[family]
+    return np.asarray(np.geomspace(lo, hi, max(2, size)), dtype=np.float64)
+
+
+def _fit_grid(
+    family: str, x: FloatArray, y: FloatArray, w: FloatArray, thetas: FloatArray, shift: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Weighted least squares of y ~ c + a * g(x; theta) for every theta: (a, c, sse).
+
+    Candidates whose fit does not decrease (a <= 0) or is degenerate get sse = inf."""
+    g = _basis(family, thetas, x, shift)
+    sw, sy = float(w.sum()), float((w * y).sum())
+    with np.errstate(all="ignore"):
+        wg = w[None, :] * g
+        sg, sgg, sgy = wg.sum(1), (wg * g).sum(1), (wg * y[None, :]).sum(1)
+        det = sw * sgg - sg * sg
+        a = (sw * sgy - sg * sy) / det
+        c = (sy - a * sg) / sw
+        resid = y[None, :] - c[:, None] - a[:, None] * g
+        sse = (w[None, :] * resid * resid).sum(1)
+    ok = (a > 0) & (det > 1e-12 * sw * sgg) & np.isfinite(sse) & np.isfinite(c)
+    return a, c, np.where(ok, sse, np.inf)
+
+
+def _weights(n: int) -> FloatArray:
+    """A linear ramp favouring recent points, which matter most for what comes next."""
+    return np.asarray(np.linspace(1.0 / n, 1.0, n), dtype=np.float64)
+
+
+def fit_family(family: str, steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
+    """Least-squares fit of norm ~ c + a * g(x) for one family (see CurveFit), a > 0.
+
+    The shape parameter is scanned over a fixed grid (in units of the observed span); for each
+    the model is linear in (a, c). Weighted towards recent points."""
+    if family not in _GRID_LO_HI:
+        raise ValueError(f"unknown curve family {family!r}; one of {FAMILIES}")
     if steps.size < 3:
         return None
     step0, span = float(steps[0]), float(steps[-1] - steps[0])
     if not span > 0 or not math.isfinite(span):
         return None
     x = (steps - step0) / span
-    gap = np.logspace(-3.0, 1.0, max(2, grid))[:, None]  # distance of c below the minimum
-    c = float(norm.min()) - gap
-    d = norm[None, :] - c  # > 0
-    y = 1.0 / d
-    w = d**2 * np.linspace(1.0 / x.size, 1.0, x.size)[None, :]
-    sw, swx, swy = w.sum(1), (w * x).sum(1), (w * y).sum(1)
-    swxx, swxy = (w * x * x).sum(1), (w * x * y).sum(1)
-    det = sw * swxx - swx * swx
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = (sw * swxy - swx * swy) / det
-        b = (swy - a * swx) / sw
-        denom = a[:, None] * x[None, :] + b[:, None]
-        pred = c + 1.0 / denom
-        sse = ((pred - norm[None, :]) ** 2).sum(1)
-    valid = (a > 0) & (b > 0) & np.isfinite(sse) & np.all(denom > 0, axis=1)
-    if not valid.any():
+    shift = float(np.min(np.diff(x))) if family == "power" else 0.0
+    if not shift > 0 and family == "power":
         return None
-    best = int(np.argmin(np.where(valid, sse, np.inf)))
-    return CurveFit(
-        a=float(a[best]), b=float(b[best]), c=float(c[best, 0]), step0=step0, step_span=span,
-        rmse=math.sqrt(float(sse[best]) / steps.size),
-    )
+    w = _weights(x.size)
+    thetas = _grid(family, max(4, grid // 2))
+    a, c, sse = _fit_grid(family, x, norm, w, thetas, shift)
+    if not np.isfinite(sse).any():
+        return None
+    i = int(np.argmin(sse))
+    # second pass: a finer grid between the best coarse candidate's neighbours
+    lo, hi = thetas[max(0, i - 1)], thetas[min(thetas.size - 1, i + 1)]
+    fine = np.geomspace(lo, hi, max(3, grid // 2))
+    a2, c2, sse2 = _fit_grid(family, x, norm, w, fine, shift)
+    j = int(np.argmin(sse2))
+    if sse2[j] <= sse[i]:
+        thetas, a, c, i = fine, a2, c2, j
+    th = float(thetas[i])
+    pred = c[i] + a[i] * _basis(family, np.array([th]), x, shift)[0]
+    rmse = math.sqrt(float(np.mean((pred - norm) ** 2)))
+    return CurveFit(a=float(a[i]), b=th, c=float(c[i]), step0=step0, step_span=span, rmse=rmse,
+                    family=family, shift=shift)
 
 
-def remaining_steps_to_plateau(fit: CurveFit, tol: float, max_horizon_factor: float) -> float:
-    """Steps from the last observed step until the fitted gap to the asymptote is
-    tol x the total improvement (the worst point, 1 after normalisation, to the asymptote).
-    NaN when that lies beyond max_horizon_factor x the observed span."""
-    target_gap = tol * (1.0 - fit.c)
-    if not target_gap > 0:
+def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
+    """Optimus' l = 1/(b0*x + b1) + c (family "inverse"); see fit_family."""
+    return fit_family("inverse", steps, norm, grid)
+
+
+def _thin(steps: FloatArray, norm: FloatArray, max_points: int) -> tuple[FloatArray, FloatArray]:
+    """At most max_points points: means over consecutive equal-count bins (cheap fits)."""
+    n = steps.size
+    if max_points < 3 or n <= max_points:
+        return steps, norm
+    edges = np.unique(np.linspace(0, n, max_points + 1).astype(np.int64))[:-1]
+    counts = np.diff(np.append(edges, n))
+    return (np.add.reduceat(steps, edges) / counts, np.add.reduceat(norm, edges) / counts)
+
+
+def fit_families(
+    steps: FloatArray, norm: FloatArray, grid: int = 48, families: tuple[str, ...] = FAMILIES,
+    max_points: int = 256,
+) -> list[CurveFit]:
+    """Every family that fits (see fit_family), on at most max_points binned points."""
+    steps, norm = _thin(steps, norm, max_points)
+    fits = (fit_family(fam, steps, norm, grid) for fam in families)
+    return [f for f in fits if f is not None]
+
+
+def ensemble_remaining_steps(
+    fits: list[CurveFit], tol: float, max_horizon_factor: float, points: int,
+    max_steps: float | None = None, rmse_ratio: float = 3.0, rmse_floor: float = 0.002,
+) -> float:
+    """Geometric mean of the families' remaining steps (see remaining_steps_to_plateau).
+
+    The plateau time is ill-conditioned: the exponential's asymptote tends to sit too close
+    (it says "done" too early), the inverse's and power law's too far. Averaging the
+    logarithms (of remaining + one mean step, so that 0 counts) balances them; on the
+    even-numbered LCBench tasks this beat picking one family by held-out error on the latest
+    quarter of the history (benchmarks/convergence_eval). Families fitting clearly worse
+    than the best (rmse > rmse_ratio x best + rmse_floor) do not vote, so a clean curve of
+    one family is predicted by that family. Families without a prediction
+    within the horizon are left out; NaN when none has one."""
+    if not fits:
         return math.nan
-    x_plateau = (1.0 / target_gap - fit.b) / fit.a
+    best = min(f.rmse for f in fits)
+    fits = [f for f in fits if f.rmse <= rmse_ratio * best + rmse_floor]
+    r = np.array([remaining_steps_to_plateau(f, tol, max_horizon_factor, max_steps) for f in fits])
+    ok = np.isfinite(r)
+    if not ok.any():
+        return math.nan
+    if not np.any(r[ok] > 0):
+        return 0.0  # every voter is at the plateau: exactly 0, not a rounding residue
+    unit = fits[0].step_span / max(1, points - 1)  # one mean step
+    mean = float(np.exp(np.mean(np.log(r[ok] + unit)))) - unit
+    return max(0.0, mean) if math.isfinite(mean) else math.nan
+
+
+def remaining_steps_to_plateau(
+    fit: CurveFit, tol: float, max_horizon_factor: float, max_steps: float | None = None
+) -> float:
+    """Steps from the last observed step to the plateau of the fitted curve.
+
+    The plateau is defined as the offline evaluation defines it on a whole curve: the first
+    point whose remaining improvement (to the final value) is at most tol x the total
+    improvement (the worst observed point, 1 after normalisation, to the final value). The
+    final value is the asymptote, or the fitted value at max_steps when the job has a planned
+    end; the plateau is never after max_steps. NaN when it lies beyond max_horizon_factor x
+    the observed span."""
+    x_end = math.inf
+    g_end = 0.0
+    if max_steps is not None and math.isfinite(max_steps):
+        if max_steps <= fit.step0 + fit.step_span:  # at or past the planned end
+            return 0.0
+        x_end = (max_steps - fit.step0) / fit.step_span
+        g_end = float(fit.predict(np.array([max_steps]))[0]) - fit.c
+        if not (math.isfinite(g_end) and g_end >= 0):
+            return math.nan
+    total = 1.0 - fit.c - g_end
+    if not (total > 0 and tol > 0):
+        return math.nan
+    x_plateau = min(fit.x_at_gap(tol * total + g_end), x_end)
     left = max(0.0, x_plateau - 1.0)  # x = 1 is the last observed step
     if not math.isfinite(left) or left > max_horizon_factor:
         return math.nan
@@ -309,6 +445,7 @@ def estimate(
     resource_share: float | None = None,
     previous_phase: Phase = Phase.UNKNOWN,
     previous_low_count: int = 0,
+    max_steps: float | None = None,
 ) -> ConvergenceEstimate:
     """Convergence of one job from its whole (arrival-ordered) history.
 
@@ -317,6 +454,8 @@ def estimate(
     previous_low_count) with the latest window's G; call it once per window.
     resource_share: the job's share of what it could use, in (0, inf); without one, G is
     NaN and the phase is decided on P alone (share 1).
+    max_steps: the step the job plans to stop at, if it said; the plateau is then measured
+    against the fitted value there and is never later.
     """
     clean = clean_series(steps, values, timestamps)
     share = resource_share if resource_share is not None and math.isfinite(resource_share) \
@@ -347,9 +486,11 @@ def estimate(
     if norm is None:
         remaining = 0.0 if phase == Phase.COMPLETING else math.nan
     elif n >= settings.min_fit_points:
-        fit = fit_inverse_curve(clean.steps, norm, settings.fit_grid)
-        if fit is not None:
-            remaining = remaining_steps_to_plateau(fit, settings.plateau_rel_tol, settings.max_horizon_factor)
+        fits = fit_families(clean.steps, norm, settings.fit_grid, settings.fit_families, settings.fit_max_points)
+        fit = min(fits, key=lambda f: f.rmse) if fits else None
+        ms = max_steps if max_steps is not None and math.isfinite(max_steps) and max_steps > 0 else None
+        remaining = ensemble_remaining_steps(fits, settings.plateau_rel_tol, settings.max_horizon_factor, n, ms,
+                                             settings.fit_rmse_ratio, settings.fit_rmse_floor)
     if remaining == 0.0:
         seconds = 0.0
     else:

@@ -14,6 +14,7 @@ from scoring.convergence import (
     advance_phase,
     clean_series,
     estimate,
+    fit_family,
     fit_inverse_curve,
     replay_phase,
 )
@@ -245,3 +246,72 @@ def test_invariant_to_scaling_the_loss(values: list[float], power: int, factor: 
     if math.isfinite(base.progress) and abs(base.progress - s.alpha) > 1e-6:
         assert approx.phase == base.phase
     assert approx.progress == pytest.approx(base.progress, rel=1e-6, abs=1e-9, nan_ok=True)
+
+
+# ---- curve families, ensemble and planned end ----
+
+def _x_curve(family: str) -> tuple[np.ndarray, np.ndarray]:
+    k = np.arange(1.0, 61.0) * 10.0  # steps 10..600
+    x = (k - k[0]) / (k[-1] - k[0])
+    if family == "exponential":
+        loss = 2.0 * np.exp(-x / 0.3) + 0.5
+    elif family == "power":
+        loss = 2.0 * (x + 10.0 / 590.0) ** -0.7 + 0.5
+    else:
+        loss = 2.0 / (x + 0.2) + 0.5
+    return k, loss
+
+
+@pytest.mark.parametrize(("family", "theta"), [("exponential", 0.3), ("power", 0.7), ("inverse", 0.2)])
+def test_fit_family_recovers_parameters_of_a_clean_curve(family: str, theta: float) -> None:
+    k, loss = _x_curve(family)
+    norm = (loss - loss.min()) / (loss.max() - loss.min())
+    fit = fit_family(family, k, norm, grid=400)
+    assert fit is not None and fit.family == family
+    assert fit.b == pytest.approx(theta, rel=0.03)
+    assert fit.rmse < 2e-3
+    # back in loss units the asymptote is 0.5
+    assert fit.c * (loss.max() - loss.min()) + loss.min() == pytest.approx(0.5, abs=0.05)
+    assert np.allclose(fit.predict(k), norm, atol=1e-2)
+
+
+@pytest.mark.parametrize("family", ["exponential", "power", "inverse"])
+@pytest.mark.parametrize("frac", [0.3, 0.6])
+def test_remaining_steps_small_error_on_clean_synthetic_curves(family: str, frac: float) -> None:
+    # the truth, as the offline evaluation defines it, from a curve 20x longer than observed
+    k_long = np.arange(1.0, 6001.0) * 10.0
+    k, _ = _x_curve(family)
+    x_long = (k_long - k[0]) / (k[-1] - k[0])
+    if family == "exponential":
+        full = 2.0 * np.exp(-x_long / 0.3) + 0.5
+    elif family == "power":
+        full = 2.0 * (x_long + 10.0 / 590.0) ** -0.7 + 0.5
+    else:
+        full = 2.0 / (x_long + 0.2) + 0.5
+    total = full[0] - 0.5
+    k_star = float(k_long[np.argmax(full - 0.5 <= 0.05 * total)])
+    n = max(8, int(frac * k_star / 10.0))
+    rng = np.random.default_rng(1)
+    noisy = full[:n] + rng.normal(0.0, 1e-3 * total, n)
+    e = estimate(k_long[:n], noisy, k_long[:n] * 0.5, ConvergenceSettings(median_points=1))
+    assert e.remaining_steps == pytest.approx(k_star - k_long[n - 1], rel=0.25)
+
+
+def test_planned_end_caps_and_redefines_the_plateau() -> None:
+    k, loss, t = optimus_curve(40)
+    free = estimate(k, loss, t, ConvergenceSettings())
+    capped = estimate(k, loss, t, ConvergenceSettings(), max_steps=1000.0)
+    assert 0 < capped.remaining_steps < free.remaining_steps and capped.remaining_steps <= 1000.0 - k[-1]
+    assert estimate(k, loss, t, ConvergenceSettings(), max_steps=float(k[-1])).remaining_steps == 0.0
+    assert capped.remaining_seconds == pytest.approx(capped.remaining_steps / 2.0)
+
+
+def test_estimate_is_fast_on_a_long_history() -> None:
+    import time
+    k, loss, t = optimus_curve(4000, noise=0.01)
+    s = ConvergenceSettings()
+    estimate(k, loss, t, s)
+    started = time.perf_counter()
+    for _ in range(20):
+        estimate(k, loss, t, s)
+    assert (time.perf_counter() - started) / 20 < 0.02  # ~2 ms unloaded; generous for shared CI
