@@ -156,6 +156,7 @@ class PodInfo:
     resizable: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     started_at: float | None = None  # status.startTime, unix seconds
+    created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
 
     @property
@@ -208,6 +209,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         resizable=str(ann.get(RESIZABLE, "")).lower() == "true",
         labels=dict(labels),
         started_at=parse_time(status.get("startTime")),
+        created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
     )
 

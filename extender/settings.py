@@ -82,6 +82,13 @@ class MigratorConfig(LoopConfig):
     restart_cost_s: float = Field(120.0, ge=0)  # estimated checkpoint + restart, reported with the plan
     require_room_elsewhere: bool = True  # move only if the job itself fits on another node afterwards
     origin_ttl_s: float = Field(3600.0, gt=0)  # how long the extender scores the origin node down
+    # "benefit": SpeCon, the move that serves most waiting GPUs. "attained": least attained service
+    # through eviction: only pods waiting >= wait_threshold_s call for a move, and the slow job with
+    # the most GPU-seconds since its pods started (>= min_attained_gpu_s) yields (docs/control-loops.md).
+    order: Literal["benefit", "attained"] = "benefit"
+    wait_threshold_s: float = Field(600.0, ge=0)
+    min_attained_gpu_s: float = Field(4 * 3600.0, ge=0)
+    slow_phases: list[Literal["watching", "completing"]] = ["completing"]
 
 
 class ResizerConfig(LoopConfig):

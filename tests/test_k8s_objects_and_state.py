@@ -159,3 +159,11 @@ def test_stale_telemetry_is_unknown_in_views() -> None:
     stale = s.view(["n0"], now=200.0, stale_after_s=60)
     assert np.isnan(stale.arrays.gpu_util).all()
     assert s.gpu_util[s.slot_of("n0"), 0] == 95  # the view masks; the stored sample is untouched
+
+
+def test_pod_times_for_the_migrator() -> None:
+    p = parse_pod({"metadata": {"name": "a", "namespace": "ns", "creationTimestamp": "2025-01-02T03:04:05Z"},
+                "spec": {}, "status": {"startTime": "2025-01-02T03:05:05Z"}})
+    assert p.created_at is not None and p.started_at is not None and p.started_at - p.created_at == 60.0
+    q = parse_pod({"metadata": {"name": "b"}, "spec": {}, "status": {}})
+    assert q.created_at is None and q.started_at is None

@@ -102,6 +102,7 @@ class Migrator:
         free = np.array([nodes[n].allocatable.gpus for n in node_names], dtype=np.float64)
         pods_of: dict[str, list[PodInfo]] = {}
         demand_gpus: list[float] = []
+        demand_wait: list[float] = []  # seconds since creation (NaN unknown)
         demand_pods: list[tuple[int, float, str]] = []
         for p in pods:
             if p.node and p.holds_resources and p.node in col:
@@ -109,17 +110,22 @@ class Migrator:
             if p.phase in ("Succeeded", "Failed"):
                 continue
             if not p.node and not p.terminating and p.requests.gpus > 0:
-                demand_pods.append((-p.priority, p.started_at or 0.0, p.key))
+                # kube-scheduler's order: priority, then when the pod was created.
+                created = p.created_at if p.created_at is not None else math.nan
+                demand_pods.append((-p.priority, created if math.isfinite(created) else 0.0, p.key))
                 demand_gpus.append(p.requests.gpus)
+                demand_wait.append(now - created)
             pods_of.setdefault(p.job, []).append(p)
         order = sorted(range(len(demand_pods)), key=lambda i: demand_pods[i][:2])
-        demands = Demands.pending(np.asarray([demand_gpus[i] for i in order], dtype=np.float64))
+        demands = Demands.pending(np.asarray([demand_gpus[i] for i in order], dtype=np.float64),
+                                  np.asarray([demand_wait[i] for i in order], dtype=np.float64))
         # Jobs holding GPUs are the only ones migration could move.
         keys = sorted(j for j, ps in pods_of.items() if any(p.node and p.requests.gpus > 0 for p in ps))
         n_j, n_n = len(keys), len(node_names)
         gpus_on = np.zeros((n_j, n_n))
         arr: dict[str, list[Any]] = {k: [] for k in ("opted_in", "allowed", "running", "runtime_s", "phase",
-                                                     "growth", "remaining_s", "migrations", "since")}
+                                                     "growth", "remaining_s", "migrations", "since",
+                                                     "attained")}
         allowed_ns: dict[str, bool] = {}
         for r, job in enumerate(keys):
             ps = pods_of[job]
@@ -137,6 +143,10 @@ class Migrator:
             arr["running"].append(all(p.node and p.phase == "Running" and not p.terminating for p in ps))
             arr["runtime_s"].append(now - max(s for s in starts if s is not None)
                                     if all(s is not None for s in starts) else math.nan)
+            # Attained GPU service since its pods started (a replacement pod starts afresh).
+            arr["attained"].append(sum(p.requests.gpus * (now - p.started_at) for p in ps
+                                       if p.started_at is not None and p.node and p.holds_resources)
+                                   if all(s is not None for s in starts) else math.nan)
             arr["phase"].append(int(est.phase) if est else int(Phase.UNKNOWN))
             # G = P / share; without a known share the state machine decides on P (share 1).
             g = est.growth_efficiency if est and math.isfinite(est.growth_efficiency) else (
@@ -158,6 +168,7 @@ class Migrator:
             migrations=np.asarray(arr["migrations"], dtype=np.int64).reshape(-1),
             since_migration_s=np.asarray(arr["since"], dtype=np.float64).reshape(-1),
             gpus_on=gpus_on,
+            attained_gpu_s=np.asarray(arr["attained"], dtype=np.float64).reshape(-1),
         )
         return Snapshot(keys, node_names, jobs, free, demands, [demand_pods[i][2] for i in order], pods_of,
                         estimates)
@@ -167,7 +178,10 @@ class Migrator:
         return MigrationSettings(min_runtime_s=c.min_runtime_s, max_migrations=c.max_migrations,
                                  cooldown_s=c.cooldown_s, min_remaining_s=c.min_remaining_s,
                                  require_room_elsewhere=c.require_room_elsewhere,
-                                 max_moves=max(1, c.max_per_interval))
+                                 max_moves=max(1, c.max_per_interval),
+                                 slow_phases=tuple(Phase[x.upper()] for x in c.slow_phases),
+                                 order=c.order, wait_threshold_s=c.wait_threshold_s,
+                                 min_attained_gpu_s=c.min_attained_gpu_s)
 
     # ---- Controller ----
     def plan(self, now: float) -> Sequence[Action]:
@@ -262,6 +276,7 @@ class Migrator:
                 "checkpointable": bool(j.opted_in[r]), "phase": Phase(int(j.phase[r])).name.lower(),
                 "growth_efficiency": num(float(j.growth[r])), "remaining_s": num(float(j.remaining_s[r])),
                 "runtime_s": num(float(j.runtime_s[r])), "migrations": int(j.migrations[r]),
+                "attained_gpu_s": num(float(j.attained_gpu_s[r])) if j.attained_gpu_s is not None else None,
                 "gpus": float(j.gpus_on[r].sum())}
                 for r, key in enumerate(snap.job_keys)},
         }
