@@ -10,6 +10,12 @@ the apiserver shows it), each job's phase and progress P from scoring.convergenc
 (epoch, metric) series (as benchmarks/sim/telemetry.py), its run time since its last start,
 and its own migration record. Not the job's remaining work (flowsched does not know it).
 
+With settings.order="attained" it also knows what the cluster loop reads from pod objects:
+each running job's attained GPU-time since its pods started (GPUs x time since its latest
+start: a replacement pod's startTime is its own, so earlier runs are not counted)
+and how long each pending pod has waited (since it was created: a requeued job's
+replacement pods are new).
+
 Budgets as the controller's: max_per_interval moves a round (interval = the engine round) and
 max_per_hour in any sliding hour.
 """
@@ -84,11 +90,13 @@ class SimMigrator:
         c = engine.cluster
         per_node = c.settings.gpus_per_node
         running = [j for j in engine.active.values() if j.placement]
+        queued_at: dict[int, float] = getattr(engine.policy, "queued_at", {})
         pending = sorted((j for j in engine.active.values() if not j.placement),
-                         key=lambda j: (-j.spec.priority, j.spec.arrival, j.idx))
+                         key=lambda j: (-j.spec.priority, queued_at.get(j.idx, j.spec.arrival), j.idx))
         if not running or not pending:
             return
         demand = [g for j in pending for g in pod_sizes(j.replicas, per_node)]
+        wait = [now - queued_at.get(j.idx, j.spec.arrival) for j in pending for _ in pod_sizes(j.replicas, per_node)]
         n_nodes = c.gpu_alloc.shape[0]
         gpus_on = np.zeros((len(running), n_nodes))
         phase = np.zeros(len(running), dtype=np.int64)
@@ -109,11 +117,14 @@ class SimMigrator:
             since_migration_s=np.array([now - self.last_at[j.idx] if j.idx in self.last_at else math.inf
                                         for j in running], dtype=np.float64),
             gpus_on=gpus_on,
+            attained_gpu_s=np.array([max(0.0, now - j.seg_start) * j.gpus for j in running],
+                                    dtype=np.float64),
         )
         free = c.gpu_alloc - c.gpu_used
         s = self.settings if allowed >= self.settings.max_moves else MigrationSettings(
             **{**self.settings.__dict__, "max_moves": allowed})
-        plan = plan_migrations(jobs, free, Demands.pending(np.asarray(demand, dtype=np.float64)), s)
+        plan = plan_migrations(jobs, free, Demands.pending(np.asarray(demand, dtype=np.float64),
+                                                          np.asarray(wait, dtype=np.float64)), s)
         self.stats.rounds_planned += 1
         for m in plan.moves:
             job = running[m.job]
