@@ -19,6 +19,7 @@ from extender.k8s_objects import parse_node, parse_pod
 from extender.settings import ElasticConfig, Settings
 from extender.state import ClusterState
 from scoring.convergence import Phase
+from tests.control_fakes import FakeActions, FakeTracker
 from tests.k8s_factories import node, pod
 
 
@@ -26,24 +27,6 @@ from tests.k8s_factories import node, pod
 class Est:
     phase: Phase
     step_rate: float = math.nan
-
-
-class FakeTracker:
-    def __init__(self, est: dict[str, Est]) -> None:
-        self.est = est
-
-    def snapshot(self) -> dict[str, Est]:
-        return dict(self.est)
-
-
-class FakeActions:
-    def __init__(self) -> None:
-        self.api_client = object()
-        self.annotations: list[tuple[str, str, dict[str, Any]]] = []
-
-    def annotate_pod(self, ns: str, name: str, ann: dict[str, Any]) -> bool:
-        self.annotations.append((ns, name, ann))
-        return True
 
 
 def worker(job: str, i: int, node_name: str | None, elastic: str | None = "1-8", gpus: int = 1) -> dict[str, Any]:

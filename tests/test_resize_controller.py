@@ -20,6 +20,7 @@ from extender.settings import Settings
 from extender.state import ClusterState
 from scoring.convergence import Phase
 from scoring.resize import ResizeSettings
+from tests.control_fakes import FakeActions, FakeTracker
 from tests.k8s_factories import node, pod
 
 
@@ -27,24 +28,6 @@ from tests.k8s_factories import node, pod
 class Est:
     phase: Phase
     progress: float
-
-
-class FakeTracker:
-    def __init__(self, est: dict[str, Est]) -> None:
-        self.est = est
-
-    def snapshot(self) -> dict[str, Est]:
-        return dict(self.est)
-
-
-class FakeActions:
-    def __init__(self) -> None:
-        self.api_client = object()
-        self.annotations: list[tuple[str, str, dict[str, Any]]] = []
-
-    def annotate_pod(self, ns: str, name: str, ann: dict[str, Any]) -> bool:
-        self.annotations.append((ns, name, ann))
-        return True
 
 
 def running(name: str, cpu: str, annotations: dict[str, str] | None = None, limit: str | None = None,
