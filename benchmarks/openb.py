@@ -93,7 +93,7 @@ def node_object(n: OpenbNode) -> dict[str, Any]:
 def pod_object(p: OpenbPod, name: str, node: str | None = None, namespace: str = "default") -> dict[str, Any]:
     limits = {"nvidia.com/gpu": str(p.gpus)} if p.gpus else {}
     return {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}", "resourceVersion": "1",
                      "labels": {"flowsched.io/job": name}},
         "spec": {"schedulerName": "flowsched", "nodeName": node, "priority": 0, "containers": [
             {"name": "main", "image": "trainer",

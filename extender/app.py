@@ -18,7 +18,15 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import wire
-from extender.decide import NEUTRAL_SCORE, Policy, decide_filter, decide_preempt, decide_prioritize, explain
+from extender.decide import (
+    NEUTRAL_SCORE,
+    Policy,
+    ScoreMemo,
+    decide_filter,
+    decide_preempt,
+    decide_prioritize,
+    explain,
+)
 from extender.metrics import Metrics
 from extender.settings import Settings
 from extender.state import ClusterState
@@ -67,6 +75,7 @@ def build_app(
     policy = Policy(settings.placement.to_policy(), settings.telemetry_stale_s, settings.gpu_resource)
     limit = settings.max_body_bytes
     prefix = settings.prefix
+    memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it
 
     async def decode(request: Request, verb: str) -> Any | Response:
         try:
@@ -114,7 +123,7 @@ def build_app(
 
     def do_filter(body: Any) -> Any:
         args = wire.parse_extender_args(body)
-        ans = decide_filter(state, args, policy, clock())
+        ans = decide_filter(state, args, policy, clock(), memo)
         note_unknown("filter", ans.unknown, args.names)
         for reason, count in Counter((*ans.failed.values(), *ans.unresolvable.values())).items():
             metrics.filter_rejections.labels(reason).inc(count)
@@ -126,7 +135,7 @@ def build_app(
 
     def do_prioritize(body: Any) -> Any:
         args = wire.parse_extender_args(body)
-        ans = decide_prioritize(state, args, policy, clock())
+        ans = decide_prioritize(state, args, policy, clock(), memo)
         note_unknown("prioritize", ans.unknown, args.names)
         return wire.encode_host_priority_list(ans.names, ans.scores)
 
