@@ -37,6 +37,8 @@ class ConvergenceTracker:
         self.prune_every_s = prune_every_s
         self._next_prune = clock() + prune_every_s
         self.estimates: dict[str, ConvergenceEstimate] = {}  # "namespace/job"
+        self._seen: dict[str, tuple[int, float]] = {}  # job -> (points, last_ts) at its last estimate
+        self.skipped = 0
         self.errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -49,6 +51,10 @@ class ConvergenceTracker:
             if now - summary.last_ts > self.active_within_s:
                 continue
             key = f"{summary.namespace}/{summary.job}"
+            # A fit costs milliseconds (tens at 4,000 points): only jobs with new points pay it.
+            if self._seen.get(key) == (summary.points, summary.last_ts) and key in self.estimates:
+                self.skipped += 1
+                continue
             try:
                 history = self.store.history(summary.namespace, summary.job)
                 if history is None:
@@ -60,6 +66,7 @@ class ConvergenceTracker:
                 log.exception("convergence estimate failed for %s", key)
                 continue
             self.estimates[key] = est
+            self._seen[key] = (summary.points, summary.last_ts)
             self.state.set_job_convergence(key, JobConvergence(est.phase, est.remaining_seconds, now))
             done += 1
         return done

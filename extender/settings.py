@@ -34,7 +34,7 @@ class PlacementConfig(BaseModel):
 
 class ConvergenceConfig(BaseModel):
     window_s: float = Field(30.0, ge=0)  # FlowCon's Δ
-    alpha: float = Field(0.05, gt=0)  # growth efficiency below this is slow growth
+    alpha: float = Field(0.15, gt=0)  # relative pace (growth) below this is slow growth
     plateau_rel_tol: float = Field(0.05, gt=0, lt=1)
     interval_s: float = Field(10.0, gt=0)  # how often phases are re-estimated
     active_within_s: float = Field(3600.0, gt=0)  # jobs silent for longer are not re-estimated

@@ -49,7 +49,9 @@ class Phase(IntEnum):
 class ConvergenceSettings:
     window_s: float = 30.0  # Δ in seconds (FlowCon); 0 = count windows in points
     window_points: int = 5  # window length when window_s is 0 or there are no timestamps
-    alpha: float = 0.05  # G below this is slow growth
+    alpha: float = 0.15  # relative pace below this is slow growth (chosen on the LCBench/Pollux eval)
+    pace_lag_windows: int = 3  # improvement measured over this many windows
+    noise_z: float = 2.0  # improvements within this many noise sigmas count as none
     higher_is_better: bool = False  # True for accuracy-like metrics
     median_points: int = 3  # odd width of the spike-removing median filter; 1 = off
     plateau_rel_tol: float = 0.05  # plateau: remaining improvement <= tol * total improvement
@@ -219,14 +221,16 @@ def window_ids(
     return (steps_count - 1 - np.arange(steps_count, dtype=np.int64)) // width
 
 
-def window_progress(norm: FloatArray, ids: IntArray) -> FloatArray:
-    """Relative pace between consecutive non-empty windows, oldest first.
+def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: float = 2.0) -> FloatArray:
+    """Relative pace at each window after the first, oldest first.
 
-    Each window pair's improvement is divided by the job's mean improvement per window so far
-    (from its first window to the best it has reached). A job learning at a steady pace scores
-    1 however long its history; a plateau tends to 0. Measuring against the whole observed
-    range instead would make any long steady run look slow (P ~ 1/windows). Gaps count as
-    elapsed windows. A job that has not improved yet scores 0.
+    The improvement over the last `lag` windows, per window, divided by the job's mean
+    improvement per window so far (from its first window to the best it has reached). A job
+    learning at a steady pace scores 1 however long its history; a plateau tends to 0.
+    Measuring against the whole observed range instead makes any long steady run look slow
+    (P ~ 1/windows). An improvement within noise_z standard deviations of the window means'
+    noise counts as none: late in a long plateau the mean pace is tiny, and noise alone would
+    otherwise read as fast growth. Gaps count as elapsed windows; no improvement yet is 0.
     """
     uniq, inverse = np.unique(ids, return_inverse=True)
     if uniq.size < 2:
@@ -234,8 +238,14 @@ def window_progress(norm: FloatArray, ids: IntArray) -> FloatArray:
     means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
     means, uniq = means[::-1], uniq[::-1]  # oldest window first
     elapsed = (uniq[0] - uniq).astype(np.float64)  # windows since the first, >= 1 from index 1
-    gap = elapsed[1:] - elapsed[:-1]
-    step = np.maximum(means[:-1] - means[1:], 0.0) / gap
+    here = np.arange(1, means.size)
+    back = np.maximum(here - max(1, lag), 0)
+    drop = means[back] - means[here]
+    diffs = np.diff(means)
+    # Robust noise of one window mean, from the spread of consecutive differences (MAD).
+    sigma = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0) if diffs.size >= 3 else 0.0
+    real = drop > noise_z * sigma * math.sqrt(2.0)
+    step = np.where(real, np.maximum(drop, 0.0), 0.0) / (elapsed[here] - elapsed[back])
     gained = means[0] - np.minimum.accumulate(means)[1:]  # improvement so far, >= 0
     with np.errstate(divide="ignore", invalid="ignore"):
         pace = np.where(gained > _FLAT_SPAN, step / (gained / elapsed[1:]), 0.0)
@@ -471,7 +481,7 @@ def estimate(
         windows = int(np.unique(ids).size) if n else 0
         p_all = np.zeros(max(0, windows - 1))
     else:
-        p_all = window_progress(norm, ids)
+        p_all = window_progress(norm, ids, settings.pace_lag_windows, settings.noise_z)
     g_all = p_all / (share if share is not None else 1.0)
     if previous_phase == Phase.UNKNOWN:
         phase, low = replay_phase(g_all, settings.alpha)

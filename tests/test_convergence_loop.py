@@ -30,3 +30,16 @@ def test_silent_jobs_are_not_estimated_and_idle_ones_pruned_hourly(tmp_path: Pat
     assert {j.job for j in store.jobs()} == {"new"}
     assert tracker.prune_if_due() == 0  # and not again within the hour
     store.close()
+
+
+def test_jobs_without_new_points_are_not_estimated_again(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
+    now = [1000.0]
+    store.add_points("ns", "a", [ProgressPoint(step=k, value=5.0 - 0.01 * k, timestamp=10.0 * k) for k in range(60)])
+    tracker = ConvergenceTracker(store, ClusterState(), ConvergenceSettings(window_s=0.0, window_points=5),
+                                 clock=lambda: now[0])
+    assert tracker.refresh_once() == 1
+    assert tracker.refresh_once() == 0 and tracker.skipped == 1
+    store.add_points("ns", "a", [ProgressPoint(step=60, value=4.3, timestamp=600.0)])
+    assert tracker.refresh_once() == 1
+    store.close()
