@@ -1,56 +1,139 @@
-"""The Pollux artifact's workloads 1-8 at 1.0x and 2.0x load: every policy, ratios to flowsched
-and to the artifact's published Pollux/Tiresias averages (../shared/data/README.md).
+"""The headline table: the Pollux artifact's workloads 1-8 at 1.0x and 2.0x load, every baseline
+and every flowsched variant (benchmarks/sim/variants.py), means over workloads (and seeds for
+the randomised policies), ratios to each baseline and to the artifact's published Pollux.
 
-    .venv/bin/python -m benchmarks.run_pollux [--data ../shared/data/pollux] [--seeds 3] [--out DIR]
+    .venv/bin/python -m benchmarks.run_pollux [--data ../shared/data/pollux] [--seeds 1] \\
+        [--loads 1.0,2.0] [--workloads 1-8] [--policies ...] [--procs 2] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.sim.engine import EngineSettings
-from benchmarks.sim.entry import run_matrix
-from benchmarks.sim.jobmodel import load_profiles
-from benchmarks.sim.policies import POLICY_NAMES
-from benchmarks.sim.report import aggregate, format_table, write_csv, write_summary_csv
+from benchmarks.sim.jobmodel import ProfileSet, load_profiles
+from benchmarks.sim.report import RunMetrics, aggregate, write_csv, write_summary_csv
+from benchmarks.sim.variants import (
+    ASSUMPTION,
+    BASELINES,
+    DETERMINISTIC,
+    FLOWSCHED_VARIANTS,
+    INTEGRATED,
+    known,
+    prepare,
+    run_one,
+)
 from benchmarks.sim.workload import read_workload
 
 # Published averages over workload-1..8 (the artifact's result files, per data/README.md).
 PUBLISHED = {"1.0": {"pollux": 2751.0, "tiresias": 4038.0}, "2.0": {"pollux": 5289.0, "tiresias": 10040.0}}
 FOLDERS = {"1.0": "workloads", "2.0": "workloads-2.0"}
+DEFAULT_POLICIES = (*BASELINES, *FLOWSCHED_VARIANTS)
+REFS = (("fifo", "fifo"), ("kube-default", "kube"), ("binpack", "bin"), ("tiresias", "tir"))
+
+_PROFILES: dict[str, ProfileSet] = {}
+
+
+def _task(data: str, load: str, w: int, policy: str, seed: int) -> tuple[RunMetrics, dict[str, float]]:
+    if data not in _PROFILES:
+        _PROFILES[data] = load_profiles(Path(data) / "traces")
+    profiles = _PROFILES[data]
+    specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles)
+    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}")
+    loops = {
+        "resizes": float(v.elastic.stats.resizes) if v.elastic else float("nan"),
+        "evictions": float(v.migrator.stats.migrations) if v.migrator else float("nan"),
+    }
+    return m, loops
+
+
+def _wids(spec: str) -> list[int]:
+    if "-" in spec:
+        lo, hi = (int(x) for x in spec.split("-"))
+        return list(range(lo, hi + 1))
+    return [int(x) for x in spec.split(",")]
+
+
+def format_headline(summary: dict[str, dict[str, float]], loops: dict[str, dict[str, float]], pollux: float) -> str:
+    refs = [(r, n) for r, n in REFS if r in summary]
+    w = max([21, *(len(p) + 1 for p in summary)])
+    head = (f"{'policy':<{w}}{'avg JCT':>8}{'p50':>7}{'p99':>7}{'makespan':>9}{'queue':>7}{'restarts':>9}"
+            f"{'resize':>7}{'evict':>6}{'GPU alloc':>10}{'GPU busy':>9}"
+            + "".join(f"{'/' + n:>7}" for _, n in refs) + f"{'/Pollux':>8}")
+    lines = [head, "-" * len(head)]
+    for p, s in summary.items():
+        lp = loops.get(p, {})
+
+        def num(k: str, lp: dict[str, float] = lp) -> str:
+            x = lp.get(k, float("nan"))
+            return "-" if not np.isfinite(x) else f"{x:.0f}"
+
+        row = (f"{p:<{w}}{s['avg_jct']:>8.0f}{s['p50_jct']:>7.0f}{s['p99_jct']:>7.0f}{s['makespan']:>9.0f}"
+               f"{s['avg_queueing']:>7.0f}{s['restarts']:>9.1f}{num('resizes'):>7}{num('evictions'):>6}"
+               f"{s['gpu_allocated']:>10.1%}{s['gpu_busy']:>9.1%}"
+               + "".join(f"{s['avg_jct'] / summary[r]['avg_jct']:>7.3f}" for r, _ in refs)
+               + f"{s['avg_jct'] / pollux:>8.3f}")
+        if s.get("unfinished"):
+            row += f"  ({s['unfinished']:.0f} jobs never fit)"
+        lines.append(row)
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/pollux"))
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=1, help="seeds for the randomised policies (fifo, tiresias: one)")
     p.add_argument("--loads", default="1.0,2.0")
-    p.add_argument("--policies", default=",".join(POLICY_NAMES))
+    p.add_argument("--workloads", default="1-8", help="range a-b or comma list")
+    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
-    data = Path(a.data)
-    profiles = load_profiles(data / "traces")
-    policies = a.policies.split(",")
+    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    bad = [x for x in policies if not known(x)]
+    if bad:
+        p.error(f"unknown policy {', '.join(bad)}")
+    wids = _wids(a.workloads)
+    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)}; composition rule: benchmarks/sim/variants.py")
+    print(ASSUMPTION)
     for load in a.loads.split(","):
-        wl = [(f"workload-{i}", read_workload(data / FOLDERS[load] / f"workload-{i}.csv")) for i in range(1, 9)]
-        res = run_matrix(wl, profiles, policies, list(range(a.seeds)), EngineSettings())
-        summary = aggregate(res.runs)
-        print(f"== load {load}x: workload-1..8, 16x4 GPUs, {a.seeds} seed(s) for randomised policies")
-        print(format_table(summary))
-        for name, jct in PUBLISHED[load].items():
-            fs = summary.get("flowsched", {}).get("avg_jct")
-            line = f"published {name} avg JCT {jct:.0f} s"
-            if fs:
-                line += f"; flowsched / {name} = {fs / jct:.3f}"
-            if name == "tiresias" and "tiresias" in summary:
-                line += f"; simulated tiresias / published = {summary['tiresias']['avg_jct'] / jct:.3f}"
-            print(line)
+        t0 = time.perf_counter()
+        tasks = [(a.data, load, w, pol, seed) for w in wids for pol in policies for seed in range(a.seeds)
+                 if not (seed > 0 and pol in DETERMINISTIC)]
+        if a.procs > 1:
+            with ProcessPoolExecutor(a.procs) as ex:
+                results = list(ex.map(_task, *zip(*tasks, strict=True)))
+        else:
+            results = [_task(*t) for t in tasks]
+        runs = [m for m, _ in results]
+        loops: dict[str, dict[str, float]] = {}
+        for pol in policies:
+            mine = [lp for (m, lp) in results if m.policy == pol]
+            loops[pol] = {k: float(np.mean([lp[k] for lp in mine])) for k in ("resizes", "evictions")}
+        summary = aggregate(runs)
+        pollux = PUBLISHED[load]["pollux"]
+        print(f"\n== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), 16x4 GPUs, "
+              f"{a.seeds} seed(s) for the randomised policies (fifo, tiresias: 1); restart penalty "
+              f"{EngineSettings().restart_penalty:g} s; {time.perf_counter() - t0:.0f} s wall")
+        print(format_headline(summary, loops, pollux))
+        print("queue: mean first start - arrival; restarts, resize, evict: per run; /x: avg JCT / x's avg JCT; "
+              f"/Pollux: / published Pollux {pollux:.0f} s")
+        tir = PUBLISHED[load]["tiresias"]
+        if "tiresias" in summary:
+            print(f"published tiresias avg JCT {tir:.0f} s; simulated tiresias / published = "
+                  f"{summary['tiresias']['avg_jct'] / tir:.3f}")
+        sys.stdout.flush()
         if a.out:
             out = Path(a.out) / f"load-{load}"
             out.mkdir(parents=True, exist_ok=True)
-            write_csv(out / "runs.csv", res.runs)
+            write_csv(out / "runs.csv", runs)
             write_summary_csv(out / "summary.csv", summary)
     return 0
 

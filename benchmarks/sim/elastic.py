@@ -25,6 +25,7 @@ Per round (every `replan_s`, and whenever a job arrives or completes):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,15 @@ class SimElastic:
     alpha: float = 0.05
     min_points: int = 6
     dry_run: bool = False
+    # Least attained service through the weights (0 = off): a job's weight is multiplied by
+    # (1 + attained GPU-hours)^-las_power, attained = GPU x seconds its pods have run so far
+    # (the controller's own per-job record from its pods' start times; no remaining work).
+    las_power: float = 0.0
+    # Composition with other loops (benchmarks/sim/variants.py): jobs `skip` says True for are
+    # left exactly as they are (not planned; a running one's GPUs are not capacity), and
+    # `on_resize` hears of every resize this loop makes.
+    skip: Callable[[SimJob, float], bool] | None = None
+    on_resize: Callable[[SimJob, float], None] | None = None
     stats: ElasticStats = field(default_factory=ElasticStats)
     _tables: dict[tuple[str, int], _AppTable] = field(default_factory=dict)
     _last_plan: float = -np.inf
@@ -131,7 +141,7 @@ class SimElastic:
             return hit[1]
         app = self.profiles.apps[job.spec.app]
         pts = np.array(job.series, dtype=np.float64)
-        s = ConvergenceSettings(window_s=0.0, window_points=self.window_points, alpha=self.alpha,
+        s = ConvergenceSettings(window_s=0.0, window_points=self.window_points, alpha=self.alpha, fit_families=(),
                                 higher_is_better=app.metric_increases)
         est = estimate(pts[:, 1], pts[:, 2], pts[:, 0], s)
         self._phase[job.idx] = (n, est)
@@ -168,6 +178,9 @@ class SimElastic:
             batches = np.append(batches, job.batch_size)
             rate = np.concatenate([rate, self._current_rate(job, noise, mx, gpn)[:, None]], axis=1)
         weight = convergence_weight(self._estimate(job), self.weights) if self.convergence else 1.0
+        if self.las_power > 0:
+            attained = job.gpu_seconds + (max(0.0, engine.now - job.seg_start) * job.gpus if job.placement else 0.0)
+            weight *= (1.0 + attained / 3600.0) ** -self.las_power
         return ElasticJob(s.name, max(1, s.elastic_min), mx, batches, rate, cur, cur_batch, lo, hi, weight)
 
     def _current_rate(self, job: SimJob, noise: GradientNoise, mx: int, gpn: int) -> FloatArray:
@@ -187,7 +200,8 @@ class SimElastic:
             return
         self._seen = seen
         self._last_plan = now
-        elastic = [j for j in engine.active.values() if j.spec.elastic_max > 0 and j.completion is None]
+        elastic = [j for j in engine.active.values() if j.spec.elastic_max > 0 and j.completion is None
+                   and not (self.skip is not None and self.skip(j, now))]
         if not elastic:
             return
         for j in elastic:
@@ -208,6 +222,8 @@ class SimElastic:
         for job, d in changes:
             before, batch_before = job.gpus, job.batch_size
             if engine.resize(job, d.gpus, d.batch_size):
+                if self.on_resize is not None:
+                    self.on_resize(job, now)
                 resized.append(job)
                 self.stats.resizes += 1
                 self.stats.grows += int(d.gpus > before)
@@ -228,6 +244,8 @@ class SimElastic:
             for g in range(job.replicas - 1, lo - 1, -1):
                 if _fits(pod_sizes(g, engine.cluster.settings.gpus_per_node), free):
                     if engine.resize(job, g, job.batch_size):
+                        if self.on_resize is not None:
+                            self.on_resize(job, now)
                         self.stats.refits += 1
                         changed = True
                     break

@@ -6,27 +6,36 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.sim.cluster import ClusterSettings
-from benchmarks.sim.engine import CompletingFn, Engine, EngineSettings, InterferenceSettings
+from benchmarks.sim.engine import CompletingFn, EngineSettings, InterferenceSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
-from benchmarks.sim.policies import POLICY_NAMES, make_policy
 from benchmarks.sim.report import (
     RunMetrics,
     RunTrace,
     aggregate,
     format_table,
-    measure,
     plot,
     write_csv,
     write_summary_csv,
 )
+from benchmarks.sim.variants import (
+    ASSUMPTION,
+    BASELINES,
+    DETERMINISTIC,
+    FLOWSCHED_VARIANTS,
+    INTEGRATED,
+    known,
+    prepare,
+    run_one,
+)
 from benchmarks.sim.workload import JobSpec, read_workload, scale_load
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux" / "traces"
+POLICY_NAMES = (*BASELINES, "flowsched-placement", "flowsched")
 
 
 @dataclass(frozen=True)
@@ -44,23 +53,17 @@ def run_matrix(
     completing: Callable[[], CompletingFn | None] = lambda: None,
     log: Callable[[str], None] | None = None,
 ) -> MatrixResult:
-    """Every policy on every workload; deterministic policies (fifo, tiresias) run one seed."""
+    """Every policy (benchmarks.sim.variants names) on every workload; deterministic policies
+    (fifo, tiresias) run one seed. Workloads are marked as variants.prepare says (ASSUMPTION)."""
     runs: list[RunMetrics] = []
     traces: list[RunTrace] = []
-    for wi, (wname, specs) in enumerate(workloads):
+    for wi, (wname, raw) in enumerate(workloads):
+        specs = prepare(raw, profiles)
         for policy in policies:
             for si, seed in enumerate(seeds):
-                if si > 0 and policy in ("fifo", "tiresias"):  # no randomness in these
+                if si > 0 and policy in DETERMINISTIC:  # no randomness in these
                     continue
-                t0 = time.perf_counter()
-                eng = Engine(
-                    specs,
-                    profiles,
-                    make_policy(policy, seed),
-                    replace(settings, seed=seed),
-                    completing=completing() if policy == "flowsched" else None,
-                ).run()
-                m, tr = measure(eng, wname, seed, time.perf_counter() - t0)
+                m, tr, _ = run_one(specs, profiles, policy, seed, settings, wname, completing())
                 runs.append(m)
                 if wi == 0 and si == 0:
                     traces.append(tr)
@@ -70,7 +73,9 @@ def run_matrix(
 
 
 def _common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated: " + ", ".join(POLICY_NAMES))
+    p.add_argument("--policies", default=",".join(POLICY_NAMES),
+                   help="comma-separated, from: " + ", ".join(BASELINES + FLOWSCHED_VARIANTS)
+                   + f" or flowsched+<loops> (elastic, migrator|las); flowsched = flowsched+{'+'.join(INTEGRATED)}")
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--seeds", type=int, default=3, help="seeds averaged (seed, seed+1, ...)")
     p.add_argument("--nodes", type=int, default=16)
@@ -96,11 +101,20 @@ def _settings(a: argparse.Namespace) -> EngineSettings:
     )
 
 
+def _policies(a: argparse.Namespace) -> list[str]:
+    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    bad = [x for x in policies if not known(x)]
+    if bad:
+        raise SystemExit(f"unknown policy {', '.join(bad)}; see --help")
+    return policies
+
+
 def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(result.runs)
     print(title)
+    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (benchmarks/sim/variants.py); {ASSUMPTION}")
     print(format_table(summary))
     write_csv(out / "runs.csv", result.runs)
     write_summary_csv(out / "summary.csv", summary)
@@ -140,7 +154,7 @@ def simulate_main(argv: list[str]) -> int:
         return 2
     profiles = load_profiles(profiles_dir)
     workloads = [(f.stem, scale_load(read_workload(f), a.load)) for f in files]
-    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    policies = _policies(a)
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
     result = run_matrix(workloads, profiles, policies, seeds, _settings(a), _adapter(profiles, a.convergence), log)
@@ -162,7 +176,7 @@ def demo_main(argv: list[str]) -> int:
     workloads = [
         (f"generated-{k}", generate(GeneratorSettings(a.jobs, a.hours, a.seed + k))) for k in range(max(1, a.workloads))
     ]
-    policies = [x.strip() for x in a.policies.split(",") if x.strip()]
+    policies = _policies(a)
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
     t0 = time.perf_counter()

@@ -52,13 +52,18 @@ STEPS_PER_EPOCH = 100  # synthetic: progress is counted in steps of equal statis
 class CalibratedApp:
     """Satisfies jobmodel.AppModel from one row per GPU count of CALIBRATION."""
 
-    def __init__(self, name: str, rows: dict[int, tuple[float, int, float, float, float, float]], gpus_per_node: int):
+    def __init__(self, name: str, rows: dict[int, tuple[float, int, float, float, float, float]], gpus_per_node: int,
+                 batches: tuple[int, int] = (1, 1)):
         self.name = name
         self.rows = rows
         self.gpus_per_node = gpus_per_node
         first = next(iter(rows.values()))
         self.max_epochs = first[1]
-        self.init_batch_size = 1
+        # The batch range the workloads use for this model (the elastic optimizer's candidates).
+        # Neither step time nor progress per step depends on the batch here (no gradient noise),
+        # so the range only bounds the GPUs a job can use: one sample per GPU at least.
+        self.init_batch_size, self.max_batch_size = batches
+        self.min_local_bsz = 1
         self.metric_increases = first[5] > first[4]
         self.progress_at = np.arange(self.max_epochs + 1, dtype=np.float64) * STEPS_PER_EPOCH
 
@@ -89,9 +94,12 @@ class CalibratedApp:
 
 def calibrated_profiles(gpus_per_node: int = 4) -> ProfileSet:
     by_model: dict[str, dict[int, tuple[float, int, float, float, float, float]]] = {}
-    for (model, gpus, _), row in CALIBRATION.items():
+    batches: dict[str, list[int]] = {}
+    for (model, gpus, batch), row in CALIBRATION.items():
         by_model.setdefault(model, {})[gpus] = row
-    return ProfileSet({m: CalibratedApp(m, rows, gpus_per_node) for m, rows in by_model.items()})
+        batches.setdefault(model, []).append(batch)
+    return ProfileSet({m: CalibratedApp(m, rows, gpus_per_node, (min(batches[m]), max(batches[m])))
+                       for m, rows in by_model.items()})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,10 @@ class SimMigrator:
     window_points: int = 3
     alpha: float = 0.05
     min_points: int = 6
+    # Composition with other loops (benchmarks/sim/variants.py): jobs `skip` says True for are
+    # never candidates (the planner's `allowed` is False), and `on_evict` hears of each eviction.
+    skip: Callable[[SimJob, float], bool] | None = None
+    on_evict: Callable[[SimJob, float], None] | None = None
     stats: MigrationStats = field(default_factory=MigrationStats)
     count: dict[int, int] = field(default_factory=dict)
     last_at: dict[int, float] = field(default_factory=dict)
@@ -69,7 +74,7 @@ class SimMigrator:
         if hit is not None and hit[0] == n:
             return hit[1], hit[2]
         pts = np.asarray(job.series, dtype=np.float64)
-        cs = ConvergenceSettings(window_s=0.0, window_points=self.window_points, alpha=self.alpha,
+        cs = ConvergenceSettings(window_s=0.0, window_points=self.window_points, alpha=self.alpha, fit_families=(),
                                  higher_is_better=self.profiles.apps[job.spec.app].metric_increases)
         est = estimate(pts[:, 1], pts[:, 2], pts[:, 0], cs)
         self._est[job.idx] = (n, int(est.phase), est.progress)
@@ -108,7 +113,7 @@ class SimMigrator:
             phase[r], growth[r] = self._phase(j)
         jobs = JobArrays(
             opted_in=np.array([j.spec.checkpointable for j in running], dtype=bool),
-            allowed=np.ones(len(running), dtype=bool),
+            allowed=np.array([self.skip is None or not self.skip(j, now) for j in running], dtype=bool),
             running=np.array([now >= j.restart_until for j in running], dtype=bool),
             runtime_s=np.array([now - j.seg_start for j in running], dtype=np.float64),
             phase=phase, growth=growth,
@@ -130,6 +135,8 @@ class SimMigrator:
             job = running[m.job]
             if not engine.evict(job):  # the engine refuses anything not opted in
                 continue
+            if self.on_evict is not None:
+                self.on_evict(job, now)
             self.stats.migrations += 1
             self.stats.jobs_migrated.add(job.idx)
             self.stats.restart_cost_s += engine.settings.restart_penalty

@@ -106,8 +106,9 @@ def format_table(summary: dict[str, dict[str, float]], reference: str = "flowsch
     """One row per policy; the x/fs columns are the policy's figure divided by flowsched's
     (above 1: flowsched is better on that figure)."""
     ref = summary.get(reference)
+    w = max([13, *(len(p) + 1 for p in summary)])
     head = (
-        f"{'policy':<13}{'avg JCT s':>11}{'p50 JCT':>10}{'p99 JCT':>10}{'makespan':>10}{'queue s':>9}"
+        f"{'policy':<{w}}{'avg JCT s':>11}{'p50 JCT':>10}{'p99 JCT':>10}{'makespan':>10}{'queue s':>9}"
         f"{'GPU alloc':>10}{'GPU busy':>9}{'restarts':>9}"
     )
     if ref:
@@ -115,7 +116,7 @@ def format_table(summary: dict[str, dict[str, float]], reference: str = "flowsch
     lines = [head]
     for policy, s in summary.items():
         row = (
-            f"{policy:<13}{s['avg_jct']:>11.0f}{s['p50_jct']:>10.0f}{s['p99_jct']:>10.0f}{s['makespan']:>10.0f}"
+            f"{policy:<{w}}{s['avg_jct']:>11.0f}{s['p50_jct']:>10.0f}{s['p99_jct']:>10.0f}{s['makespan']:>10.0f}"
             f"{s['avg_queueing']:>9.0f}{s['gpu_allocated']:>10.1%}{s['gpu_busy']:>9.1%}{s['restarts']:>9.1f}"
         )
         if ref:
