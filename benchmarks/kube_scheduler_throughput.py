@@ -123,9 +123,16 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     calls = _sum(after, "flowsched_extender_requests_total{") - _sum(before, "flowsched_extender_requests_total{")
     handled = _sum(after, "flowsched_extender_seconds_count{") - _sum(before, "flowsched_extender_seconds_count{")
     seconds = _sum(after, "flowsched_extender_seconds_sum{") - _sum(before, "flowsched_extender_seconds_sum{")
+    per_verb = {}
+    for verb in ("filter", "prioritize"):
+        n = _sum(after, f'flowsched_extender_seconds_count{{verb="{verb}"}}') - \
+            _sum(before, f'flowsched_extender_seconds_count{{verb="{verb}"}}')
+        t = _sum(after, f'flowsched_extender_seconds_sum{{verb="{verb}"}}') - \
+            _sum(before, f'flowsched_extender_seconds_sum{{verb="{verb}"}}')
+        per_verb[f"{verb}_ms"] = round(1000 * t / n, 3) if n else float("nan")
     return {"extender": with_extender, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
             "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
-            "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan")}
+            "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb}
 
 
 def _sum(metrics_text: str, prefix: str) -> float:
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {r} {'with' if with_ext else 'without'} extender: {row['bound']}/{row['pods']} "
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
                           f"(extender calls {row['extender_calls']}, flowsched's own handling "
-                          f"{row['server_ms_per_call']} ms/call)", flush=True)
+                          f"{row['server_ms_per_call']} ms/call: filter {row['filter_ms']}, "
+                          f"prioritize {row['prioritize_ms']})", flush=True)
         finally:
             if flowsched is not None:
                 flowsched.close()
