@@ -127,9 +127,9 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     for verb in ("filter", "prioritize"):
         n = _sum(after, f'flowsched_extender_seconds_count{{verb="{verb}"}}') - \
             _sum(before, f'flowsched_extender_seconds_count{{verb="{verb}"}}')
-        t = _sum(after, f'flowsched_extender_seconds_sum{{verb="{verb}"}}') - \
+        secs = _sum(after, f'flowsched_extender_seconds_sum{{verb="{verb}"}}') - \
             _sum(before, f'flowsched_extender_seconds_sum{{verb="{verb}"}}')
-        per_verb[f"{verb}_ms"] = round(1000 * t / n, 3) if n else float("nan")
+        per_verb[f"{verb}_ms"] = round(1000 * secs / n, 3) if n else float("nan")
     return {"extender": with_extender, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
             "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
             "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb}
