@@ -171,6 +171,7 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--hours", type=float, default=8.0)
     p.add_argument("--workloads", type=int, default=2, help="generated workloads (seeds) averaged")
     _common_args(p)
+    p.set_defaults(seeds=2)  # keeps the demo under a minute on a 2-core machine
     a = p.parse_args(argv)
     profiles = calibrated_profiles(a.gpus_per_node)
     workloads = [
