@@ -9,6 +9,7 @@ exponential backoff. One daemon thread per kind; the request path never waits on
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import random
@@ -123,6 +124,10 @@ class Watcher:
                 rv = str(meta.get("resourceVersion", ""))
                 break
         self.state.replace_all(self.kind, items)
+        # Move the listed objects out of the collector's sight: a full collection walking a
+        # 50,000-pod heap stalled requests by ~100 ms (benchmarks/extender_latency --gc-freeze).
+        # They hold no reference cycles, so nothing frozen is ever garbage the collector owed.
+        gc.freeze()
         self.status.listed_at = time.time()
         self.status.relists += 1
         log.info("listed %d %s at resourceVersion %s", len(items), self.kind, rv)
