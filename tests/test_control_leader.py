@@ -144,6 +144,11 @@ def test_two_threads_never_lead_together_and_fail_over(api_client: Any, control_
         while not second.is_leader and time.monotonic() < deadline:
             time.sleep(0.05)
         assert second.is_leader, "no fail-over within 5s of a release"
+        # The sampler polls every 20 ms; let it see the new leader before it is stopped.
+        want = "a" if second is a else "b"
+        deadline = time.monotonic() + 2
+        while want not in leaders and time.monotonic() < deadline:
+            time.sleep(0.02)
     finally:
         stop.set()
         t.join()
