@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from tests.cluster.controlplane import REPO, ClusterUnavailable, free_port
 from tests.cluster.procs import ManagedProcess, install_exit_hooks, wait_until
@@ -79,3 +80,19 @@ class FlowschedService:
     def inject_telemetry(self, node: str, gpu_util: list[float], fb_free_mib: list[float]) -> None:
         r = self.http.post("/debug/telemetry", json={"node": node, "gpu_util": gpu_util, "fb_free_mib": fb_free_mib})
         r.raise_for_status()
+
+
+def acting_loop_config(workdir: Path, controller: str, loop: dict[str, Any]) -> Path:
+    """A config file for a flowsched that runs one control loop for real (not dry-run) on a
+    Lease of its own, with the short intervals an e2e test needs; returns its path."""
+    workdir.mkdir(exist_ok=True)
+    cfg = workdir / "flowsched.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "progress_db": str(workdir / "progress.sqlite"),
+        "convergence": {"interval_s": 0.5, "window_s": 30.0},
+        "controllers": [controller],
+        "control": {"dry_run": False, "identity": f"e2e-{controller}", "lease_name": f"flowsched-e2e-{controller}",
+                    "lease_duration_s": 6, "renew_deadline_s": 4, "retry_period_s": 1},
+        controller: loop,
+    }))
+    return cfg

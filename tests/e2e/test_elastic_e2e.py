@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.flowsched_proc import FlowschedService, acting_loop_config
 from tests.cluster.kubeapi import JSON, Kube, KubeError, pod_path, pods_path
 from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.procs import wait_until
@@ -58,16 +57,8 @@ def elastic_flowsched(control_plane: ControlPlane, deploy_rbac: None, kube: Kube
 
     wait_until(established, 30, interval_s=0.2, what="the PyTorchJob CRD established")
     workdir = control_plane.workdir / "flowsched-elastic"
-    workdir.mkdir(exist_ok=True)
-    cfg = workdir / "flowsched.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "progress_db": str(workdir / "progress.sqlite"),
-        "convergence": {"interval_s": 0.5, "window_s": 30.0},
-        "controllers": ["elastic"],
-        "control": {"dry_run": False, "identity": "e2e-elastic", "lease_name": "flowsched-e2e-elastic",
-                    "lease_duration_s": 6, "renew_deadline_s": 4, "retry_period_s": 1},
-        "elastic": {"interval_s": 0.5, "max_per_interval": 4, "max_per_hour": 100, "cooldown_s": 2.0},
-    }))
+    cfg = acting_loop_config(workdir, "elastic",
+                             {"interval_s": 0.5, "max_per_interval": 4, "max_per_hour": 100, "cooldown_s": 2.0})
     svc = FlowschedService(workdir, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
     svc.start()
     try:

@@ -10,10 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.flowsched_proc import FlowschedService, acting_loop_config
 from tests.cluster.kubeapi import JSON, Kube
 from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.procs import wait_until
@@ -28,19 +27,10 @@ OPT = {"flowsched.io/resizable": "true"}
 @pytest.fixture(scope="module")
 def resizer_flowsched(control_plane: ControlPlane, deploy_rbac: None) -> Iterator[FlowschedService]:
     workdir = control_plane.workdir / "flowsched-resizer"
-    workdir.mkdir(exist_ok=True)
-    cfg = workdir / "flowsched.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "progress_db": str(workdir / "progress.sqlite"),
-        "convergence": {"interval_s": 0.5, "window_s": 30.0},
-        "controllers": ["resizer"],
-        "control": {"dry_run": False, "identity": "e2e-resizer", "lease_name": "flowsched-e2e-resizer",
-                    "lease_duration_s": 6, "renew_deadline_s": 4, "retry_period_s": 1},
-        # beta 8: a plateaued pod keeps at least 1/16 of the pool; cooldown 2 s so that a pending
-        # resize would be retried within the test if the resizer did not hold it back.
-        "resizer": {"interval_s": 1.0, "max_per_interval": 4, "max_per_hour": 100, "beta": 8.0,
-                    "cooldown_s": 2.0},
-    }))
+    # beta 8: a plateaued pod keeps at least 1/16 of the pool; cooldown 2 s so that a pending
+    # resize would be retried within the test if the resizer did not hold it back.
+    cfg = acting_loop_config(workdir, "resizer", {"interval_s": 1.0, "max_per_interval": 4, "max_per_hour": 100,
+                                                  "beta": 8.0, "cooldown_s": 2.0})
     svc = FlowschedService(workdir, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
     svc.start()
     try:
