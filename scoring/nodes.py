@@ -55,22 +55,6 @@ class NodeArrays:
         )
 
 
-def empty_nodes(n: int, gpu_slots: int = 8) -> NodeArrays:
-    """n nodes with zero capacity and unknown telemetry; callers fill the columns."""
-    nan2 = np.full((n, gpu_slots), np.nan)
-    return NodeArrays(
-        gpu_alloc=np.zeros(n),
-        gpu_used=np.zeros(n),
-        cpu_alloc=np.zeros(n),
-        cpu_used=np.zeros(n),
-        mem_alloc=np.zeros(n),
-        mem_used=np.zeros(n),
-        gpu_util=nan2,
-        fb_free_mib=nan2.copy(),
-        completing_gpus=np.full(n, np.nan),
-    )
-
-
 def nodes_from_columns(
     gpu_alloc: npt.ArrayLike,
     gpu_used: npt.ArrayLike,
