@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import tempfile
 import threading
 import time
@@ -108,6 +109,7 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     t.start()
     time.sleep(0.5)  # the watch is established before the scheduler binds anything
     before = flowsched.http.get("/metrics").text if with_extender else ""
+    cpu_before = _cpu_s(flowsched)
     # The admin identity: the benchmark measures scheduling, not the RBAC the e2e tests check.
     cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], with_extender))
     # Done when every pod is bound, or (if some cannot be) when bindings stop for 10 s.
@@ -120,6 +122,7 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     times = sorted(bound.values())
     span = times[-1] - times[0] if len(times) > 1 else float("nan")
     after = flowsched.http.get("/metrics").text if with_extender else ""
+    cpu_per_pod_ms = 1000 * (_cpu_s(flowsched) - cpu_before) / max(1, len(bound))
     calls = _sum(after, "flowsched_extender_requests_total{") - _sum(before, "flowsched_extender_requests_total{")
     handled = _sum(after, "flowsched_extender_seconds_count{") - _sum(before, "flowsched_extender_seconds_count{")
     seconds = _sum(after, "flowsched_extender_seconds_sum{") - _sum(before, "flowsched_extender_seconds_sum{")
@@ -132,7 +135,17 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
         per_verb[f"{verb}_ms"] = round(1000 * secs / n, 3) if n else float("nan")
     return {"extender": with_extender, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
             "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
-            "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb}
+            "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb,
+            "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3)}
+
+
+def _cpu_s(flowsched: FlowschedService) -> float:
+    """User+system CPU seconds of the flowsched process so far (all its threads)."""
+    pid = flowsched.proc.pid if flowsched.proc is not None else None
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _sum(metrics_text: str, prefix: str) -> float:
@@ -170,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
                           f"(extender calls {row['extender_calls']}, flowsched's own handling "
                           f"{row['server_ms_per_call']} ms/call: filter {row['filter_ms']}, "
-                          f"prioritize {row['prioritize_ms']})", flush=True)
+                          f"prioritize {row['prioritize_ms']}; its process used {row['flowsched_cpu_ms_per_pod']} "
+                          "ms CPU per pod)", flush=True)
         finally:
             if flowsched is not None:
                 flowsched.close()
