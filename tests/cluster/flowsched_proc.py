@@ -36,7 +36,8 @@ class FlowschedService:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, ready_timeout_s: float = 60.0) -> None:
+    def start(self, ready_timeout_s: float = 60.0, wait_ready: bool = True) -> None:
+        """Start and wait for /readyz (or only /healthz, for a start without a reachable API)."""
         install_exit_hooks()
         argv = [*flowsched_argv(), "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--kubeconfig", str(self.kubeconfig), "--debug-telemetry-injection", *self.extra_args]
@@ -54,10 +55,10 @@ class FlowschedService:
         def ready() -> bool:
             if not proc.alive():
                 raise ClusterUnavailable(f"flowsched exited early; log tail:\n{proc.log_tail()}")
-            return self.http.get("/readyz").status_code == 200
+            return self.http.get("/readyz" if wait_ready else "/healthz").status_code == 200
 
         try:
-            wait_until(ready, ready_timeout_s, interval_s=0.1, what="flowsched /readyz")
+            wait_until(ready, ready_timeout_s, interval_s=0.1, what="flowsched /readyz" if wait_ready else "/healthz")
         except TimeoutError as e:
             raise ClusterUnavailable(f"{e}; flowsched log tail:\n{proc.log_tail()}") from e
 
