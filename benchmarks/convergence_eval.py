@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from benchmarks.csv_rows import write_rows
 from scoring.convergence import ConvergenceSettings, Phase, estimate
 
 FloatArray = npt.NDArray[np.float64]
@@ -258,15 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                   + (cells if det == "phase" else ""))
     print(f"({time.perf_counter() - started:.1f} s)")
 
-    with (args.out / "summary.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(summary[0]))
-        w.writeheader()
-        w.writerows(summary)
+    write_rows(args.out / "summary.csv", summary)
     if detail:
-        with (args.out / "remaining_time.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(detail[0]))
-            w.writeheader()
-            w.writerows(detail)
+        write_rows(args.out / "remaining_time.csv", detail)
     return 0
 
 

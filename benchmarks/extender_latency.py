@@ -11,7 +11,6 @@ writes latency.csv; also prints the server's resident memory (VmRSS) once popula
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import http.client
 import os
@@ -26,6 +25,7 @@ import numpy as np
 import orjson
 
 from benchmarks import openb
+from benchmarks.csv_rows import write_rows
 
 
 def _free_port() -> int:
@@ -143,13 +143,7 @@ def client(ns: argparse.Namespace) -> int:
     finally:
         server.terminate()
         server.wait(10)
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "latency.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {out / 'latency.csv'}")
+    print(f"wrote {write_rows(Path(ns.out) / 'latency.csv', rows)}")
     return 0
 
 

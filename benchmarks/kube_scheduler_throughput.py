@@ -15,7 +15,6 @@ alternate for --rounds rounds so drift on a shared machine hits both.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 import threading
@@ -27,6 +26,7 @@ import numpy as np
 import yaml
 
 from benchmarks import openb
+from benchmarks.csv_rows import write_rows
 from tests.cluster.controlplane import ControlPlane, ensure_binaries
 from tests.cluster.flowsched_proc import FlowschedService
 from tests.cluster.kubeapi import Kube, node_path, pods_path
@@ -195,13 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  without flowsched: {without:.1f} pods/s")
     print(f"  with flowsched:    {with_:.1f} pods/s")
     print(f"  ratio:             {with_ / without:.3f}")
-    out = Path(ns.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "throughput.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {out / 'throughput.csv'}")
+    print(f"wrote {write_rows(Path(ns.out) / 'throughput.csv', rows)}")
     return 0
 
 
