@@ -36,22 +36,40 @@ log = logging.getLogger("flowsched.extender")
 JSON = "application/json"
 
 
+Verb = tuple[str, Callable[[Any], Any], Callable[[Any], Any]]
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
 class BodyTooLarge(Exception):
     pass
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
+async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
+    """The request body off an ASGI receive channel; BodyTooLarge past limit (declared or read).
+
+    A client that disconnects mid-body gets b"" (its answer goes nowhere anyway)."""
+    for name, value in headers:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    return await receive_body(request.headers.raw, request.receive, limit)
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -207,10 +225,6 @@ def build_app(
     return ExtenderApp(app, verbs, answer, limit, metrics)
 
 
-Verb = tuple[str, Callable[[Any], Any], Callable[[Any], Any]]
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _HEADERS = [(b"content-type", JSON.encode())]
 
 
@@ -231,32 +245,15 @@ class ExtenderApp:
         if scope["method"] != "POST":
             await self._send(send, 405, orjson.dumps({"error": "use POST"}))
             return
-        raw = await self._body(scope, receive)
-        if raw is None:
+        try:
+            raw = await receive_body(scope.get("headers", ()), receive, self.limit)
+        except BodyTooLarge:
             self.metrics.bad_requests.labels(verb[0], "too_large").inc()
             self.metrics.requests.labels(verb[0], "413").inc()
             await self._send(send, 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}))
             return
         status, body = self.answer(verb[0], raw, verb[1], verb[2])
         await self._send(send, status, body)
-
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return b""
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     @staticmethod
     async def _send(send: Send, status: int, body: bytes) -> None:
