@@ -61,6 +61,11 @@ class Service:
         # Telemetry needs no cluster: nodes it has no series for simply stay unknown.
         self.telemetry = start_telemetry(self.settings.telemetry, self.state, self.metrics,
                                          stale_s=self.settings.telemetry_stale_s, api_client=self.api_client)
+        if self.telemetry is None:
+            # No source: every GPU node is unknown, and the gauge must say so rather than read 0.
+            stale_s, state = self.settings.telemetry_stale_s, self.state
+            self.metrics.telemetry_unknown_nodes.set_function(
+                lambda: float(state.count_telemetry_unknown(time.time(), stale_s)))
         if not self.settings.kube:
             self.state.synced = {"nodes": True, "pods": True}
             log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")

@@ -283,6 +283,14 @@ class ClusterState:
         )
         return NodeView(names=names, idx=idx, arrays=arrays)
 
+    def count_telemetry_unknown(self, now: float, stale_after_s: float) -> int:
+        """GPU nodes without a fresh sample, as the request path would see them right now."""
+        names = [n for n, info in list(self.nodes.items()) if info.allocatable.gpus > 0]
+        if not names:
+            return 0
+        util = self.view(names, now, stale_after_s).arrays.gpu_util
+        return int(np.isnan(util).all(axis=1).sum())
+
     @property
     def ready(self) -> bool:
         return all(self.synced.values())

@@ -55,3 +55,14 @@ def test_reports_become_phases_in_the_snapshot(tmp_path: Path) -> None:
         assert snap["jobs"]["team-a/done"]["phase"] == "completing"
         assert snap["nodes"]["n0"]["completing_gpus"] == 2
         assert client.get("/v1/jobs/team-a/done", headers=auth).json()["phase"] == "completing"
+
+
+def test_without_a_telemetry_source_gpu_nodes_count_as_unknown(tmp_path: Path) -> None:
+    client, svc = _service(tmp_path)
+    with client:
+        st = svc.state  # type: ignore[attr-defined]
+        st.upsert_node(parse_node(node("g0", gpus=4)))
+        st.upsert_node(parse_node(node("g1", gpus=8)))
+        st.upsert_node(parse_node(node("cpu-only", gpus=0)))
+        text = client.get("/metrics").text
+        assert "flowsched_telemetry_unknown_nodes 2.0" in text  # not a silent 0

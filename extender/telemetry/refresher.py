@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from extender.metrics import Metrics
 from extender.state import ClusterState
 from extender.telemetry.config import TelemetryConfig
@@ -120,12 +118,7 @@ class TelemetryRefresher:
         self.metrics.telemetry_refreshes.labels(self.source.name).inc()
 
     def unknown_now(self) -> int:
-        """GPU nodes without a fresh sample, as the request path would see them right now."""
-        names = [n for n, info in list(self.state.nodes.items()) if info.allocatable.gpus > 0]
-        if not names:
-            return 0
-        util = self.state.view(names, self.clock(), self.stale_s).arrays.gpu_util
-        return int(np.isnan(util).all(axis=1).sum())
+        return self.state.count_telemetry_unknown(self.clock(), self.stale_s)
 
     def _count_unknown(self) -> None:
         self.status.nodes_unknown = self.unknown_now()
