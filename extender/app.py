@@ -7,10 +7,13 @@ names. Client mistakes get 400/413 naming the problem; flowsched's own failures 
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -18,6 +21,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import wire
+from extender.debug_api import DebugQueryError, SnapshotQuery, explain_page, snapshot_page
 from extender.decide import (
     NEUTRAL_SCORE,
     Policy,
@@ -25,7 +29,6 @@ from extender.decide import (
     decide_filter,
     decide_preempt,
     decide_prioritize,
-    explain,
 )
 from extender.metrics import Metrics
 from extender.settings import Settings
@@ -72,6 +75,15 @@ async def read_body(request: Request, limit: int) -> bytes:
     return await receive_body(request.headers.raw, request.receive, limit)
 
 
+LOG_FIELD_CHARS = 80  # client-supplied text in a log line is cut to this (a name is at most 253)
+
+
+def _clip(text: str, limit: int = LOG_FIELD_CHARS) -> str:
+    """Client text fit for a log line: repr (no control characters), at most limit characters."""
+    shown = repr(text[: limit + 1])
+    return shown if len(text) <= limit else f"{shown[:limit]}…(+{len(text) - limit} chars)"
+
+
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status, media_type=JSON)
 
@@ -91,9 +103,10 @@ def build_app(
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
     policy = Policy(settings.placement.to_policy(), settings.telemetry_stale_s, settings.gpu_resource)
-    limit = settings.max_body_bytes
+    limit = settings.verb_max_body_bytes
     prefix = settings.prefix
     memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it
+    debug_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowsched-debug")
 
     async def decode(request: Request, verb: str) -> Any | Response:
         try:
@@ -110,7 +123,7 @@ def build_app(
     def note_unknown(verb: str, count: int, names: list[str]) -> None:
         if count:
             metrics.unknown_nodes.labels(verb).inc(count)
-            unknown = [n for n in names if state.slot_of(n) < 0][:5]
+            unknown = [_clip(n) for n in names if state.slot_of(n) < 0][:5]
             log.warning("%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
                         verb, count, ", ".join(unknown))
 
@@ -133,7 +146,12 @@ def build_app(
             return 400, orjson.dumps({"error": str(e)})
         except Exception:  # flowsched's own bug: fail open, loudly
             log.exception("%s failed; answering neutrally so scheduling goes on", verb)
-            reply, outcome = fallback(decoded), "fallback"
+            try:
+                reply, outcome = fallback(decoded), "fallback"
+            except Exception as e:  # the request cannot even be read back: it is the client's
+                metrics.bad_requests.labels(verb, "shape").inc()
+                metrics.requests.labels(verb, "400").inc()
+                return 400, orjson.dumps({"error": f"cannot read request: {_clip(str(e))}"})
         metrics.requests.labels(verb, outcome).inc()
         body = reply if isinstance(reply, bytes) else orjson.dumps(reply)
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
@@ -176,8 +194,18 @@ def build_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        ready = state.ready
-        return _json({"ready": ready, "synced": state.synced, **status()}, 200 if ready else 503)
+        # Public (probes, anyone who reaches the port): no error texts, which name apiserver URLs.
+        full = status()
+        store = full.get("progress_store") or {"ok": True}
+        ready = state.ready and bool(store.get("ok", True))
+        watch = {kind: {k: w.get(k) for k in ("connected", "errors", "relists")}
+                 for kind, w in (full.get("watch") or {}).items()}
+        return _json({"ready": ready, "synced": state.synced, "watch": watch,
+                      "progress_store": store, "kube": full.get("kube")}, 200 if ready else 503)
+
+    @app.get("/debug/status")
+    async def debug_status() -> Response:
+        return _json({"ready": state.ready, "synced": state.synced, **status()})
 
     @app.get("/metrics")
     async def prom_metrics() -> Response:
@@ -185,20 +213,35 @@ def build_app(
         metrics.snapshot_pods.set(len(state.pods))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    async def off_loop(fn: Callable[[], Any]) -> bytes:
+        # One thread for every debug call: they queue behind each other and never block the loop.
+        return await asyncio.get_running_loop().run_in_executor(
+            debug_pool, lambda: orjson.dumps(fn(), option=orjson.OPT_SERIALIZE_NUMPY))
+
+    page_max = settings.debug_page_limit
+
     @app.get("/debug/snapshot")
-    async def debug_snapshot() -> Response:
-        return _json({**state.describe(clock(), settings.telemetry_stale_s), "status": status()})
+    async def debug_snapshot(kind: str = "", namespace: str = "", node: str = "", after: str = "",
+                             limit: int = page_max) -> Response:
+        try:
+            q = SnapshotQuery.parse(kind, namespace, node, after, limit, page_max)
+        except DebugQueryError as e:
+            return _error(400, str(e))
+        body = await off_loop(lambda: snapshot_page(state, q, clock(), settings.telemetry_stale_s))
+        return Response(body, media_type=JSON)
 
     @app.get("/debug/explain")
-    async def debug_explain(pod: str = "") -> Response:
+    async def debug_explain(pod: str = "", node: str = "", after: str = "", limit: int = page_max) -> Response:
         ns, _, name = pod.partition("/")
         if not ns or not name:
             return _error(400, "pod: expected namespace/name")
-        found = next((p for p in list(state.pods.values()) if p.namespace == ns and p.name == name), None)
-        if found is None:
-            return _error(404, f"pod {pod} is not in the snapshot")
-        return _json({"pod": pod, "gpus": found.requests.gpus,
-                      "nodes": explain(state, found, sorted(state.nodes), policy, clock())})
+        if not 1 <= limit <= page_max:
+            return _error(400, f"limit: expected 1..{page_max}")
+        nodes = [node] if node else []
+        body = await off_loop(lambda: explain_page(state, pod, nodes, after, limit, policy, clock()))
+        if body == b"null":
+            return _error(404, f"pod {_clip(pod)} is not in the snapshot")
+        return Response(body, media_type=JSON)
 
     if settings.debug_telemetry_injection:
         @app.post("/debug/telemetry")
@@ -222,23 +265,61 @@ def build_app(
         f"{prefix}/prioritize": ("prioritize", do_prioritize, prioritize_fallback),
         f"{prefix}/preempt": ("preempt", do_preempt, preempt_fallback),
     }
-    return ExtenderApp(app, verbs, answer, limit, metrics)
+    return ExtenderApp(app, verbs, answer, limit, metrics, max_in_flight=settings.max_concurrent_requests,
+                       debug_access=settings.debug_access)
 
 
 _HEADERS = [(b"content-type", JSON.encode())]
 
 
+_PROBES = frozenset({"/healthz", "/readyz"})  # never refused for load: a refused probe restarts the pod
+
+
+def is_loopback(client: Any) -> bool:
+    """Whether an ASGI scope's client address is 127.0.0.0/8 or ::1."""
+    try:
+        return ipaddress.ip_address(str(client[0])).is_loopback
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
 class ExtenderApp:
     """ASGI entry: the three verbs are answered here, on the hot path, without FastAPI's
-    request/response machinery (~0.4 ms a call); everything else goes to the FastAPI app."""
+    request/response machinery (~0.4 ms a call); everything else goes to the FastAPI app.
+
+    Two guards sit in front of everything: at most max_in_flight requests at once (more get 503
+    at once, so a flood of large bodies cannot take the memory), and /debug/* only from loopback
+    unless debug_access is "open"."""
 
     def __init__(self, fastapi: FastAPI, verbs: Mapping[str, Verb],
                  answer: Callable[[str, bytes, Callable[[Any], Any], Callable[[Any], Any]], tuple[int, bytes]],
-                 limit: int, metrics: Metrics) -> None:
+                 limit: int, metrics: Metrics, *, max_in_flight: int = 64, debug_access: str = "loopback") -> None:
         self.fastapi, self.verbs, self.answer, self.limit, self.metrics = fastapi, verbs, answer, limit, metrics
+        self.max_in_flight, self.debug_open = max_in_flight, debug_access == "open"
+        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        verb = self.verbs.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.fastapi(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path.startswith("/debug/") and not self.debug_open and not is_loopback(scope.get("client")):
+            await self._send(send, 403, orjson.dumps(
+                {"error": "/debug/* answers only on loopback (kubectl port-forward); see debug_access"}))
+            return
+        if self.in_flight >= self.max_in_flight and path not in _PROBES:
+            self.metrics.requests.labels("any", "503").inc()
+            await self._send(send, 503, orjson.dumps({"error": "too many requests in flight; retry"}),
+                             [(b"retry-after", b"1"), (b"connection", b"close")])
+            return
+        self.in_flight += 1
+        try:
+            await self._route(path, scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _route(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+        verb = self.verbs.get(path)
         if verb is None:
             await self.fastapi(scope, receive, send)
             return
@@ -256,7 +337,7 @@ class ExtenderApp:
         await self._send(send, status, body)
 
     @staticmethod
-    async def _send(send: Send, status: int, body: bytes) -> None:
+    async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
         await send({"type": "http.response.start", "status": status,
-                    "headers": [*_HEADERS, (b"content-length", str(len(body)).encode())]})
+                    "headers": [*_HEADERS, (b"content-length", str(len(body)).encode()), *(extra or [])]})
         await send({"type": "http.response.body", "body": body})

@@ -13,6 +13,7 @@ import hmac
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,21 +69,76 @@ def _token_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class ReviewLimits:
+    """Bounds on what unauthenticated callers can make flowsched ask the apiserver."""
+
+    timeout_s: float = 5.0  # a review slower than this is a 503 (the client retries later)
+    threads: int = 4  # reviews run here, never on the pool that SQLite's writes use
+    negative_ttl_s: float = 10.0  # a rejected token is answered from memory this long
+    rate_per_s: float = 20.0  # new reviews per second, bursts of 2x; beyond: 503 at once
+    max_pending: int = 16  # reviews queued or running; beyond: 503 at once
+
+
 class TokenReviewAuthenticator:
-    """Verifies tokens with a TokenReview (in a thread) and caches accepted ones for ttl_s."""
+    """Verifies tokens with a TokenReview and caches the answers.
+
+    Accepted tokens are cached for ttl_s, rejected ones for limits.negative_ttl_s; concurrent
+    checks of one token share one review. Reviews run on a small pool of their own with a
+    timeout, and new ones are rate-limited: any stranger can send a bearer token, and eight
+    slow reviews once held the shared pool long enough to delay a cached caller's SQLite
+    write by 9.5 s (issue 18)."""
 
     def __init__(
         self,
         review: TokenReviewer,
+        limits: ReviewLimits | None = None,
         ttl_s: float = 60.0,
         max_cached: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._review = review
+        self._limits = limits or ReviewLimits()
         self._ttl_s = ttl_s
         self._max_cached = max_cached
         self._clock = clock
-        self._cache: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[float, Identity | AuthError]] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[ReviewResult]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=self._limits.threads, thread_name_prefix="tokenreview")
+        self._tokens = 2.0 * self._limits.rate_per_s
+        self._refilled = clock()
+        self.reviews = 0  # TokenReviews sent (for tests and metrics)
+
+    def _remember(self, key: str, until: float, answer: Identity | AuthError) -> None:
+        self._cache[key] = (until, answer)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._max_cached:
+            self._cache.popitem(last=False)
+
+    def _take_token(self, now: float) -> bool:
+        burst = 2.0 * self._limits.rate_per_s
+        self._tokens = min(burst, self._tokens + (now - self._refilled) * self._limits.rate_per_s)
+        self._refilled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    async def _reviewed(self, key: str, token: str, now: float) -> ReviewResult:
+        fut = self._pending.get(key)  # a review of this token already under way: share it
+        if fut is None:
+            if len(self._pending) >= self._limits.max_pending or not self._take_token(now):
+                raise AuthError(503, "too many token reviews in progress; retry later")
+            self.reviews += 1
+            fut = asyncio.get_running_loop().run_in_executor(self._pool, self._review, token)
+            self._pending[key] = fut
+            fut.add_done_callback(lambda _f: self._pending.pop(key, None))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self._limits.timeout_s)
+        except TimeoutError as e:
+            raise AuthError(503, "cannot verify token now: TokenReview timed out") from e
+        except Exception as e:  # the apiserver is down or refuses us: not the client's fault
+            raise AuthError(503, f"cannot verify token now: {type(e).__name__}") from e
 
     async def authenticate(self, token: str) -> Identity:
         if not token:
@@ -91,24 +147,29 @@ class TokenReviewAuthenticator:
         hit = self._cache.get(key)
         now = self._clock()
         if hit is not None and hit[0] > now:
+            if isinstance(hit[1], AuthError):
+                raise AuthError(hit[1].status, hit[1].message)
             return hit[1]
+        result = await self._reviewed(key, token, now)
         try:
-            result = await asyncio.to_thread(self._review, token)
-        except Exception as e:  # the apiserver is down or refuses us: not the client's fault
-            raise AuthError(503, f"cannot verify token now: {type(e).__name__}") from e
+            identity = self._identity(result)
+        except AuthError as e:
+            if self._limits.negative_ttl_s > 0:
+                self._remember(key, now + self._limits.negative_ttl_s, e)
+            raise
+        self._remember(key, now + self._ttl_s, identity)
+        return identity
+
+    @staticmethod
+    def _identity(result: ReviewResult) -> Identity:
         if result.error and not result.authenticated:
-            raise AuthError(401, f"token rejected: {result.error}")
+            raise AuthError(401, f"token rejected: {result.error[:200]}")
         if not result.authenticated:
             raise AuthError(401, "token rejected")
         ns = service_account_namespace(result.username)
         if ns is None:
-            raise AuthError(403, f"{result.username} is not a service account; report with the pod's token")
-        identity = Identity(result.username, frozenset({ns}))
-        self._cache[key] = (now + self._ttl_s, identity)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self._max_cached:
-            self._cache.popitem(last=False)
-        return identity
+            raise AuthError(403, f"{result.username[:200]} is not a service account; report with the pod's token")
+        return Identity(result.username, frozenset({ns}))
 
 
 class StaticTokenAuthenticator:
@@ -130,7 +191,8 @@ class StaticTokenAuthenticator:
         return Identity("static-token", found)
 
 
-def kubernetes_token_reviewer(api_client: Any, audiences: list[str] | None = None) -> TokenReviewer:
+def kubernetes_token_reviewer(api_client: Any, audiences: list[str] | None = None,
+                              timeout_s: float = 5.0) -> TokenReviewer:
     """A TokenReviewer calling the apiserver through the kubernetes client's AuthenticationV1Api."""
     from kubernetes import client  # imported here: the rest of this module needs no kubernetes
 
@@ -138,7 +200,7 @@ def kubernetes_token_reviewer(api_client: Any, audiences: list[str] | None = Non
 
     def review(token: str) -> ReviewResult:
         body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=audiences))
-        status = api.create_token_review(body).status
+        status = api.create_token_review(body, _request_timeout=timeout_s).status
         user = status.user.username if status is not None and status.user is not None else ""
         return ReviewResult(
             authenticated=bool(status is not None and status.authenticated),

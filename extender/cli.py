@@ -16,8 +16,8 @@ log = logging.getLogger("flowsched")
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    import uvicorn
-
+    from extender.http_server import FlowschedServer, ServerLimits, server_config
+    from extender.progress_store import StoreError
     from extender.service import build_service
 
     try:
@@ -34,7 +34,7 @@ def _serve(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         service = build_service(settings)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, StoreError) as e:
         print(f"flowsched: {e}", file=sys.stderr)
         return 2
     loop: Any = "auto"
@@ -44,9 +44,13 @@ def _serve(ns: argparse.Namespace) -> int:
         loop = "uvloop"
     except ImportError:
         pass
-    config = uvicorn.Config(service.app, host=settings.host, port=settings.port, loop=loop, http="auto",
-                            access_log=False, log_level=settings.log_level.lower(), lifespan="on")
-    uvicorn.Server(config).run()
+    limits = ServerLimits(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+                          keep_alive_s=settings.keep_alive_s, max_connections=settings.max_connections,
+                          graceful_shutdown_s=settings.shutdown_timeout_s)
+    config = server_config(service.app, host=settings.host, port=settings.port, limits=limits,
+                           log_level=settings.log_level.lower(), loop=loop,
+                           ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)
+    FlowschedServer(config).run()
     return 0
 
 

@@ -8,12 +8,15 @@ extender must never block scheduling because its own view lags.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from extender.k8s_objects import ObjectError, PodInfo, parse_pod
 from extender.state import ClusterState, NodeView
@@ -43,9 +46,14 @@ class Policy:
 
 def pod_of(raw: Mapping[str, Any], gpu_resource: str) -> PodInfo:
     try:
-        return parse_pod(raw, gpu_resource)
+        pod = parse_pod(raw, gpu_resource)
     except (ObjectError, TypeError, ValueError, AttributeError) as e:
         raise WireError(f"Pod: {e}") from e
+    r = pod.requests
+    # Each quantity is finite, but a sum of huge ones (containers + overhead) can overflow.
+    if not (math.isfinite(r.gpus) and math.isfinite(r.cpu_m) and math.isfinite(r.mem)):
+        raise WireError("Pod: resource requests overflow (sum of containers and overhead is not finite)")
+    return pod
 
 
 def _demand(pod: PodInfo) -> PodDemand:
@@ -66,8 +74,9 @@ class ScoreMemo:
 
     kube-scheduler calls prioritize right after filter with the same pod and a subset of the
     nodes filter passed; answering it from this memo skips a second parse, gather and score
-    (about half of the extender's time per pod). Entries are keyed by pod UID and
-    resourceVersion and live ttl_s: a changed pod or a late call is computed afresh.
+    (about half of the extender's time per pod). Entries are keyed by pod UID, resourceVersion
+    and a digest of the pod as sent (a client may send other content under the same UID and
+    resourceVersion), and live ttl_s: a changed pod or a late call is computed afresh.
     """
 
     def __init__(self, ttl_s: float = 2.0, size: int = 256) -> None:
@@ -79,7 +88,13 @@ class ScoreMemo:
     def key(pod: Mapping[str, Any]) -> str | None:
         meta = pod.get("metadata") or {}
         uid, rv = meta.get("uid"), meta.get("resourceVersion")
-        return f"{uid}/{rv}" if uid and rv else None
+        if not (uid and rv):
+            return None
+        try:  # ~10 µs for a typical pod; far less than the parse and score it saves
+            digest = hashlib.blake2b(orjson.dumps(pod), digest_size=16).hexdigest()
+        except (TypeError, orjson.JSONEncodeError):
+            return None  # not re-encodable (cannot come from JSON): no memo
+        return f"{uid}/{rv}/{digest}"
 
     def put(self, key: str, now: float, scores: dict[str, int]) -> None:
         self._entries[key] = (now, scores)

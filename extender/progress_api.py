@@ -6,7 +6,9 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
      "points": [{"step": 120, "loss": 0.83, "timestamp": 1732250000.5,    # timestamp optional
                  "metrics": {"accuracy": 0.71}}]}                          # metrics optional
   200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}}: points with a NaN, inf or
-      null loss or a non-finite timestamp are rejected one by one; the rest are stored.
+      null loss or a non-finite timestamp are rejected one by one, and so are points stamped more
+      than max_future_skew_s (1 h) ahead of the server's clock or before 1970; the rest are stored.
+      Metric names are 1-128 characters of valid Unicode, at most 64 per point.
       NaN/Infinity literals (Python's json.dumps writes them) are read, then rejected per point.
   400 {"error": "points.3.step: ..."} names the field; 401 bad token; 403 the token's namespace
   is not the body's; 413 body too large; 503 token or store unavailable (retry later).
@@ -29,7 +31,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Request, Response
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
 from extender.app import BodyTooLarge, read_body
 from extender.auth import Authenticator, AuthError, Identity, bearer_token
@@ -47,6 +49,21 @@ class ProgressApiSettings:
     convergence: ConvergenceSettings = field(default_factory=ConvergenceSettings)
     max_body_bytes: int = 1 << 20
     max_points_per_request: int = 10_000
+    # A point stamped further ahead than this is rejected: a job whose last timestamp lies far in
+    # the future would never be pruned as idle (a clock this far off is a bug, not skew).
+    max_future_skew_s: float = 3600.0
+
+
+def _utf8(text: str) -> str:
+    """Refuse what JSON can carry but UTF-8 (SQLite, logs, replies) cannot: lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"not valid Unicode text (lone surrogate at {e.start})") from None
+    return text
+
+
+MetricName = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_utf8)]
 
 
 class PointIn(BaseModel):
@@ -55,7 +72,7 @@ class PointIn(BaseModel):
     step: StrictInt = Field(ge=0, le=2**63 - 1)
     loss: StrictFloat | None  # null, NaN and inf are rejected per point; a string is a 400
     timestamp: StrictFloat | None = None
-    metrics: dict[str, StrictFloat | None] | None = None
+    metrics: dict[MetricName, StrictFloat | None] | None = Field(default=None, max_length=64)
 
 
 class ReportIn(BaseModel):
@@ -63,7 +80,7 @@ class ReportIn(BaseModel):
 
     namespace: str = Field(min_length=1, max_length=63, pattern=NAMESPACE_PATTERN)
     job: str = Field(min_length=1, max_length=253, pattern=JOB_PATTERN)
-    pod: str | None = Field(default=None, max_length=253)
+    pod: Annotated[str, AfterValidator(_utf8)] | None = Field(default=None, max_length=253)
     higher_is_better: StrictBool | None = None
     points: list[PointIn] = Field(min_length=1)
 
@@ -109,7 +126,8 @@ def validation_message(err: ValidationError) -> str:
     return f"{where}: {first['msg']}{more}"
 
 
-def split_points(report: ReportIn, now: float) -> tuple[list[ProgressPoint], dict[str, int]]:
+def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
+                 ) -> tuple[list[ProgressPoint], dict[str, int]]:
     """Valid points to store, and the count of rejected ones by reason."""
     kept: list[ProgressPoint] = []
     reasons: dict[str, int] = {}
@@ -123,6 +141,10 @@ def split_points(report: ReportIn, now: float) -> tuple[list[ProgressPoint], dic
             reason = "loss_inf"
         elif p.timestamp is not None and not math.isfinite(p.timestamp):
             reason = "timestamp_not_finite"
+        elif p.timestamp is not None and p.timestamp > now + max_future_skew_s:
+            reason = "timestamp_future"
+        elif p.timestamp is not None and p.timestamp < 0:
+            reason = "timestamp_negative"
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             continue
@@ -204,7 +226,7 @@ def build_progress_router(
         if not who.may_write(report.namespace):
             return reply("progress", _error(403, f"{who.username} may not report for namespace {report.namespace}"))
 
-        kept, reasons = split_points(report, clock())
+        kept, reasons = split_points(report, clock(), settings.max_future_skew_s)
         try:
             stored = await asyncio.to_thread(
                 store.add_points, report.namespace, report.job, kept, report.higher_is_better

@@ -11,8 +11,10 @@ power loss can take the last transactions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
@@ -91,19 +93,82 @@ class JobSummary:
     higher_is_better: bool
 
 
+class StoreError(Exception):
+    """The store cannot be opened; the message names the file and the cause."""
+
+
+MEMORY = ":memory:"
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class ProgressStore:
     def __init__(self, settings: ProgressStoreSettings) -> None:
         if settings.keep_recent_points < 1 or settings.max_points_per_job <= settings.keep_recent_points:
             raise ValueError("need 1 <= keep_recent_points < max_points_per_job")
+        if not settings.path.strip():
+            # sqlite3 would open a private temporary database: every acknowledged point lost on restart.
+            raise StoreError("progress store path is empty: name a file (or ':memory:' to keep progress "
+                             "in memory only, lost on every restart)")
         self._settings = settings
-        if settings.path != ":memory:":
-            Path(settings.path).parent.mkdir(parents=True, exist_ok=True)
+        self.durable = settings.path != MEMORY
+        self.reopened = 0  # times the file was found deleted or replaced and opened afresh
+        self.last_error: str | None = None
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(settings.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
+        if not self.durable:
+            log.warning("progress store in memory (%s): progress is lost on every restart", MEMORY)
+        self._db, self._file = self._open()
+
+    def _open(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
+        path = self._settings.path
+        db: sqlite3.Connection | None = None
+        try:
+            if self.durable:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as e:
+            if db is not None:
+                db.close()
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise StoreError(f"cannot open progress store {path}: {why} ({type(e).__name__})") from e
+        return db, (_file_id(path) if self.durable else None)
+
+    def _ensure_file(self) -> None:
+        """Reopen the file if it was deleted or replaced under us (call with the lock held).
+
+        SQLite keeps writing to a deleted file's inode and says nothing: every point written
+        afterwards would be acknowledged and then lost on restart."""
+        if not self.durable or _file_id(self._settings.path) == self._file:
+            return
+        log.error("progress store %s was deleted or replaced while open; the history before now is lost. "
+                  "Opening it afresh so new points are kept", self._settings.path)
+        self._db.close()
+        try:
+            self._db, self._file = self._open()
+        except StoreError as e:
+            self.last_error = str(e)
+            raise sqlite3.OperationalError(str(e)) from e
+        self.reopened += 1
+        self.last_error = None
+
+    def health(self) -> dict[str, object]:
+        """For /readyz: ok is False when points cannot be stored durably now."""
+        with self._lock:
+            with contextlib.suppress(sqlite3.Error):
+                self._ensure_file()
+            ok = self.last_error is None
+        return {"ok": ok, "durable": self.durable, "reopened": self.reopened,
+                **({"error": "progress store cannot be written (see the log)"} if not ok else {})}
 
     def add_points(
         self, namespace: str, job: str, points: Iterable[ProgressPoint], higher_is_better: bool | None = None
@@ -128,6 +193,7 @@ class ProgressStore:
         first_ts = min(r[4] for r in rows)
         last_ts = max(r[4] for r in rows)
         with self._lock:
+            self._ensure_file()
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany(
@@ -144,7 +210,10 @@ class ProgressStore:
                 self._thin(namespace, job)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite may have rolled back already (e.g. on a full disk); a second ROLLBACK
+                # would raise "no transaction is active" and hide the real cause.
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
         return len(rows)
 

@@ -16,6 +16,7 @@ from extender.auth import (
     Authenticator,
     AuthError,
     Identity,
+    ReviewLimits,
     StaticTokenAuthenticator,
     TokenReviewAuthenticator,
     kubernetes_token_reviewer,
@@ -49,7 +50,7 @@ class Service:
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
         out = {"watch": {w.kind: vars(w.status) for w in self.watchers}, "kube": self.settings.kube,
-               "telemetry": tel}
+               "telemetry": tel, "progress_store": self.store.health()}
         if self.control is not None:
             out["control"] = self.control.status()
         return out
@@ -101,7 +102,11 @@ def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
         return StaticTokenAuthenticator(load_static_tokens(settings.static_tokens_file))
     if api_client is None:
         return _NoTokenReview()
-    return TokenReviewAuthenticator(kubernetes_token_reviewer(api_client))
+    return TokenReviewAuthenticator(
+        kubernetes_token_reviewer(api_client, timeout_s=settings.token_review_timeout_s),
+        ReviewLimits(timeout_s=settings.token_review_timeout_s, threads=settings.token_review_threads,
+                     negative_ttl_s=settings.token_review_negative_ttl_s,
+                     rate_per_s=settings.token_review_rate_per_s))
 
 
 def build_service(settings: Settings) -> Service:

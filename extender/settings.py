@@ -126,7 +126,10 @@ class Settings(BaseSettings):
     host: str = "0.0.0.0"
     port: int = Field(8888, ge=0, le=65535)
     url_prefix: str = ""  # e.g. "/scheduler": the verbs are then /scheduler/filter, ...
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # full-Node mode at 5k nodes is ~30 MB
+    # The verbs' body limit in names mode (nodeCacheCapable: true): 10,000 nodes of 253-character
+    # names plus a large pod is under 3 MiB. Full-Node mode sends whole Node objects (~30 MB at
+    # 5,000 nodes): set full_node_mode and its own limit, full_node_max_body_bytes.
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     kubeconfig: str | None = None  # None: in-cluster, then $KUBECONFIG, then ~/.kube/config
     kube: bool = True  # False runs without a cluster (nodes unknown, neutral answers)
     gpu_resource: str = "nvidia.com/gpu"
@@ -152,6 +155,35 @@ class Settings(BaseSettings):
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    # ---- limits against slow, idle or hostile clients (docs/hardening.md) ----
+    full_node_mode: bool = False  # kube-scheduler sends full Node objects (nodeCacheCapable: false)
+    full_node_max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # the verbs' limit in that mode
+    max_concurrent_requests: int = Field(64, ge=1)  # in flight at once; more get 503 (probes exempt)
+    max_connections: int = Field(1024, ge=16)  # lowered to fit RLIMIT_NOFILE; longest-idle closed at the cap
+    header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
+    body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
+    keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this
+    shutdown_timeout_s: int = Field(10, ge=1)  # open requests get this long after SIGTERM
+    # /debug/*: "loopback" answers only connections from 127.0.0.1/::1 (kubectl port-forward);
+    # "open" answers anyone who can reach the port (trusted networks only).
+    debug_access: Literal["loopback", "open"] = "loopback"
+    debug_page_limit: int = Field(500, ge=1, le=5000)  # most entries per kind in one /debug/snapshot page
+    tls_cert_file: str | None = None  # serve HTTPS with this certificate chain (PEM) ...
+    tls_key_file: str | None = None  # ... and key; kube-scheduler: enableHTTPS + tlsConfig.caFile
+    token_review_timeout_s: float = Field(5.0, gt=0)
+    token_review_threads: int = Field(4, ge=1)  # its own pool: a slow apiserver never holds SQLite's
+    token_review_negative_ttl_s: float = Field(10.0, ge=0)  # a rejected token is not re-reviewed within this
+    token_review_rate_per_s: float = Field(20.0, gt=0)  # new TokenReviews per second (burst 2x); more get 503
+
+    @property
+    def verb_max_body_bytes(self) -> int:
+        return self.full_node_max_body_bytes if self.full_node_mode else self.max_body_bytes
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
 
     @property
     def prefix(self) -> str:

@@ -110,7 +110,11 @@ def _parse_victims(node: str, v: Any, full: bool) -> Victims:
     for i, p in enumerate(pods):
         if not isinstance(p, Mapping):
             raise WireError(f"{field}.Pods[{i}]: expected an object")
-        uid = (p.get("metadata") or {}).get("uid") if full else _get_ci(p, "UID")
+        if full:
+            meta = p.get("metadata")
+            uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        else:
+            uid = _get_ci(p, "UID")
         if not isinstance(uid, str):
             raise WireError(f"{field}.Pods[{i}].{'metadata.uid' if full else 'UID'}: expected a string")
         uids.append(uid)

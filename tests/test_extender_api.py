@@ -17,6 +17,7 @@ from tests.k8s_factories import node, pod
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 NOW = 1_000_000.0
+LOOPBACK = ("127.0.0.1", 50000)
 
 
 @pytest.fixture
@@ -33,7 +34,8 @@ def state() -> ClusterState:
 @pytest.fixture
 def client(state: ClusterState) -> TestClient:
     settings = Settings(kube=False, max_body_bytes=64 * 1024, debug_telemetry_injection=True)
-    return TestClient(build_app(settings, state, build_metrics(), clock=lambda: NOW))
+    # A loopback peer: /debug/* answers only there (debug_access="loopback").
+    return TestClient(build_app(settings, state, build_metrics(), clock=lambda: NOW), client=LOOPBACK)
 
 
 def args_names(p: dict[str, Any], names: list[str] | None) -> dict[str, Any]:

@@ -190,7 +190,11 @@ def test_token_review_caches_positive_results_for_ttl() -> None:
             with pytest.raises(AuthError) as e:
                 await auth.authenticate("bad")
             assert e.value.status == 401
-        assert fake.calls == 4  # rejections are not cached
+        assert fake.calls == 3  # a rejection is remembered for negative_ttl_s (10 s) ...
+        now[0] = 72.0
+        with pytest.raises(AuthError):
+            await auth.authenticate("bad")
+        assert fake.calls == 4  # ... and reviewed again after it
         with pytest.raises(AuthError) as e:
             await auth.authenticate("human")
         assert e.value.status == 403

@@ -20,7 +20,7 @@ def _service(tmp_path: Path) -> tuple[TestClient, object]:
     settings = Settings(kube=False, progress_db=str(tmp_path / "progress.sqlite"), progress_auth="static",
                         static_tokens_file=str(tokens))
     svc = build_service(settings)
-    return TestClient(svc.app), svc
+    return TestClient(svc.app, client=("127.0.0.1", 50000)), svc
 
 
 def _curve(plateau: bool, n: int = 120) -> list[dict[str, float]]:

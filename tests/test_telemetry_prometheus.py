@@ -103,7 +103,7 @@ def test_prometheus_numbers_outage_and_recovery(tmp_path: Path, prom: Prometheus
                                                 exporters: dict[str, DcgmExporterEmulator]) -> None:
     svc = _service(tmp_path, prom)
     expect = {BUSY: [97.0] * 4, IDLE: [0.0] * 4}
-    with TestClient(svc.app) as client:
+    with TestClient(svc.app, client=("127.0.0.1", 50000)) as client:
         took = wait_for(lambda: _fresh_and_matching(client, expect), 30, "telemetry to match the exporters")
         print(f"\nfirst fresh telemetry after {took:.1f}s")
         # The snapshot holds what the exporters serve, memory included, with Prometheus' timestamps.
@@ -160,7 +160,7 @@ def test_relabelled_node_label_and_pod_changes(tmp_path: Path, prom: PrometheusS
     exporters[BUSY].hostname = "dcgm-exporter-x7k2p"
     exporters[IDLE].hostname = "dcgm-exporter-9qz4m"
     svc = _service(tmp_path, prom, node_label="kubernetes_node")
-    with TestClient(svc.app) as client:
+    with TestClient(svc.app, client=("127.0.0.1", 50000)) as client:
         wait_for(lambda: _fresh_and_matching(client, {BUSY: [97.0] * 4, IDLE: [0.0] * 4}), 30,
                  "telemetry keyed by kubernetes_node")
         # The training pod finishes: the busy node's GPUs go idle, the snapshot follows.
@@ -175,7 +175,7 @@ def test_relabelled_node_label_and_pod_changes(tmp_path: Path, prom: PrometheusS
 
 def test_wrong_node_label_leaves_nodes_unknown_and_says_why(tmp_path: Path, prom: PrometheusServer) -> None:
     svc = _service(tmp_path, prom, node_label="node")  # nobody sets `node` here
-    with TestClient(svc.app) as client:
+    with TestClient(svc.app, client=("127.0.0.1", 50000)) as client:
         wait_for(lambda: _snap(client)["status"]["telemetry"]["refreshes"] >= 2, 15, "two refreshes")
         nodes = _snap(client)["nodes"]
         assert nodes[BUSY]["telemetry"] == nodes[IDLE]["telemetry"] == "unknown"
