@@ -1,0 +1,229 @@
+"""Slow, idle, oversized and many clients against the real server (uvicorn with flowsched's
+protocol), in-process on loopback, and `flowsched serve` as a process for SIGTERM and the
+open-file limit (issue 18, findings 2, 4 and 5)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from extender.app import build_app
+from extender.http_server import FlowschedServer, ServerLimits, guarded_protocol, server_config
+from extender.k8s_objects import parse_node
+from extender.metrics import build_metrics
+from extender.settings import Settings
+from extender.state import ClusterState
+from tests.k8s_factories import node, pod
+
+FAST = ServerLimits(header_timeout_s=0.5, body_timeout_s=0.5, keep_alive_s=5, max_connections=2048,
+                    graceful_shutdown_s=2)
+FILTER = orjson.dumps({"Pod": pod("p"), "NodeNames": ["n0", "n1"]})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def small_cluster() -> ClusterState:
+    state = ClusterState()
+    for name in ("n0", "n1"):
+        state.upsert_node(parse_node(node(name)))
+    state.synced = {"nodes": True, "pods": True}
+    return state
+
+
+@contextmanager
+def serving(limits: ServerLimits, **settings: object) -> Iterator[int]:
+    app = build_app(Settings(kube=False, **settings), small_cluster(), build_metrics())  # type: ignore[arg-type]
+    port = free_port()
+    server = FlowschedServer(server_config(app, host="127.0.0.1", port=port, limits=limits, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """True if the server closes the connection within `seconds` (EOF or reset)."""
+    sock.settimeout(seconds)
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def post(port: int, path: str = "/filter", body: bytes = FILTER) -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{port}{path}", content=body, timeout=10)
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout() -> None:
+    with serving(FAST) as port, socket.create_connection(("127.0.0.1", port)) as s:
+        assert closed_within(s, 5.0)
+
+
+def test_dripped_headers_are_cut_off_at_the_header_timeout() -> None:
+    with serving(FAST) as port, socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\n")
+        start = time.monotonic()
+        closed = False
+        while time.monotonic() - start < 5 and not closed:
+            try:
+                s.sendall(b"X")  # one byte of a header name every 50 ms: never completes
+            except OSError:
+                closed = True
+                break
+            closed = closed_within(s, 0.05)
+        assert closed
+
+
+def test_an_incomplete_body_is_cut_off_at_the_body_timeout() -> None:
+    with serving(FAST) as port, socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"Pod\":")
+        assert closed_within(s, 5.0)
+
+
+def test_normal_keep_alive_clients_are_served_across_the_deadlines() -> None:
+    with serving(FAST) as port, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+        for _ in range(3):
+            assert c.post("/filter", content=FILTER).status_code == 200
+            time.sleep(0.7)  # longer than the header timeout, shorter than keep-alive
+
+
+def test_oversized_bodies_are_refused_before_they_are_read() -> None:
+    with serving(FAST) as port:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"POST /prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 62914560\r\n\r\n")
+            s.settimeout(5)
+            assert s.recv(4096).startswith(b"HTTP/1.1 413")
+        def chunks() -> Iterator[bytes]:
+            for _ in range(5):
+                yield b" " * (1 << 20)
+        r = httpx.post(f"http://127.0.0.1:{port}/prioritize", content=chunks(), timeout=10)
+        assert r.status_code == 413  # no Content-Length: counted as it arrives
+        assert post(port).status_code == 200
+
+
+def test_at_the_connection_cap_the_longest_idle_connection_makes_room(caplog: pytest.LogCaptureFixture) -> None:
+    limits = ServerLimits(header_timeout_s=30, body_timeout_s=30, max_connections=32)
+    with caplog.at_level(logging.WARNING, logger="flowsched.http"), serving(limits) as port:
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+        try:
+            for _ in range(10):
+                assert post(port).status_code == 200
+        finally:
+            for s in idle:
+                s.close()
+    assert "connection cap 32 reached" in caplog.text
+
+
+def test_the_cap_is_lowered_to_fit_the_open_file_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    from extender.http_server import effective_max_connections
+
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        assert effective_max_connections(100_000) == 1024 - 128
+        assert effective_max_connections(100) == 100
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert issubclass(guarded_protocol(FAST, 10), object)
+
+
+# ---- `flowsched serve` as a process ----
+
+def _serve(tmp_path: Path, port: int, env_extra: dict[str, str], nofile: int | None = None
+           ) -> tuple[subprocess.Popen[bytes], Path]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
+    env.update({"FLOWSCHED_PROGRESS_DB": str(tmp_path / "p.sqlite"), **env_extra})
+    log = tmp_path / "serve.log"
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    argv = [sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())",
+            "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc, log
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "flowsched serve did not come up"
+        time.sleep(0.1)
+
+
+def test_sigterm_with_an_incomplete_body_exits_within_the_shutdown_bound(tmp_path: Path) -> None:
+    port = free_port()
+    # A body timeout longer than the test: only the bounded shutdown can end the request.
+    proc, log = _serve(tmp_path, port, {"FLOWSCHED_BODY_TIMEOUT_S": "600", "FLOWSCHED_SHUTDOWN_TIMEOUT_S": "2"})
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"Pod\":")
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            # uvicorn re-raises the SIGTERM it caught once shut down: exit by that signal is normal.
+            assert proc.wait(timeout=30) in (0, -signal.SIGTERM), log.read_text()
+        assert "timeout graceful shutdown exceeded" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_1100_idle_connections_under_a_1024_file_limit_leave_normal_requests_served(tmp_path: Path) -> None:
+    port = free_port()
+    proc, log = _serve(tmp_path, port, {}, nofile=1024)
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(1100):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        codes = []
+        for _ in range(100):
+            try:
+                codes.append(httpx.post(f"http://127.0.0.1:{port}/filter", content=FILTER, timeout=10).status_code)
+            except httpx.HTTPError as e:
+                codes.append(repr(e))  # type: ignore[arg-type]
+        assert codes == [200] * 100, codes
+    finally:
+        for s in idle:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    text = log.read_text()
+    assert "lowered to 896 to fit the open-file limit" in text
+    assert "connection cap 896 reached" in text
