@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -42,6 +43,8 @@ log = logging.getLogger("flowsched.progress")
 
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 JOB_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN.replace("$", r"\Z"))
+_JOB_RE = re.compile(JOB_PATTERN.replace("$", r"\Z"))
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,9 @@ def build_progress_router(
         who = await identify(authorization)
         if isinstance(who, Response):
             return reply("job", who)
+        if not (_NAMESPACE_RE.match(namespace) and len(namespace) <= 63
+                and _JOB_RE.match(job) and len(job) <= 253):
+            return reply("job", _error(400, "namespace or job: not a valid name"))
         if not who.may_write(namespace):
             return reply("job", _error(403, f"{who.username} may not read namespace {namespace}"))
         try:
