@@ -21,7 +21,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import wire
-from extender.debug_api import DebugQueryError, SnapshotQuery, explain_page, snapshot_page
+from extender.debug_api import DebugQueryError, DutyCycle, SnapshotQuery, explain_page, snapshot_page
 from extender.decide import (
     NEUTRAL_SCORE,
     Policy,
@@ -227,7 +227,7 @@ def build_app(
             q = SnapshotQuery.parse(kind, namespace, node, after, limit, page_max)
         except DebugQueryError as e:
             return _error(400, str(e))
-        body = await off_loop(lambda: snapshot_page(state, q, clock(), settings.telemetry_stale_s))
+        body = await off_loop(lambda: snapshot_page(state, q, clock(), settings.telemetry_stale_s, DutyCycle()))
         return Response(body, media_type=JSON)
 
     @app.get("/debug/explain")
@@ -238,7 +238,7 @@ def build_app(
         if not 1 <= limit <= page_max:
             return _error(400, f"limit: expected 1..{page_max}")
         nodes = [node] if node else []
-        body = await off_loop(lambda: explain_page(state, pod, nodes, after, limit, policy, clock()))
+        body = await off_loop(lambda: explain_page(state, pod, nodes, after, limit, policy, clock(), DutyCycle()))
         if body == b"null":
             return _error(404, f"pod {_clip(pod)} is not in the snapshot")
         return Response(body, media_type=JSON)

@@ -70,7 +70,7 @@ def test_every_manifest_passes_server_side_dry_run(kube: Kube, deploy_rbac: None
             checked.append(f"{path.name}:{doc['kind']}/{name}")
     kinds = {c.split(":")[1].split("/")[0] for c in checked}
     assert {"Namespace", "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-            "ConfigMap"} <= kinds, checked
+            "ConfigMap", "NetworkPolicy"} <= kinds, checked
 
 
 @pytest.mark.cluster

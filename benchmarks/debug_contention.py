@@ -1,0 +1,166 @@
+"""Verb latency idle vs with a client looping on the heaviest debug call (issue 18).
+
+    python -m benchmarks.debug_contention [--nodes 5000] [--pods 50000] [--names 500] [--rounds 3]
+
+Starts `flowsched`'s real server (build_app under extender.http_server, as `flowsched serve`
+runs it) on a populated snapshot of openb nodes and pods, then alternates rounds of
+prioritize calls (names mode, one kept-alive connection, like kube-scheduler) with no other
+load and with a second process looping on GET /debug/snapshot at its largest page (every kind,
+debug_page_limit entries each: the heaviest debug call). Prints p50/p99 per condition and the
+ratio of the p99s; both conditions are measured in the same run, in alternating rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from benchmarks import openb
+from benchmarks.extender_latency import _free_port, rss_mib
+
+
+def serve(ns: argparse.Namespace) -> int:
+    from extender.app import build_app
+    from extender.http_server import FlowschedServer, ServerLimits, server_config
+    from extender.metrics import build_metrics
+    from extender.settings import Settings
+    from extender.state import ClusterState
+
+    state = ClusterState()
+    openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
+    state.synced = {"nodes": True, "pods": True}
+    gc.freeze()  # as the watcher does after its first list: the snapshot is not re-scanned by every GC
+    app = build_app(Settings(kube=False), state, build_metrics())
+    print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
+    config = server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(), log_level="warning",
+                           loop="uvloop")
+    FlowschedServer(config).run()
+    return 0
+
+
+def load(ns: argparse.Namespace) -> int:
+    """Loop on the heaviest debug call until killed; print how many calls and bytes."""
+    conn = http.client.HTTPConnection("127.0.0.1", ns.port, timeout=60)
+    calls = size = 0
+    start = time.perf_counter()
+    try:
+        while True:
+            conn.request("GET", "/debug/snapshot")
+            resp = conn.getresponse()
+            size = len(resp.read())
+            if resp.status != 200:
+                raise RuntimeError(f"debug snapshot: {resp.status}")
+            calls += 1
+            if calls % 20 == 0:
+                print(f"debug calls={calls} bytes/call={size} ({calls / (time.perf_counter() - start):.1f}/s)",
+                      flush=True)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _round(port: int, bodies: list[bytes]) -> list[float]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"content-type": "application/json"}
+    times = []
+    for b in bodies:
+        t0 = time.perf_counter()
+        conn.request("POST", "/prioritize", body=b, headers=headers)
+        resp = conn.getresponse()
+        payload = resp.read()
+        times.append((time.perf_counter() - t0) * 1000)
+        if resp.status != 200:
+            raise RuntimeError(f"prioritize: {resp.status} {payload[:200]!r}")
+    conn.close()
+    return times
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    a = np.asarray(ms)
+    return {"p50": float(np.percentile(a, 50)), "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def client(ns: argparse.Namespace) -> int:
+    port = _free_port()
+    me = [sys.executable, "-m", "benchmarks.debug_contention"]
+    server = subprocess.Popen([*me, "serve", "--port", str(port), "--nodes", str(ns.nodes), "--pods", str(ns.pods),
+                               "--data", ns.data], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        print(server.stdout.readline().strip(), flush=True)
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not come up")
+            time.sleep(0.2)
+        nodes = openb.replicate(openb.read_nodes(Path(ns.data)), ns.nodes)
+        pods = openb.read_pods(Path(ns.data))
+        rng = np.random.default_rng(1)
+
+        def bodies(n: int) -> list[bytes]:
+            out = []
+            for r in range(n):
+                pod: dict[str, Any] = openb.pod_object(pods[int(rng.integers(len(pods)))], f"bench-{r}")
+                idx = rng.permutation(len(nodes))[: ns.names]
+                out.append(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [nodes[i].name for i in idx]}))
+            return out
+
+        _round(port, bodies(ns.warmup))
+        results: dict[str, list[float]] = {"idle": [], "debug loop": []}
+        for r in range(ns.rounds):
+            results["idle"] += _round(port, bodies(ns.requests))
+            loader = subprocess.Popen([*me, "load", "--port", str(port)], stdout=subprocess.PIPE, text=True)
+            try:
+                assert loader.stdout is not None
+                time.sleep(ns.settle_s)  # the loader is calling before the round starts
+                results["debug loop"] += _round(port, bodies(ns.requests))
+            finally:
+                loader.send_signal(2)
+                out, _ = loader.communicate(timeout=60)
+            last = [line for line in out.splitlines() if line.startswith("debug calls")]
+            print(f"round {r + 1}: {last[-1] if last else 'debug loader made < 20 calls'}", flush=True)
+        print(f"prioritize, names mode, {ns.names} candidate nodes of {ns.nodes}, {ns.pods} pods, "
+              f"{ns.rounds} x {ns.requests} requests per condition; server RSS {rss_mib(server.pid):.0f} MiB")
+        stats = {k: _stats(v) for k, v in results.items()}
+        for k, s in stats.items():
+            print(f"  {k:<11} p50={s['p50']:7.2f} ms  p99={s['p99']:7.2f} ms  max={s['max']:7.2f} ms")
+        print(f"  p99 ratio (debug loop / idle) = {stats['debug loop']['p99'] / stats['idle']['p99']:.2f}")
+    finally:
+        server.terminate()
+        server.wait(30)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", nargs="?", default="client", choices=["client", "serve", "load"])
+    p.add_argument("--nodes", type=int, default=5000)
+    p.add_argument("--pods", type=int, default=50_000)
+    p.add_argument("--names", type=int, default=500, help="candidate nodes per prioritize call")
+    p.add_argument("--requests", type=int, default=400, help="per round and condition")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--settle-s", type=float, default=1.0)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--data", default=str(openb.DEFAULT_DIR))
+    ns = p.parse_args(argv)
+    return {"serve": serve, "load": load, "client": client}[ns.mode](ns)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
