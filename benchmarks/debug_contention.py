@@ -47,24 +47,45 @@ def serve(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _get(port: int, path: str) -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: {resp.status} {body[:200]!r}")
+    return body
+
+
 def load(ns: argparse.Namespace) -> int:
-    """Loop on the heaviest debug call until killed; print how many calls and bytes."""
-    conn = http.client.HTTPConnection("127.0.0.1", ns.port, timeout=60)
+    """Loop on one debug call until interrupted; print how many calls were answered."""
     calls = size = 0
     start = time.perf_counter()
     try:
         while True:
-            conn.request("GET", "/debug/snapshot")
-            resp = conn.getresponse()
-            size = len(resp.read())
-            if resp.status != 200:
-                raise RuntimeError(f"debug snapshot: {resp.status}")
+            size = len(_get(ns.port, ns.path))
             calls += 1
-            if calls % 20 == 0:
-                print(f"debug calls={calls} bytes/call={size} ({calls / (time.perf_counter() - start):.1f}/s)",
-                      flush=True)
     except KeyboardInterrupt:
-        return 0
+        pass
+    wall = time.perf_counter() - start
+    print(f"debug calls={calls} in {wall:.1f}s ({calls / wall:.1f}/s), {size} bytes each", flush=True)
+    return 0
+
+
+def heaviest_debug_call(port: int, pod_key: str) -> str:
+    """Of the largest pages of each debug endpoint, the one that takes longest (median of 3)."""
+    paths = ["/debug/snapshot", "/debug/snapshot?kind=pods", f"/debug/explain?pod={pod_key}"]
+    timed = []
+    for path in paths:
+        runs = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            size = len(_get(port, path))
+            runs.append(time.perf_counter() - t0)
+        timed.append((float(np.median(runs)), path, size))
+        print(f"  {path}: {timed[-1][0] * 1000:.0f} ms, {size} bytes", flush=True)
+    return max(timed)[1]
 
 
 def _round(port: int, bodies: list[bytes]) -> list[float]:
@@ -121,10 +142,14 @@ def client(ns: argparse.Namespace) -> int:
             return out
 
         _round(port, bodies(ns.warmup))
+        print("debug calls at their largest page:", flush=True)
+        heavy = heaviest_debug_call(port, "default/pod-000000")
+        print(f"the loader loops on {heavy}", flush=True)
         results: dict[str, list[float]] = {"idle": [], "debug loop": []}
         for r in range(ns.rounds):
             results["idle"] += _round(port, bodies(ns.requests))
-            loader = subprocess.Popen([*me, "load", "--port", str(port)], stdout=subprocess.PIPE, text=True)
+            loader = subprocess.Popen([*me, "load", "--port", str(port), "--path", heavy], stdout=subprocess.PIPE,
+                                      text=True)
             try:
                 assert loader.stdout is not None
                 time.sleep(ns.settle_s)  # the loader is calling before the round starts
@@ -133,7 +158,7 @@ def client(ns: argparse.Namespace) -> int:
                 loader.send_signal(2)
                 out, _ = loader.communicate(timeout=60)
             last = [line for line in out.splitlines() if line.startswith("debug calls")]
-            print(f"round {r + 1}: {last[-1] if last else 'debug loader made < 20 calls'}", flush=True)
+            print(f"round {r + 1}: {last[-1] if last else 'the debug loader printed nothing'}", flush=True)
         print(f"prioritize, names mode, {ns.names} candidate nodes of {ns.nodes}, {ns.pods} pods, "
               f"{ns.rounds} x {ns.requests} requests per condition; server RSS {rss_mib(server.pid):.0f} MiB")
         stats = {k: _stats(v) for k, v in results.items()}
@@ -157,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--settle-s", type=float, default=1.0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--path", default="/debug/snapshot", help="(load) the debug call to loop on")
     p.add_argument("--data", default=str(openb.DEFAULT_DIR))
     ns = p.parse_args(argv)
     return {"serve": serve, "load": load, "client": client}[ns.mode](ns)
