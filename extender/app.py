@@ -227,7 +227,9 @@ def build_app(
             q = SnapshotQuery.parse(kind, namespace, node, after, limit, page_max)
         except DebugQueryError as e:
             return _error(400, str(e))
-        body = await off_loop(lambda: snapshot_page(state, q, clock(), settings.telemetry_stale_s, DutyCycle()))
+        st = status()  # small; read here, on the loop, like /readyz
+        body = await off_loop(lambda: {**snapshot_page(state, q, clock(), settings.telemetry_stale_s, DutyCycle()),
+                                       "status": st})
         return Response(body, media_type=JSON)
 
     @app.get("/debug/explain")
