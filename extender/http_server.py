@@ -75,7 +75,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._deadline: asyncio.TimerHandle | None = None
-            self._idle_since: float | None = time.monotonic()
+            self._since = time.monotonic()  # connection made, or its last response sent
             if len(self.connections) > max_connections and not self._make_room():
                 events.note("cap_refused", "connection cap %d reached, every connection busy: refused one",
                             max_connections)
@@ -83,16 +83,20 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
                 return
             self._arm(header_s, "header_timeout")
 
+        def _waiting_on_client(self) -> bool:
+            """Idle, or still sending its request: nothing of ours is working for it."""
+            cycle = self.cycle
+            return cycle is None or cycle.response_complete or cycle.more_body
+
         def _make_room(self) -> bool:
-            """Close the connection idle longest without a request; False if none is idle."""
-            idle: list[tuple[float, Any]] = []
+            """Close the connection that has waited on its client longest; False if none does."""
+            waiting: list[tuple[float, Any]] = []
             for c in self.connections:
-                since = getattr(c, "_idle_since", None)
-                if c is not self and since is not None:
-                    idle.append((since, c))
-            if not idle:
+                if c is not self and isinstance(c, GuardedProtocol) and c._waiting_on_client():
+                    waiting.append((c._since, c))
+            if not waiting:
                 return False
-            since, victim = min(idle, key=lambda x: x[0])
+            since, victim = min(waiting, key=lambda x: x[0])
             events.note("cap_evicted", "connection cap %d reached: closed the connection idle longest (%.1fs)",
                         max_connections, time.monotonic() - since)
             victim.transport.close()
@@ -113,10 +117,6 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
                 events.note(kind, "closed a connection past its %s (client %s)", kind, self.client)
                 self.transport.close()
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._idle_since = None
-
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
             self._arm(body_s, "body_timeout")
@@ -127,13 +127,13 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
-                self._idle_since = time.monotonic()
+            self._since = time.monotonic()
+            # uvicorn has started the next pipelined request, if any: its deadlines are its own.
+            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
                 self._arm(header_s + limits.keep_alive_s, "header_timeout")
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            self._idle_since = None
             super().connection_lost(exc)
 
     return GuardedProtocol

@@ -137,6 +137,8 @@ def test_at_the_connection_cap_the_longest_idle_connection_makes_room(caplog: py
     limits = ServerLimits(header_timeout_s=30, body_timeout_s=30, max_connections=32)
     with caplog.at_level(logging.WARNING, logger="flowsched.http"), serving(limits) as port:
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+        for s in idle[::2]:  # half of them start a request and never finish its headers
+            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\n")
         try:
             for _ in range(10):
                 assert post(port).status_code == 200
