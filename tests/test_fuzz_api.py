@@ -180,7 +180,8 @@ point = st.fixed_dictionaries({"step": maybe(st.integers(min_value=-5, max_value
                                         "metrics": maybe(st.dictionaries(text, maybe(st.floats(allow_nan=True)),
                                                                          max_size=3))})
 report = maybe(st.fixed_dictionaries(
-    {"namespace": maybe(st.sampled_from(["team-a", "x"]) | text), "job": maybe(st.sampled_from(["j1", "j2"]) | text),
+    {"namespace": maybe(st.one_of(*[st.just("team-a")] * 6, st.just("x"), text)),
+     "job": maybe(st.one_of(*[st.sampled_from(["j1", "j2"])] * 6, text)),
      "points": maybe(st.lists(maybe(point), max_size=4))},
     optional={"pod": maybe(text), "higher_is_better": maybe(st.booleans())}))
 
@@ -247,8 +248,9 @@ def run_counted(test: Any, counter: Counter[str], key: str, client: Asgi) -> Non
     test()
     assert counter[key] >= PER_ENDPOINT, f"only {counter[key]} {key} requests were generated"
     codes = client.codes - before
+    print(f"{key}: {counter[key]} requests, answers {dict(sorted(codes.items()))}")
     # Worth its time only if a fair share got past parsing, and junk was refused.
-    assert codes[200] > 0.05 * counter[key] and codes[400] > 0.05 * counter[key], codes
+    assert codes[200] > 0.02 * counter[key] and codes[400] > 0.02 * counter[key], codes
 
 
 @pytest.mark.timeout(600)
