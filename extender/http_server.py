@@ -92,7 +92,8 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
             """Close the connection that has waited on its client longest; False if none does."""
             waiting: list[tuple[float, Any]] = []
             for c in self.connections:
-                if c is not self and isinstance(c, GuardedProtocol) and c._waiting_on_client():
+                if (c is not self and isinstance(c, GuardedProtocol) and not c.transport.is_closing()
+                        and c._waiting_on_client()):
                     waiting.append((c._since, c))
             if not waiting:
                 return False
