@@ -24,6 +24,7 @@ MIGRATED_FROM = "flowsched.io/migrated-from"
 RESIZABLE = "flowsched.io/resizable"
 # Set by the migrator on a pod just before evicting it: {"from": node, "at": unix s, "count": n}.
 MIGRATION = "flowsched.io/migration"
+ELASTIC_PLAN = "flowsched.io/elastic-plan"  # the elastic optimizer's plan, JSON with "at"
 EVICTED_FROM = "flowsched.io/evicted-from"  # the same origin, readable, for humans
 
 _SUFFIX = {
@@ -128,6 +129,17 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
     return mark if mark.origin and math.isfinite(mark.at) else None
 
 
+def parse_plan_at(value: object) -> float | None:
+    """The "at" of the flowsched.io/elastic-plan annotation; None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        at = float(json.loads(value)["at"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return at if math.isfinite(at) else None
+
+
 def parse_time(value: object) -> float | None:
     """An RFC 3339 timestamp ('2025-01-02T03:04:05Z') as unix seconds; None if absent or bad."""
     if not isinstance(value, str) or not value:
@@ -158,6 +170,7 @@ class PodInfo:
     started_at: float | None = None  # status.startTime, unix seconds
     created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
+    elastic_plan_at: float | None = None  # when the elastic optimizer last planned for this pod
 
     @property
     def key(self) -> str:
@@ -211,6 +224,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         started_at=parse_time(status.get("startTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
+        elastic_plan_at=parse_plan_at(ann.get(ELASTIC_PLAN)),
     )
 
 

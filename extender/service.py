@@ -133,12 +133,10 @@ def build_service(settings: Settings) -> Service:
             log.info("stopped after %.0fs", time.monotonic() - started)
 
     store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
-    tracker = ConvergenceTracker(store, state, settings.convergence.to_policy(),
-                                 interval_s=settings.convergence.interval_s,
-                                 active_within_s=settings.convergence.active_within_s)
+    tracker = ConvergenceTracker(store, state, settings.convergence)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
-        ProgressApiSettings(convergence=settings.convergence.to_policy(),
+        ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes),
         ProgressApiMetrics.build(metrics.registry),
     )
