@@ -34,7 +34,7 @@ from scoring.elastic import (
 from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, plan_migrations
 from scoring.safety import NOT_CHECKPOINTABLE, elastic_refusal, migrator_refusal
 from scoring.settings import CoreSettings, ElasticLoopSettings
-from scoring.world import JobState, Throughput, World
+from scoring.world import IntArray, JobState, Throughput, World
 
 LOOP_ORDER = ("elastic", "migrator")  # within a round, when both run
 
@@ -208,10 +208,17 @@ class ElasticLoopPlan:
         return out
 
 
+def batch_grid(lo: int, hi: int, points: int) -> IntArray:
+    """Candidate global batch sizes: geometric from the job's smallest to its largest."""
+    if hi <= lo:
+        return np.array([lo], dtype=np.int64)
+    return np.unique(np.round(np.geomspace(lo, hi, max(2, points))).astype(np.int64))
+
+
 def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int) -> Throughput:
-    """Step time at each GPU count when the job reports nothing but its step rate: a linear
-    model (per-sample compute + sync share) scaled to the measured step times, fitted when more
-    than one size was measured."""
+    """Step time at each GPU count (and candidate batch, when the job reports its batch range)
+    when the job reports nothing but its step rate: a linear model (per-sample compute + a sync
+    share) scaled to the measured step times, fitted when more than one size was measured."""
     prior = StepTimeModel(0.0, 1.0 / nominal, s.sync_fraction, 0.0)
     model = prior
     if job.step_samples:
@@ -220,10 +227,13 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
         scale = float(t[0] / prior.step_time(g[0], nominal))
         scaled = StepTimeModel(0.0, prior.per_sample_s * scale, prior.sync_s * scale, 0.0)
         model = fit_step_time(g, np.full_like(g, nominal), t, prior=scaled) or scaled
-    gs = np.arange(hi + 1)
-    step = model.step_time(np.maximum(gs, 1), nominal)[:, None].astype(np.float64)
-    realised = np.full((hi + 1, 1), float(nominal))
-    return Throughput(np.array([nominal], dtype=np.int64), step, realised)
+    batches = np.array([nominal], dtype=np.int64)
+    if job.batch_range is not None and s.adapt_batch and job.noise is not None:
+        batches = np.union1d(batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), batches)
+    gs = np.arange(hi + 1, dtype=np.float64)[:, None]
+    step = model.step_time(np.maximum(gs, 1.0), batches[None, :].astype(np.float64))
+    realised = np.broadcast_to(batches[None, :].astype(np.float64), step.shape).copy()
+    return Throughput(batches, np.asarray(step, dtype=np.float64), realised)
 
 
 def elastic_job(job: JobState, world: World, s: ElasticLoopSettings) -> ElasticJob:

@@ -349,6 +349,16 @@ class Engine:
         if job.placement and job.completion is None:
             self._schedule_completion(job)
 
+    # -- what the control loops would see (benchmarks/sim/world.py) ----------------------
+    def sync(self, job: SimJob) -> None:
+        """Bring a job's progress and emitted series up to now (reading it changes nothing else)."""
+        self._sync(job, self.now)
+
+    def queue_time(self, job: SimJob) -> float:
+        """When the job's current pods were created: its arrival, or its last requeue."""
+        queued: dict[int, float] = getattr(self.policy, "queued_at", {})
+        return queued.get(job.idx, job.spec.arrival)
+
     # -- what the extender would see -----------------------------------------------------
     def gpu_util(self) -> FloatArray:
         """Per-GPU utilisation as DCGM would report it this round (percent, NaN = stale).

@@ -1,0 +1,115 @@
+"""The simulator shell's other half: run the control core each round and carry out its actions
+through the engine's public API only (engine.resize for Scale, engine.evict for Evict).
+
+Per round, in scoring.control.LOOP_ORDER (the optimizer, then the migrator on the result), for
+each enabled loop whose interval has come: build the World (benchmarks/sim/world.py), call the
+same plan function `flowsched serve` calls with the same CoreSettings, and apply its actions
+within the loop's budget (scoring.safety.Budget), as the service's ControlLoop does. After the
+optimizer acts, kube-scheduler (the engine's policy) binds what now fits: a real kube-scheduler
+binds new pods within seconds, not a round later. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from benchmarks.sim.engine import Engine, SimJob
+from benchmarks.sim.world import SimWorldBuilder, job_key
+from scoring.control import LOOP_ORDER, plan_elastic_for, plan_migrations_for
+from scoring.safety import Budget
+from scoring.settings import CoreSettings
+from scoring.tracker import ConvergenceTracker
+from scoring.world import World
+
+
+@dataclass
+class ControlStats:
+    plans: dict[str, int] = field(default_factory=dict)
+    resizes: int = 0
+    grows: int = 0
+    shrinks: int = 0
+    batch_changes: int = 0
+    migrations: int = 0
+    jobs_migrated: set[int] = field(default_factory=set)
+    refused: dict[str, int] = field(default_factory=dict)  # safety rule -> jobs x rounds it kept out
+
+
+@dataclass
+class SimControl:
+    settings: CoreSettings
+    loops: tuple[str, ...]
+    builder: SimWorldBuilder = field(init=False)
+    budgets: dict[str, Budget] = field(init=False)
+    stats: ControlStats = field(default_factory=ControlStats)
+    _last: dict[str, float] = field(default_factory=dict)
+    _jobs: dict[str, SimJob] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = [x for x in self.loops if x not in LOOP_ORDER]
+        if unknown:
+            raise ValueError(f"unknown control loops {unknown}; known: {', '.join(LOOP_ORDER)}")
+        self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence))
+        self.budgets = {n: Budget(self.settings.loop(n).max_per_interval, self.settings.loop(n).max_per_hour)
+                        for n in self.loops}
+
+    def _job(self, engine: Engine, key: str) -> SimJob:
+        if not self._jobs:
+            self._jobs = {job_key(j): j for j in engine.jobs}
+        return self._jobs[key]
+
+    def _count_refusals(self, refusals: dict[str, str]) -> None:
+        for why in refusals.values():
+            self.stats.refused[why] = self.stats.refused.get(why, 0) + 1
+
+    def __call__(self, engine: Engine, now: float) -> None:
+        for name in LOOP_ORDER:
+            if name not in self.loops:
+                continue
+            if now - self._last.get(name, -math.inf) < self.settings.loop(name).interval_s - 1e-9:
+                continue
+            self._last[name] = now
+            budget = self.budgets[name]
+            budget.new_interval()
+            self.stats.plans[name] = self.stats.plans.get(name, 0) + 1
+            world = self.builder.build(engine, now)
+            if name == "elastic":
+                self._elastic(engine, world, budget, now)
+            else:
+                self._migrator(engine, world, budget, now)
+
+    def _elastic(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
+        plan = plan_elastic_for(world, self.settings, migrator_on="migrator" in self.loops)
+        self._count_refusals(plan.refusals)
+        acted = False
+        for a in plan.actions:
+            if self.settings.safety.dry_run or not budget.allows(now):
+                break
+            job = self._job(engine, a.job)
+            before, batch_before = job.gpus if job.placement else job.replicas, job.batch_size
+            if engine.resize(job, a.gpus, a.batch_size or None):
+                budget.spend(now)
+                acted = True
+                self.builder.marks.scaled_at[job.idx] = now
+                self.stats.resizes += 1
+                self.stats.grows += int(a.gpus > before)
+                self.stats.shrinks += int(a.gpus < before)
+                self.stats.batch_changes += int(job.batch_size != batch_before)
+        if acted:
+            engine.policy.schedule(engine, now)
+
+    def _migrator(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
+        plan = plan_migrations_for(world, self.settings, max_moves=budget.left(now),
+                                   elastic_on="elastic" in self.loops)
+        self._count_refusals(plan.refusals)
+        for a in plan.actions:
+            if self.settings.safety.dry_run or not budget.allows(now):
+                break
+            job = self._job(engine, a.job)
+            if engine.evict(job):  # the engine refuses anything not opted in
+                budget.spend(now)
+                m = self.builder.marks
+                m.migrations[job.idx] = m.migrations.get(job.idx, 0) + 1
+                m.migrated_at[job.idx] = now
+                self.stats.migrations += 1
+                self.stats.jobs_migrated.add(job.idx)
