@@ -45,12 +45,13 @@ REFS = (("fifo", "fifo"), ("kube-default", "kube"), ("binpack", "bin"), ("tiresi
 _PROFILES: dict[str, ProfileSet] = {}
 
 
-def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str) -> tuple[RunMetrics, dict[str, float]]:
+def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...]
+          ) -> tuple[RunMetrics, dict[str, float]]:
     if data not in _PROFILES:
         _PROFILES[data] = load_profiles(Path(data) / "traces")
     profiles = _PROFILES[data]
     specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles, mix)
-    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}")
+    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets))
     return m, loop_counts(v)
 
 
@@ -95,6 +96,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     p.add_argument("--mix", default="all", help=f"job mixes, comma list from {', '.join(MIXES)}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a control-core setting, e.g. elastic.horizon_s=600 (printed with the table)")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
@@ -107,10 +110,14 @@ def main(argv: list[str]) -> int:
         p.error(f"--mix from {', '.join(MIXES)}")
     print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)}: the control core (scoring/control.py) "
           "that `flowsched serve` runs")
-    print(overrides_line(core_settings(EngineSettings(), INTEGRATED)))
+    sets = tuple((k.strip(), v.strip()) for k, _, v in (s.partition("=") for s in a.set))
+    try:
+        print(overrides_line(core_settings(EngineSettings(), INTEGRATED, dict(sets))))
+    except (ValueError, TypeError) as e:
+        p.error(f"--set: {e}")
     for mix, load in [(m, ld) for m in mixes for ld in a.loads.split(",")]:
         t0 = time.perf_counter()
-        tasks = [(a.data, load, w, pol, seed, mix) for w in wids for pol in policies for seed in range(a.seeds)
+        tasks = [(a.data, load, w, pol, seed, mix, sets) for w in wids for pol in policies for seed in range(a.seeds)
                  if not (seed > 0 and pol in DETERMINISTIC)]
         if a.procs > 1:
             with ProcessPoolExecutor(a.procs) as ex:

@@ -36,7 +36,7 @@ from benchmarks.sim.policies import make_policy
 from benchmarks.sim.report import RunMetrics, RunTrace, measure
 from benchmarks.sim.workload import JobSpec
 from benchmarks.sim.world import job_key
-from scoring.settings import CoreSettings, differences
+from scoring.settings import CoreSettings, differences, with_overrides
 from scoring.world import is_completing
 
 BASELINES = ("fifo", "kube-default", "binpack", "tiresias")
@@ -54,7 +54,8 @@ MIX_TEXT = {
 }
 
 
-def core_settings(engine: EngineSettings | None = None, loops: Sequence[str] = ()) -> CoreSettings:
+def core_settings(engine: EngineSettings | None = None, loops: Sequence[str] = (),
+                  overrides: dict[str, str] | None = None) -> CoreSettings:
     """The service's defaults, except what the simulated environment fixes: the loops act
     (`--act`), a rescale costs what the engine's restart costs, and `las` asks for the
     attained-service order."""
@@ -64,7 +65,8 @@ def core_settings(engine: EngineSettings | None = None, loops: Sequence[str] = (
                 elastic=replace(base.elastic, restart_s=e.restart_penalty))
     if "las" in loops:
         s = replace(s, migrator=replace(s.migrator, order="attained"))
-    return s
+    result: CoreSettings = with_overrides(s, overrides or {})
+    return result
 
 
 def overrides_line(settings: CoreSettings) -> str:
@@ -126,14 +128,15 @@ def known(name: str) -> bool:
         return False
 
 
-def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings | None = None) -> Variant:
+def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings | None = None,
+          overrides: dict[str, str] | None = None) -> Variant:
     loops = loops_of(name)
     if loops is None:
         if name not in BASELINES:
             raise ValueError(f"unknown policy {name!r}; known: {', '.join(BASELINES + FLOWSCHED_VARIANTS)}, "
                              f"or flowsched+<loops> with loops from {', '.join(LOOPS)}")
         return Variant(name, make_policy(name, seed), [])
-    settings = core_settings(engine, loops)
+    settings = core_settings(engine, loops, overrides)
     policy = make_policy("flowsched", seed, settings.placement)  # kube-scheduler with flowsched's extender
     core_loops = tuple(dict.fromkeys("migrator" if x == "las" else x for x in loops))
     control = SimControl(settings, core_loops) if core_loops else None
@@ -159,9 +162,9 @@ def completing_hook(v: Variant, profiles: ProfileSet) -> CompletingFn | None:
 
 
 def run_one(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int, settings: EngineSettings,
-            workload: str) -> tuple[RunMetrics, RunTrace, Variant]:
+            workload: str, overrides: dict[str, str] | None = None) -> tuple[RunMetrics, RunTrace, Variant]:
     """One variant on one workload (specs as `prepare` marked them)."""
-    v = build(name, profiles, seed, settings)
+    v = build(name, profiles, seed, settings, overrides)
     t0 = time.perf_counter()
     completing = completing_hook(v, profiles) if name.startswith("flowsched") else None
     eng = Engine(specs, profiles, v.policy, replace(settings, seed=seed), control_loops=v.loops,
