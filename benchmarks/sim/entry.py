@@ -12,6 +12,7 @@ from pathlib import Path
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.engine import CompletingFn, EngineSettings, InterferenceSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
+from benchmarks.sim.html_report import write_html_report
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.report import (
     RunMetrics,
@@ -113,9 +114,11 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(result.runs)
+    note = f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (benchmarks/sim/variants.py); {ASSUMPTION}"
+    table = format_table(summary)
     print(title)
-    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (benchmarks/sim/variants.py); {ASSUMPTION}")
-    print(format_table(summary))
+    print(note)
+    print(table)
     write_csv(out / "runs.csv", result.runs)
     write_summary_csv(out / "summary.csv", summary)
     written = [out / "runs.csv", out / "summary.csv"]
@@ -124,6 +127,7 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
             written += plot(out, result.traces)
         except ImportError:
             print("matplotlib not installed: no plots (pip install 'flowsched[plots]')", file=sys.stderr)
+    written.append(write_html_report(out / "report.html", title, [note], summary, table, written))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
