@@ -48,7 +48,7 @@ class JobRow:
     pods: Sequence[str]
     phase: str
     remaining_s: float | None
-    progress: float | None
+    progress: float | None  # relative pace P (scoring.convergence), not a completed fraction
     last_step: int | None
     last_value: float | None
     points: int

@@ -111,13 +111,14 @@ def node_row(n: NodeRow) -> str:
 
 
 def job_card(j: JobRow) -> str:
-    progress = "?" if j.progress is None else f"{j.progress:.0%}"
+    pace = "?" if j.progress is None else f"{j.progress:.2f}"  # FlowCon's P: 1 = steady pace, 0 = plateau
     last = "" if j.last_value is None else f", last {'value' if j.higher_is_better else 'loss'} {_num(j.last_value)}"
     pods = ", ".join(j.pods) if j.pods else "no pods in the cluster"
     return (f'<section class="job" data-job="{esc(j.key)}" data-phase="{esc(j.phase)}">'
             f"<h3>{esc(j.key)}</h3>"
             f'<div><span class="phase phase-{esc(j.phase)}">{esc(j.phase)}</span> '
-            f'remaining <b class="remaining">{duration(j.remaining_s)}</b>, progress {progress}</div>'
+            f'remaining <b class="remaining">{duration(j.remaining_s)}</b>, '
+            f'<span title="relative learning pace: 1 = steady, 0 = plateau">pace {pace}</span></div>'
             f'<div class="muted">{j.points} points{last}</div>'
             + loss_curve_svg(j.curve, label="metric" if j.higher_is_better else "loss")
             + f'<div class="muted pods">{esc(pods)}</div></section>')
