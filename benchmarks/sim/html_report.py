@@ -13,14 +13,17 @@ from pathlib import Path
 from benchmarks.sim.report import METRIC_FIELDS
 
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
-table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
+.wide{overflow-x:auto}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;font-size:13px}
 th:first-child,td:first-child{text-align:left}thead{background:#f2f2f2}
 td.better{color:#06651b}td.worse{color:#9b1c1c}pre{background:#f7f7f7;padding:8px;overflow-x:auto}
 figure{display:inline-block;margin:0 1em 1em 0}figcaption{font-size:90%;color:#555}
 """
 
 _PERCENT = {"gpu_allocated", "gpu_busy"}
+LABELS = {"avg_jct": "avg JCT (s)", "p50_jct": "p50 JCT (s)", "p99_jct": "p99 JCT (s)", "makespan": "makespan (s)",
+          "avg_queueing": "queueing (s)", "gpu_allocated": "GPU alloc", "gpu_busy": "GPU busy", "restarts": "restarts"}
 
 
 def _cell(field: str, value: float) -> str:
@@ -36,7 +39,8 @@ def summary_table(summary: Mapping[str, Mapping[str, float]], reference: str = "
     reference's (above 1: the reference is better on that figure), as in the printed table."""
     ref = summary.get(reference)
     ratio_fields = ("avg_jct", "p99_jct", "makespan")
-    head = ["policy", *METRIC_FIELDS, "runs"] + ([f"{f} / {reference}" for f in ratio_fields] if ref else [])
+    head = ["policy", *(LABELS.get(f, f) for f in METRIC_FIELDS), "runs"] \
+        + ([f"{LABELS[f].split(' (')[0]} ÷ {reference}" for f in ratio_fields] if ref else [])
     rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for policy, s in summary.items():
         cells = [f"<td>{html.escape(policy)}</td>"]
@@ -48,7 +52,10 @@ def summary_table(summary: Mapping[str, Mapping[str, float]], reference: str = "
                 cls = "better" if r > 1.0005 else "worse" if r < 0.9995 else ""
                 cells.append(f'<td class="{cls}">{r:.3f}</td>' if math.isfinite(r) else "<td>n/a</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead>{rows[0]}</thead><tbody>{''.join(rows[1:])}</tbody></table>"
+    legend = (f"<p>÷ {html.escape(reference)}: the policy's figure over {html.escape(reference)}'s; above 1 "
+              f"(green) {html.escape(reference)} is better, below 1 (red) worse.</p>") if ref else ""
+    body = "".join(rows[1:])
+    return f'<div class="wide"><table><thead>{rows[0]}</thead><tbody>{body}</tbody></table></div>{legend}'
 
 
 def embedded_png(path: Path, caption: str) -> str:
