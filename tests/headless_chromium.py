@@ -1,7 +1,7 @@
 """Headless Chromium for page tests: Debian's `chromium` package, a screenshot and the DOM.
 
 When no chromium is on PATH the tooling installs the Debian package itself if it runs as root
-(apt-get), otherwise the test fails with the exact command to run. Each call uses its own
+or has password-less sudo (apt-get), otherwise the test fails with the exact command to run. Each call uses its own
 throw-away profile directory, so parallel sessions do not fight over a profile lock.
 """
 
@@ -31,14 +31,18 @@ def chromium_binary() -> str:
     found = _found()
     if found:
         return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    can_sudo = not sudo or (shutil.which("sudo") is not None
+                            and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0)
+    if not can_sudo or not shutil.which("apt-get"):
         pytest.fail(f"the status-page test needs headless Chromium and none was found; run as root: {INSTALL_CMD} "
                     "(or set FLOWSCHED_CHROMIUM_BIN)", pytrace=False)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=600", "chromium"]
+    install = [*sudo, "apt-get", "install", "-y", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=600",
+               "chromium"]
     done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=1200)
     if done.returncode != 0:  # stale package lists on a fresh machine
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True, timeout=600)
+        subprocess.run([*sudo, "apt-get", "update"], env=env, capture_output=True, text=True, timeout=600)
         done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=1200)
     found = _found()
     if done.returncode != 0 or not found:
