@@ -31,6 +31,9 @@ def chromium_binary() -> str:
     found = _found()
     if found:
         return found
+    if os.environ.get("FLOWSCHED_CHROMIUM_BIN"):
+        pytest.fail(f"FLOWSCHED_CHROMIUM_BIN={os.environ['FLOWSCHED_CHROMIUM_BIN']} is not an executable",
+                    pytrace=False)
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     can_sudo = not sudo or (shutil.which("sudo") is not None
                             and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0)
