@@ -8,6 +8,7 @@ run `gather_status` in a thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sqlite3
@@ -72,6 +73,7 @@ class ActionRow:
     target: str
     outcome: str
     reason: str
+    repeats: int = 1  # the same planned action in this many ticks (a dry-run loop re-plans it every tick)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,12 @@ def _actions(loops: Iterable[Any], limit: int) -> list[ActionRow]:
                                       kind=str(a.get("kind", "")), target=str(a.get("target", "")),
                                       outcome=str(a.get("outcome", "")), reason=str(a.get("reason", ""))))
     rows.sort(key=lambda r: r.at, reverse=True)
-    return rows[:limit]
+    merged: dict[tuple[str, str, str, str, bool], ActionRow] = {}
+    for r in rows:  # newest first: the newest of a repeated action keeps its time and reason
+        key = (r.loop, r.kind, r.target, r.outcome, r.dry_run)
+        first = merged.get(key)
+        merged[key] = r if first is None else dataclasses.replace(first, repeats=first.repeats + 1)
+    return list(merged.values())[:limit]
 
 
 def gather_status(state: ClusterState, store: ProgressStore, convergence: ConvergenceSettings, controllers: Any,

@@ -130,10 +130,12 @@ def queue_row(q: QueuedPod) -> str:
 
 
 def action_row(a: ActionRow, now: float) -> str:
-    mode = "dry run" if a.dry_run else "acted"
-    return (f'<tr class="action" data-loop="{esc(a.loop)}" data-outcome="{esc(a.outcome)}">'
-            f"<td>{duration(now - a.at)} ago</td><td>{esc(a.loop)}</td><td>{esc(a.kind)}</td>"
-            f"<td>{esc(a.target)}</td><td>{esc(a.outcome)} ({mode})</td><td>{esc(a.reason)}</td></tr>")
+    outcome = esc(a.outcome) + (" (dry run)" if a.dry_run and a.outcome != "dry_run" else "")
+    times = f" (in {a.repeats} ticks)" if a.repeats > 1 else ""
+    return (f'<tr class="action" data-loop="{esc(a.loop)}" data-outcome="{esc(a.outcome)}" '
+            f'data-repeats="{a.repeats}"><td>{duration(now - a.at)} ago{times}</td>'
+            f"<td>{esc(a.loop)}</td><td>{esc(a.kind)}</td>"
+            f"<td>{esc(a.target)}</td><td>{outcome}</td><td>{esc(a.reason)}</td></tr>")
 
 
 def _table(id_: str, head: Sequence[str], rows: Sequence[str], empty: str) -> str:

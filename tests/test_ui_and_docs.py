@@ -184,3 +184,33 @@ def test_docs_and_ui_follow_the_debug_gate(tmp_path: Path, monkeypatch: pytest.M
         for path in ("/docs", "/openapi.json", "/ui"):
             assert client.get(path).status_code == 403, path
         assert client.get("/healthz").status_code == 200
+
+
+def test_repeated_dry_run_plans_show_once_with_their_count() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import Action, ControlLoop, ControlMetrics
+    from extender.status_view import _actions
+
+    class Evictor:
+        name = "migrator"
+
+        def plan(self, now: float) -> list[Action]:
+            return [Action(key="a/slow", kind="evict", target="a/slow-0", reason=f"planned at {now:.0f}")]
+
+        def act(self, action: Action, now: float) -> str:
+            raise AssertionError("a dry run never acts")
+
+    clock = iter([100.0 + k for k in range(100)])
+    loop = ControlLoop(Evictor(), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=1,
+                       dry_run=True, per_interval=1, per_hour=10, clock=lambda: next(clock))
+    for _ in range(3):
+        loop.run_once()
+    rows = _actions([loop], limit=30)
+    assert len(rows) == 1
+    assert rows[0].repeats == 3 and rows[0].outcome == "dry_run" and rows[0].target == "a/slow-0"
+    assert rows[0].reason == f"planned at {rows[0].at:.0f}"  # the newest tick's reason
+    html_row = render_status_page(StatusPage(now=rows[0].at + 5, ready=True, nodes=[], jobs=[], queue=[],
+                                             actions=rows))
+    assert "(in 3 ticks)" in html_row and 'data-repeats="3"' in html_row

@@ -310,4 +310,6 @@ def test_status_page_in_headless_chromium(observed: Observed, tmp_path: Path) ->
         api = s.flowsched.http.get(f"/v1/jobs/{s.ns}/{name}", headers={"Authorization": f"Bearer {observed.token}"})
         assert job["remaining"] == duration(api.json()["remaining_seconds"]), (name, api.json())
     assert f"{s.ns}/big-0" in page.queued
-    assert any(a["data-loop"] == "migrator" and a["data-outcome"] == "dry_run" for a in page.actions), page.actions
+    planned = [a for a in page.actions if a["data-loop"] == "migrator" and a["data-outcome"] == "dry_run"]
+    assert len(planned) == 1, page.actions  # re-planned every tick, shown once with its count
+    assert int(planned[0]["data-repeats"]) >= 1
