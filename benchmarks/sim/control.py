@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.world import SimWorldBuilder, job_key
-from scoring.control import LOOP_ORDER, plan_elastic_for, plan_migrations_for
+from scoring.control import LOOP_ORDER, Evict, Scale, plan_elastic_for, plan_migrations_for
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
@@ -78,11 +78,20 @@ class SimControl:
             else:
                 self._migrator(engine, world, budget, now)
 
+    def plan(self, loop: str, world: World, budget_left: int) -> tuple[Scale, ...] | tuple[Evict, ...]:
+        """The core's actions for one loop on this World (what the service's controller would plan)."""
+        if loop == "elastic":
+            ep = plan_elastic_for(world, self.settings, migrator_on="migrator" in self.loops)
+            self._count_refusals(ep.refusals)
+            return ep.actions
+        mp = plan_migrations_for(world, self.settings, max_moves=budget_left, elastic_on="elastic" in self.loops)
+        self._count_refusals(mp.refusals)
+        return mp.actions
+
     def _elastic(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
-        plan = plan_elastic_for(world, self.settings, migrator_on="migrator" in self.loops)
-        self._count_refusals(plan.refusals)
         acted = False
-        for a in plan.actions:
+        for a in self.plan("elastic", world, budget.left(now)):
+            assert isinstance(a, Scale)
             if self.settings.safety.dry_run or not budget.allows(now):
                 break
             job = self._job(engine, a.job)
@@ -99,10 +108,7 @@ class SimControl:
             engine.policy.schedule(engine, now)
 
     def _migrator(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
-        plan = plan_migrations_for(world, self.settings, max_moves=budget.left(now),
-                                   elastic_on="elastic" in self.loops)
-        self._count_refusals(plan.refusals)
-        for a in plan.actions:
+        for a in self.plan("migrator", world, budget.left(now)):
             if self.settings.safety.dry_run or not budget.allows(now):
                 break
             job = self._job(engine, a.job)

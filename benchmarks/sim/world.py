@@ -64,6 +64,8 @@ class SimWorldBuilder:
         if n == 0:
             return None
         pts = np.asarray(job.series, dtype=np.float64)
+        if engine.now - float(pts[-1, 0]) > self.settings.convergence.active_within_s:
+            return self.tracker.get(job_key(job))  # the service re-estimates only jobs that reported lately
         app = engine.profiles.apps[job.spec.app]
         return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
                                    higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])))
@@ -115,7 +117,8 @@ class SimWorldBuilder:
         return JobState(
             key=job_key(j), namespace=s.namespace, gpus_on=gpus_on,
             live_gpus=j.gpus if placed else j.replicas,
-            per_pod=1,  # the simulator's pods are per node (pod_sizes): any GPU count splits into whole pods
+            # An elastic job's workers are 1-GPU pods kube-scheduler packs; other jobs' pods are per node.
+            per_pod=1 if elastic is not None else max(pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node)),
             checkpointable=s.checkpointable, elastic=elastic,
             running=placed and now >= j.restart_until, settling=not placed,
             runtime_s=now - j.seg_start if placed else math.nan,
