@@ -23,6 +23,7 @@ from extender.auth import (
 )
 from extender.control.runtime import Controllers, build_control_router, build_controllers
 from extender.convergence_loop import ConvergenceTracker
+from extender.job_reports import JobReportBook
 from extender.metrics import Metrics, build_metrics, watch_status
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.progress_store import ProgressStore, ProgressStoreSettings
@@ -137,13 +138,14 @@ def build_service(settings: Settings) -> Service:
 
     store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
     tracker = ConvergenceTracker(store, state, settings.convergence)
+    reports = JobReportBook()
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes),
-        ProgressApiMetrics.build(metrics.registry),
+        ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.plan_of,
     )
-    control = build_controllers(settings, state, tracker, api_client, metrics.registry)
+    control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports)
     control_router = build_control_router(lambda: holder["svc"].control)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
                     routers=[progress, control_router])

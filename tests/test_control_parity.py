@@ -177,7 +177,7 @@ def without_reports(world: World) -> World:
 @pytest.mark.parametrize("loops", [("migrator",), ("elastic", "migrator")])
 def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loops: tuple[str, ...]) -> None:
     control, eng = sim_side(loops)
-    migrator, elastic = service_side(tmp_path, list(loops))
+    migrator, _ = service_side(tmp_path, list(loops))
     sim_world = control.builder.build(eng, NOW)
     svc_obs = migrator.observe(T0 + NOW)
     assert svc_obs is not None

@@ -27,6 +27,7 @@ from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
 from extender.control.loop import Controller, ControlLoop, ControlMetrics, Leadership
 from extender.control.world_builder import WorldBuilder
 from extender.convergence_loop import ConvergenceTracker
+from extender.job_reports import JobReportBook
 from extender.settings import Settings
 from extender.state import ClusterState
 from scoring.settings import CoreSettings
@@ -107,7 +108,8 @@ class Controllers:
 
 
 def build_controllers(settings: Settings, state: ClusterState, tracker: ConvergenceTracker, api_client: Any,
-                      registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> Controllers | None:
+                      registry: CollectorRegistry, clock: Callable[[], float] = time.time,
+                      reports: JobReportBook | None = None) -> Controllers | None:
     """None when no controller is enabled. Raises ValueError for an unknown or missing one."""
     if not settings.controllers:
         return None
@@ -129,7 +131,8 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     else:
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
-    world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict)
+    world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict,
+                         reports.job_reports if reports is not None else None)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock)
