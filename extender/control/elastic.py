@@ -39,11 +39,10 @@ from extender.control.kube_actions import MERGE_PATCH, map_api_error
 from extender.control.loop import Action
 from extender.control.rest import kube_request
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import parse_range
-from extender.k8s_objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL, PodInfo
+from extender.control.world_builder import Observed, observe, parse_range
+from extender.k8s_objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
 from scoring.control import Scale, plan_elastic_for
 from scoring.settings import ElasticLoopSettings
-from scoring.world import World
 
 log = logging.getLogger("flowsched.elastic")
 
@@ -68,12 +67,6 @@ class ElasticMetrics:
         )
 
 
-@dataclass(frozen=True)
-class Observed:
-    world: World
-    pods_of: dict[str, list[PodInfo]]
-
-
 @dataclass
 class Elastic:
     ctx: ControlContext
@@ -87,15 +80,10 @@ class Elastic:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        if not self.ctx.state.ready:
+        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=True)
+        if observed is None:
             self.last = {"at": now, "skipped": "snapshot not synced yet"}
-            return None
-        pods, nodes, marks = self.ctx.state.control_view()
-        pods_of: dict[str, list[PodInfo]] = {}
-        for p in pods:
-            if p.phase not in ("Succeeded", "Failed") and p.requests.gpus > 0:
-                pods_of.setdefault(p.job, []).append(p)
-        return Observed(self.ctx.world.build(pods, nodes, marks, now), pods_of)
+        return observed
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:

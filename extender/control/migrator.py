@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from prometheus_client import Counter
@@ -24,21 +24,13 @@ from extender.control.events import ObjectRef
 from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
+from extender.control.world_builder import Observed, observe
 from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
 from scoring.control import Evict, plan_migrations_for
-from scoring.world import World
 
 log = logging.getLogger("flowsched.migrator")
 
 REASON = "FlowschedMigrated"
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What one interval decides from: the World and each job's pods (to name them in actions)."""
-
-    world: World
-    pods_of: dict[str, list[PodInfo]]
 
 
 class Migrator:
@@ -56,15 +48,10 @@ class Migrator:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        if not self.ctx.state.ready:
+        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False)
+        if observed is None:
             self.last = {"at": now, "skipped": "snapshot not synced yet"}
-            return None
-        pods, nodes, marks = self.ctx.state.control_view()
-        pods_of: dict[str, list[PodInfo]] = {}
-        for p in pods:
-            if p.phase not in ("Succeeded", "Failed"):
-                pods_of.setdefault(p.job, []).append(p)
-        return Observed(self.ctx.world.build(pods, nodes, marks, now), pods_of)
+        return observed
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:

@@ -135,3 +135,31 @@ def labels_from_namespace_list(body: Mapping[str, Any]) -> dict[str, dict[str, s
         if isinstance(meta.get("name"), str):
             out[meta["name"]] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     return out
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one interval of a loop decides from: the World and each job's live pods (to name
+    them in the actions the shell sends)."""
+
+    world: World
+    pods_of: dict[str, list[PodInfo]]
+
+
+class ControlView(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]: ...
+
+
+def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool) -> Observed | None:
+    """None until the snapshot has synced (a half-listed cluster is no basis for a plan)."""
+    if not state.ready:
+        return None
+    pods, nodes, marks = state.control_view()
+    pods_of: dict[str, list[PodInfo]] = {}
+    for p in pods:
+        if p.phase not in ("Succeeded", "Failed") and (p.requests.gpus > 0 or not gpu_pods_only):
+            pods_of.setdefault(p.job, []).append(p)
+    return Observed(builder.build(pods, nodes, marks, now), pods_of)
