@@ -115,6 +115,7 @@ class MigrationMark:
     origin: str
     at: float
     count: int
+    attained_gpu_s: float = math.nan  # the job's attained service when it was evicted
 
 
 def parse_migration_mark(value: object) -> MigrationMark | None:
@@ -123,7 +124,9 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
         return None
     try:
         d = json.loads(value)
-        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)))
+        attained = float(d.get("attained", math.nan))
+        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)),
+                             attained if math.isfinite(attained) and attained >= 0 else math.nan)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return mark if mark.origin and math.isfinite(mark.at) else None
@@ -173,6 +176,7 @@ class PodInfo:
     created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
     elastic_plan: Mapping[str, Any] | None = None  # the elastic optimizer's latest plan for its job
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names: kube-scheduler ignores it while any
 
     @property
     def elastic_plan_at(self) -> float | None:
@@ -231,6 +235,8 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
         elastic_plan=parse_plan(ann.get(ELASTIC_PLAN)),
+        scheduling_gates=tuple(str(g.get("name")) for g in spec.get("schedulingGates") or []
+                               if isinstance(g, Mapping) and g.get("name")),
     )
 
 

@@ -163,7 +163,8 @@ def comparable(world: World, shift: float) -> dict[str, Any]:
         "pending": [(p.key, p.job, p.gpus, _n(p.wait_s)) for p in world.pending],
         "jobs": [(j.key, j.namespace, dict(j.gpus_on), j.live_gpus, j.per_pod, j.checkpointable, j.elastic,
                   j.running, j.settling, _n(j.runtime_s), _n(j.attained_gpu_s), j.phase,
-                  j.migrations, _n(j.since_migration_s), _n(j.since_scaled_s)) for j in world.jobs],
+                  j.migrations, _n(j.since_migration_s), _n(j.since_scaled_s), j.gated_pods, _n(j.wait_s))
+                 for j in world.jobs],
         "labels": {k: dict(v) for k, v in world.namespace_labels.items()},
     }
 

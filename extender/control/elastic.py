@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -105,6 +106,7 @@ class Elastic:
             "namespace": s.job.split("/", 1)[0], "gpus": s.gpus, "from_gpus": s.from_gpus,
             "batch_size": s.batch_size or None, "replicas": s.replicas, "per_pod": s.per_pod, "lo": s.lo,
             "hi": s.hi, "kubeflow": kf,
+            "attained": round(s.attained_gpu_s, 3) if math.isfinite(s.attained_gpu_s) else None,
             "pods": [{"name": p.name, "uid": p.uid} for p in pods if not p.terminating],
         })
 
@@ -122,7 +124,7 @@ class Elastic:
         if not (int(d["lo"]) <= int(d["gpus"]) <= int(d["hi"])):
             raise PermanentError(f"plan of {d['gpus']} GPUs outside {d['lo']}-{d['hi']}")
         body = {"gpus": int(d["gpus"]), "replicas": int(d["replicas"]), "batch_size": d.get("batch_size"),
-                "at": round(now, 3), "reason": action.reason[:300]}
+                "at": round(now, 3), "attained": d.get("attained"), "reason": action.reason[:300]}
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = d.get("kubeflow")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -69,6 +70,7 @@ class Migrator:
             "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node} for p in pods],
             "freed_gpus": e.freed_gpus, "benefit_gpus": e.benefit_gpus, "served": list(e.served),
             "relocation": list(e.relocation),
+            "attained": round(e.attained_gpu_s, 3) if math.isfinite(e.attained_gpu_s) else None,
         })
 
     def act(self, action: Action, now: float) -> str:
@@ -89,7 +91,8 @@ class Migrator:
             targets.append(current)
         if not targets:
             return "gone"
-        mark = json.dumps({"from": action.detail["origin"], "at": round(now, 3), "count": action.detail["count"]})
+        mark = json.dumps({"from": action.detail["origin"], "at": round(now, 3), "count": action.detail["count"],
+                           "attained": action.detail.get("attained")})
         evicted: list[PodInfo] = []
         for p in targets:
             if not actions.annotate_pod(p.namespace, p.name, {MIGRATION: mark, EVICTED_FROM: p.node}):
