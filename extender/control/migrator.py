@@ -11,7 +11,6 @@ FlowschedMigrated Event per pod with the numbers behind the decision.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -20,13 +19,11 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from extender.control.errors import PermanentError, TemporaryError
-from extender.control.events import ObjectRef
+from extender.control.eviction import evict_job
 from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
-from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
 from scoring.control import Evict, plan_migrations_for
 
 log = logging.getLogger("flowsched.migrator")
@@ -74,49 +71,15 @@ class Migrator:
         })
 
     def act(self, action: Action, now: float) -> str:
-        state = self.ctx.state
-        actions = self.ctx.actions
-        if actions is None:
-            raise PermanentError("no cluster: the migrator can only plan")
-        targets = []
-        for p in action.detail["pods"]:
-            current = state.pod(p["uid"])
-            # The last line of defence: never evict a pod that has not opted in, whatever the plan.
-            if current is None:
-                continue
-            if not current.checkpointable:
-                raise PermanentError(f"{current.key} is not annotated flowsched.io/checkpointable=true")
-            if current.terminating:
-                continue
-            targets.append(current)
-        if not targets:
-            return "gone"
-        mark = json.dumps({"from": action.detail["origin"], "at": round(now, 3), "count": action.detail["count"],
-                           "attained": action.detail.get("attained")})
-        evicted: list[PodInfo] = []
-        for p in targets:
-            if not actions.annotate_pod(p.namespace, p.name, {MIGRATION: mark, EVICTED_FROM: p.node}):
-                continue
-            try:
-                outcome = actions.evict(p.namespace, p.name, p.uid)
-            except (TemporaryError, PermanentError):
-                try:  # refused (a PDB, ...): withdraw the mark so cooldown and counts stay true
-                    actions.annotate_pod(p.namespace, p.name, {MIGRATION: None, EVICTED_FROM: None})
-                except (TemporaryError, PermanentError) as e2:
-                    log.warning("could not withdraw the migration mark of %s: %s", p.key, e2)
-                if evicted:
-                    log.warning("%s: evicted %d of %d pods before a refusal", action.key, len(evicted),
-                                len(targets))
-                raise
-            if outcome == EVICTED:
-                evicted.append(p)
-                self.ctx.recorder.record(ObjectRef(p.namespace, p.name, p.uid), REASON,
-                                         f"Evicted from {p.node} to migrate: {action.reason}", action="Evict")
+        d = action.detail
+        mark = {"from": d["origin"], "at": round(now, 3), "count": d["count"], "attained": d.get("attained")}
+        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
+                            action.reason, REASON, "to migrate")
         if not evicted:
             return "gone"
         self.migrations.labels(evicted[0].namespace).inc()
         self.freed.inc(sum(p.requests.gpus for p in evicted))
-        log.info("migrated %s off %s: %s", action.key, action.detail["origin"], action.reason)
+        log.info("migrated %s off %s: %s", action.key, d["origin"], action.reason)
         return EVICTED
 
     def describe(self) -> dict[str, Any]:

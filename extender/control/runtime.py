@@ -38,6 +38,7 @@ FACTORIES: dict[str, str] = {
     "migrator": "extender.control.migrator:build",
     "resizer": "extender.control.resizer:build",
     "elastic": "extender.control.elastic:build",
+    "admission": "extender.control.admission:build",
 }
 
 
@@ -132,7 +133,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
     world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict,
-                         reports.job_reports if reports is not None else None)
+                         reports.job_reports if reports is not None else None, gate=settings.admission.gate)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock)
@@ -188,6 +189,10 @@ def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
     @router.get("/debug/resizes")
     async def debug_resizes() -> Response:
         return loop_view("resizer")
+
+    @router.get("/debug/admission")
+    async def debug_admission() -> Response:
+        return loop_view("admission")
 
     @router.get("/debug/elastic")
     async def debug_elastic() -> Response:
