@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import wire
 from extender.debug_api import DebugQueryError, DutyCycle, SnapshotQuery, explain_page, snapshot_page
+from extender.debug_gate import is_debug_path
 from extender.decide import (
     NEUTRAL_SCORE,
     Policy,
@@ -102,7 +103,7 @@ def build_app(
     routers: Iterable[APIRouter] = (),
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
-    policy = Policy(settings.placement.to_policy(), settings.telemetry_stale_s, settings.gpu_resource)
+    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource)
     limit = settings.verb_max_body_bytes
     prefix = settings.prefix
     memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it
@@ -290,8 +291,8 @@ class ExtenderApp:
     request/response machinery (~0.4 ms a call); everything else goes to the FastAPI app.
 
     Two guards sit in front of everything: at most max_in_flight requests at once (more get 503
-    at once, so a flood of large bodies cannot take the memory), and /debug/* only from loopback
-    unless debug_access is "open"."""
+    at once, so a flood of large bodies cannot take the memory), and the debug class of paths
+    (extender.debug_gate: /debug/*, /ui, /docs) only from loopback unless debug_access is "open"."""
 
     def __init__(self, fastapi: FastAPI, verbs: Mapping[str, Verb],
                  answer: Callable[[str, bytes, Callable[[Any], Any], Callable[[Any], Any]], tuple[int, bytes]],
@@ -305,9 +306,10 @@ class ExtenderApp:
             await self.fastapi(scope, receive, send)
             return
         path = scope.get("path", "")
-        if path.startswith("/debug/") and not self.debug_open and not is_loopback(scope.get("client")):
+        if not self.debug_open and is_debug_path(path) and not is_loopback(scope.get("client")):
             await self._send(send, 403, orjson.dumps(
-                {"error": "/debug/* answers only on loopback (kubectl port-forward); see debug_access"}))
+                {"error": "/debug/*, /ui and /docs answer only on loopback (kubectl port-forward); "
+                          "see debug_access"}))
             return
         if self.in_flight >= self.max_in_flight and path not in _PROBES:
             self.metrics.requests.labels("any", "503").inc()
