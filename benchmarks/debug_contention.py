@@ -5,9 +5,10 @@
 Starts `flowsched`'s real server (build_app under extender.http_server, as `flowsched serve`
 runs it) on a populated snapshot of openb nodes and pods, then alternates rounds of
 prioritize calls (names mode, one kept-alive connection, like kube-scheduler) with no other
-load and with a second process looping on GET /debug/snapshot at its largest page (every kind,
-debug_page_limit entries each: the heaviest debug call). Prints p50/p99 per condition and the
-ratio of the p99s; both conditions are measured in the same run, in alternating rounds.
+load and with a second process looping on the heaviest debug-class call: each of the largest
+/debug/snapshot page, /debug/explain and the /ui status page is timed, the slowest is looped on.
+Prints p50/p99 per condition and the ratio of the p99s; both conditions are measured in the
+same run, in alternating rounds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import gc
 import http.client
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,14 +34,20 @@ def serve(ns: argparse.Namespace) -> int:
     from extender.app import build_app
     from extender.http_server import FlowschedServer, ServerLimits, server_config
     from extender.metrics import build_metrics
+    from extender.progress_store import ProgressStore, ProgressStoreSettings
     from extender.settings import Settings
     from extender.state import ClusterState
+    from extender.ui import build_ui_router
+    from scoring.convergence import ConvergenceSettings
 
     state = ClusterState()
     openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
     state.synced = {"nodes": True, "pods": True}
     gc.freeze()  # as the watcher does after its first list: the snapshot is not re-scanned by every GC
-    app = build_app(Settings(kube=False), state, build_metrics())
+    settings = Settings(kube=False)
+    store = ProgressStore(ProgressStoreSettings(path=str(Path(tempfile.mkdtemp()) / "progress.sqlite")))
+    ui = build_ui_router(state, store, ConvergenceSettings(), lambda: None, settings.telemetry_stale_s)
+    app = build_app(settings, state, build_metrics(), routers=[ui])
     print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
     config = server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(), log_level="warning",
                            loop="uvloop")
@@ -75,7 +83,7 @@ def load(ns: argparse.Namespace) -> int:
 
 def heaviest_debug_call(port: int, pod_key: str) -> str:
     """Of the largest pages of each debug endpoint, the one that takes longest (median of 3)."""
-    paths = ["/debug/snapshot", "/debug/snapshot?kind=pods", f"/debug/explain?pod={pod_key}"]
+    paths = ["/debug/snapshot", "/debug/snapshot?kind=pods", f"/debug/explain?pod={pod_key}", "/ui"]
     timed = []
     for path in paths:
         runs = []

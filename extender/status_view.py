@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from extender.debug_api import DutyCycle, describe_unlocked
 from extender.progress_api import job_summary
 from extender.progress_store import JobHistory, ProgressStore
 from extender.state import ClusterState
@@ -129,7 +130,8 @@ def _actions(loops: Iterable[Any], limit: int) -> list[ActionRow]:
 def gather_status(state: ClusterState, store: ProgressStore, convergence: ConvergenceSettings, controllers: Any,
                   now: float, stale_s: float, max_jobs: int = 100, max_actions: int = 30) -> StatusPage:
     """The page's data. `controllers` is extender.control.runtime.Controllers or None."""
-    snap = state.describe(now, stale_s)
+    # Not state.describe: it holds the state's lock (and the verbs with it) for the whole build.
+    snap = describe_unlocked(state, now, stale_s, DutyCycle())
     notes: list[str] = []
     nodes = [NodeRow(name=name, ready=bool(n["ready"]), unschedulable=bool(n["unschedulable"]),
                      gpu_alloc=float(n["gpu_alloc"]), gpu_used=float(n["gpu_used"]),

@@ -69,6 +69,16 @@ def test_1_debug_endpoints_refuse_remote_peers_by_default() -> None:
     assert opened.get("/debug/snapshot").status_code == 200
 
 
+def test_1_status_page_and_api_docs_sit_behind_the_same_gate(tmp_path: Path) -> None:
+    svc = build_service(Settings(kube=False, progress_db=str(tmp_path / "p.sqlite")))
+    remote, local = TestClient(svc.app, client=REMOTE), TestClient(svc.app, client=LOOPBACK)
+    for path in ("/ui", "/docs", "/openapi.json", "/debug/control"):
+        assert remote.get(path).status_code == 403, path
+        assert local.get(path).status_code == 200, path
+    assert remote.get("/healthz").status_code == 200
+    svc.store.close()
+
+
 def test_1_debug_snapshot_is_filtered_and_paged() -> None:
     state = cluster()
     for i in range(7):
