@@ -81,7 +81,7 @@ def load(ns: argparse.Namespace) -> int:
     return 0
 
 
-def heaviest_debug_call(port: int, pod_key: str) -> str:
+def heaviest_debug_call(port: int, pod_key: str) -> tuple[str, float]:
     """Of the largest pages of each debug endpoint, the one that takes longest (median of 3)."""
     paths = ["/debug/snapshot", "/debug/snapshot?kind=pods", f"/debug/explain?pod={pod_key}", "/ui"]
     timed = []
@@ -93,7 +93,7 @@ def heaviest_debug_call(port: int, pod_key: str) -> str:
             runs.append(time.perf_counter() - t0)
         timed.append((float(np.median(runs)), path, size))
         print(f"  {path}: {timed[-1][0] * 1000:.0f} ms, {size} bytes", flush=True)
-    return max(timed)[1]
+    return max(timed)[1], max(timed)[0]
 
 
 def _round(port: int, bodies: list[bytes]) -> list[float]:
@@ -151,7 +151,7 @@ def client(ns: argparse.Namespace) -> int:
 
         _round(port, bodies(ns.warmup))
         print("debug calls at their largest page:", flush=True)
-        heavy = heaviest_debug_call(port, "default/pod-000000")
+        heavy, heavy_s = heaviest_debug_call(port, "default/pod-000000")
         print(f"the loader loops on {heavy}", flush=True)
         results: dict[str, list[float]] = {"idle": [], "debug loop": []}
         for r in range(ns.rounds):
@@ -165,6 +165,9 @@ def client(ns: argparse.Namespace) -> int:
             finally:
                 loader.send_signal(2)
                 out, _ = loader.communicate(timeout=60)
+            # The server finishes the page the loader was waiting for: let it, or the next idle
+            # round would be measured under that load.
+            time.sleep(1.5 * heavy_s + 0.5)
             last = [line for line in out.splitlines() if line.startswith("debug calls")]
             print(f"round {r + 1}: {last[-1] if last else 'the debug loader printed nothing'}", flush=True)
         print(f"prioritize, names mode, {ns.names} candidate nodes of {ns.nodes}, {ns.pods} pods, "
