@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import GradientNoise
 
@@ -67,6 +68,7 @@ class JobState:
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
 
     @property
     def held_gpus(self) -> float:
