@@ -369,3 +369,35 @@ def diagnose(sig: JobSignals, s: BottleneckSettings) -> Diagnosis:
 
 def diagnose_all(signals: Iterable[JobSignals], s: BottleneckSettings) -> dict[str, Diagnosis]:
     return {sig.job: diagnose(sig, s) for sig in signals}
+
+
+def _rate_between(steps: npt.NDArray[np.int64], ts: FloatArray, lo: float, hi: float) -> float:
+    """Steps per second over (lo, hi]: from the last point at or before lo (the anchor) to the last
+    point in the window; NaN with fewer than two such points. A restart (steps going back) inside
+    the window starts the count again from the restart."""
+    inside = np.flatnonzero((ts > lo) & (ts <= hi))
+    if inside.size == 0:
+        return math.nan
+    before = np.flatnonzero(ts <= lo)
+    idx = np.concatenate([before[-1:], inside])
+    back = np.flatnonzero(np.diff(steps[idx]) < 0)
+    if back.size:
+        idx = idx[back[-1] + 1:]
+    if idx.size < 2 or ts[idx[-1]] <= ts[idx[0]]:
+        return math.nan
+    return float(steps[idx[-1]] - steps[idx[0]]) / float(ts[idx[-1]] - ts[idx[0]])
+
+
+def step_rate_and_trend(steps: npt.NDArray[np.int64], timestamps: FloatArray, now: float, window_s: float
+                        ) -> tuple[float, float]:
+    """The step rate over the last window and its relative change from the window before (NaN unknown).
+    Points are in arrival order, as the progress store keeps them."""
+    if steps.size < 2 or window_s <= 0:
+        return math.nan, math.nan
+    order = np.argsort(timestamps, kind="stable")
+    st, ts = steps[order], timestamps[order]
+    now_rate = _rate_between(st, ts, now - window_s, now)
+    before = _rate_between(st, ts, now - 2 * window_s, now - window_s)
+    trend = (now_rate - before) / before if math.isfinite(now_rate) and math.isfinite(before) and before > 0 \
+        else math.nan
+    return now_rate, trend

@@ -17,6 +17,7 @@ from scoring.bottleneck import (
     JobSignals,
     diagnose,
     diagnose_all,
+    step_rate_and_trend,
 )
 
 S = BottleneckSettings()
@@ -203,3 +204,20 @@ def test_diagnose_all_keys_by_job_and_as_dict_is_plain() -> None:
     body = out["ns/j"].as_dict()
     assert body["bottleneck"] == "compute-bound"
     assert body["shape"] == {"workers": 2, "ps": 0, "nodes": 2}
+
+
+def test_step_rate_and_trend_over_windows() -> None:
+    ts = np.arange(0.0, 121.0, 10.0)  # a point every 10 s for 2 minutes
+    steps = np.concatenate([np.arange(0, 7) * 20, 120 + np.arange(1, 7) * 10]).astype(np.int64)  # 2/s then 1/s
+    rate, trend = step_rate_and_trend(steps, ts, now=120.0, window_s=60.0)
+    assert rate == pytest.approx(1.0) and trend == pytest.approx(-0.5)
+
+
+def test_step_rate_is_unknown_without_two_points_and_survives_a_restart() -> None:
+    assert math.isnan(step_rate_and_trend(np.array([5]), np.array([1.0]), 10.0, 60.0)[0])
+    ts = np.array([0.0, 10.0, 20.0, 30.0, 40.0])
+    steps = np.array([100, 110, 50, 60, 70], dtype=np.int64)  # restarted from a checkpoint at t=20
+    rate, _ = step_rate_and_trend(steps, ts, now=40.0, window_s=60.0)
+    assert rate == pytest.approx(1.0)
+    stalled = step_rate_and_trend(np.array([7, 7, 7], dtype=np.int64), np.array([0.0, 30.0, 60.0]), 60.0, 60.0)
+    assert stalled[0] == 0.0
