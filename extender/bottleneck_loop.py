@@ -22,13 +22,14 @@ from typing import Any, Protocol
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import BaseModel, Field
 
-from extender.control.events import ObjectRef, Recorder
+from extender.control.events import EventRecorder, LogRecorder, ObjectRef, Recorder
+from extender.control.runtime import default_identity
 from extender.k8s_objects import PodInfo
 from extender.progress_store import JobHistory
 from extender.state import ClusterState
-from extender.telemetry.pod_usage import PodUsage
+from extender.telemetry.config import DiagnosisConfig
+from extender.telemetry.pod_usage import PodUsage, PodUsageReader
 from scoring.bottleneck import (
     PS,
     WORKER,
@@ -46,16 +47,6 @@ log = logging.getLogger("flowsched.bottleneck")
 # PyTorchJob: master, worker), and the label older tf-operator releases used.
 ROLE_LABELS = ("training.kubeflow.org/replica-type", "tf-replica-type")
 REASON = "FlowschedBottleneck"
-
-
-class DiagnosisConfig(BaseModel):
-    """Where and how often to diagnose; the classifier's thresholds are the core's BottleneckSettings."""
-
-    model_config = {"extra": "forbid"}
-
-    enabled: bool = False  # needs telemetry.prometheus_url with cAdvisor and dcgm-exporter series
-    interval_s: float = Field(30.0, gt=0)
-    window_s: float = Field(60.0, gt=0)  # rate() window and step-rate window; >= 2 scrape intervals
 
 
 class UsageReader(Protocol):
@@ -189,3 +180,15 @@ class BottleneckDiagnoser:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def build_diagnoser(settings: Any, state: ClusterState, store: Histories, api_client: Any,
+                    registry: CollectorRegistry) -> BottleneckDiagnoser | None:
+    """None unless settings.diagnosis.enabled; then it needs telemetry.prometheus_url (ValueError)."""
+    cfg: DiagnosisConfig = settings.diagnosis
+    if not cfg.enabled:
+        return None
+    reader = PodUsageReader(settings.telemetry, cfg.window_s)
+    recorder: Recorder = (EventRecorder(api_client, default_identity(settings)) if api_client is not None
+                          else LogRecorder())
+    return BottleneckDiagnoser(state, store, reader, settings.core().bottleneck, cfg, recorder, registry)

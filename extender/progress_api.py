@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from extender.app import BodyTooLarge, read_body
 from extender.auth import Authenticator, AuthError, Identity, bearer_token
 from extender.progress_store import JobHistory, ProgressPoint, ProgressStore
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
 
 log = logging.getLogger("flowsched.progress")
@@ -168,6 +169,7 @@ def build_progress_router(
     settings: ProgressApiSettings,
     metrics: ProgressApiMetrics,
     clock: Callable[[], float] = time.time,
+    diagnosis: Callable[[str], Diagnosis | None] | None = None,  # job -> its bottleneck (bottleneck_loop)
 ) -> APIRouter:
     router = APIRouter()
 
@@ -239,6 +241,9 @@ def build_progress_router(
         if history is None:
             return reply("job", _error(404, f"no progress for job {namespace}/{job}"))
         summary = await asyncio.to_thread(job_summary, history, settings.convergence)
+        if diagnosis is not None:
+            d = diagnosis(f"{namespace}/{job}")
+            summary["bottleneck"] = d.as_dict() if d is not None else None
         return reply("job", Response(orjson.dumps(summary), media_type="application/json"))
 
     return router

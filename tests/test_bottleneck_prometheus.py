@@ -15,15 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from extender.bottleneck_loop import BottleneckDiagnoser, DiagnosisConfig, job_signals, role_of, running_jobs
+from extender.bottleneck_loop import BottleneckDiagnoser, job_signals, role_of, running_jobs
 from extender.control.events import LogRecorder
 from extender.k8s_objects import parse_node, parse_pod
 from extender.progress_store import ProgressPoint, ProgressStore, ProgressStoreSettings
+from extender.service import build_service
+from extender.settings import Settings
 from extender.state import ClusterState
 from extender.telemetry.cadvisor_emulator import CadvisorEmulator
-from extender.telemetry.config import TelemetryConfig
+from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from extender.telemetry.pod_usage import PodUsageReader
 from scoring.bottleneck import PS, WORKER, Bottleneck, BottleneckSettings
@@ -176,3 +179,39 @@ def test_diagnosis_follows_the_telemetry_with_events_and_gauge(
     finally:
         diag.reader.close()  # type: ignore[attr-defined]
         store.close()
+
+
+def test_the_service_reports_the_diagnosis_in_the_jobs_api(
+        tmp_path: Path, prom: PrometheusServer,
+        exporters: tuple[dict[str, CadvisorEmulator], dict[str, DcgmExporterEmulator]]) -> None:
+    cadv, dcgm = exporters
+    for k, n in enumerate(NODES):
+        cadv[n].run_pod("ml", f"tf-worker-{k}", cpu_cores=3.95, cpu_limit_cores=4.0, rx_bytes_s=1e6, tx_bytes_s=1e6)
+        dcgm[n].run_pod("ml", f"tf-worker-{k}", gpus=2, util_pct=20)
+    cadv["gpu-b"].run_pod("ml", "tf-ps-0", cpu_cores=0.5, cpu_limit_cores=4.0, rx_bytes_s=1e6, tx_bytes_s=1e6)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("ml-token ml\n")
+    settings = Settings(kube=False, progress_db=str(tmp_path / "progress.sqlite"), progress_auth="static",
+                        static_tokens_file=str(tokens),
+                        telemetry=TelemetryConfig(prometheus_url=prom.url, query_timeout_s=2.0),
+                        diagnosis=DiagnosisConfig(enabled=True, interval_s=0.5, window_s=WINDOW_S))
+    svc = build_service(settings)
+    assert svc.diagnoser is not None
+    for p in _state().control_view()[0]:
+        svc.state.upsert_pod(p)
+    auth = {"Authorization": "Bearer ml-token"}
+    with TestClient(svc.app) as client:  # runs the lifespan: the diagnoser's thread starts
+        now = time.time()
+        points = [{"step": 20 * i, "loss": 1.0 / (i + 1), "timestamp": now - 2 * WINDOW_S + 0.5 * i}
+                  for i in range(int(4 * WINDOW_S) + 1)]
+        r = client.post("/v1/progress", json={"namespace": "ml", "job": "tf", "points": points}, headers=auth)
+        assert r.status_code == 200, r.text
+
+        def bottleneck() -> str | None:
+            body = client.get("/v1/jobs/ml/tf", headers=auth).json()
+            return (body.get("bottleneck") or {}).get("bottleneck")
+        wait_for(lambda: bottleneck() == "input-bound", 40, "input-bound in GET /v1/jobs/ml/tf", interval_s=0.5)
+        body = client.get("/v1/jobs/ml/tf", headers=auth).json()["bottleneck"]
+        assert body["shape"] == {"workers": 2, "ps": 1, "nodes": 2} and body["confidence"] >= 0.6
+        assert any("CPU at" in e for e in body["evidence"])
+        assert "flowsched_job_bottleneck{" in client.get("/metrics").text
