@@ -68,11 +68,12 @@ class BottleneckSettings:
     missing_rival: float = 0.75  # confidence factor per rival explanation that could not be measured
     tie_margin: float = 0.10  # two saturated resources closer than this in strength: unknown
     act_confidence: float = 0.60  # remedies and constraints apply only at or above this confidence
+    cpu_raise: float = 0.50  # GiveCpu: raise an input-bound pod's CPU by this fraction a step (to its cpu-max)
 
     def __post_init__(self) -> None:
         for name in ("busy_util", "starved_util", "idle_util", "cpu_saturated", "net_saturated",
                      "straggler_ratio", "straggler_util_gap", "scaling_poor", "scaling_good", "missing_rival",
-                     "act_confidence"):
+                     "act_confidence", "cpu_raise"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0.0 < v <= 1.0):
                 raise ValueError(f"{name} must be in (0, 1], got {v!r}")

@@ -91,6 +91,12 @@ def wants_cpu(d: Diagnosis | None, s: BottleneckSettings) -> bool:
     return d is not None and d.kind == Bottleneck.INPUT
 
 
+def cpu_target(current_m: float, max_m: float, s: BottleneckSettings) -> float:
+    """The CPU request (millicores) GiveCpu asks the resizer for: one step of cpu_raise, never above
+    the pod's cpu-max, never below what it has."""
+    return max(current_m, min(max_m, current_m * (1.0 + s.cpu_raise)))
+
+
 def constrain(actions: Sequence[A], world: World, s: BottleneckSettings) -> tuple[tuple[A, ...], dict[str, str]]:
     """A loop's plan with the scale-ups its jobs' diagnoses forbid removed, and why (job -> reason).
     Shrinks, rebatches and evictions pass unchanged (they only free resources)."""

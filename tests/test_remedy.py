@@ -15,6 +15,7 @@ from scoring.remedy import (
     MoveReplica,
     cap_growth,
     constrain,
+    cpu_target,
     growth_refusal,
     plan_remedies,
     resize_refusal,
@@ -155,3 +156,9 @@ def test_no_remedy_for_excluded_namespaces_held_jobs_or_unsure_diagnoses() -> No
     assert plan_remedies(world(replace(job(d=d), since_scaled_s=10.0)), S, SAFETY) == ()
     assert plan_remedies(world(job(d=diag(Bottleneck.INPUT, confidence=0.3))), S, SAFETY) == ()
     assert plan_remedies(world(job(d=diag(Bottleneck.COMPUTE))), S, SAFETY) == ()
+
+
+def test_cpu_target_steps_up_to_the_pods_max() -> None:
+    assert cpu_target(2000.0, 8000.0, S) == 3000.0
+    assert cpu_target(6000.0, 8000.0, S) == 8000.0
+    assert cpu_target(9000.0, 8000.0, S) == 9000.0  # never lowers
