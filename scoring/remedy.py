@@ -21,9 +21,12 @@ every loop; a job another loop changed within hold_s is left alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from scoring.bottleneck import PS, Bottleneck, BottleneckSettings, Diagnosis
 from scoring.elastic import ElasticJob
@@ -89,6 +92,46 @@ def wants_cpu(d: Diagnosis | None, s: BottleneckSettings) -> bool:
     """The resizer should treat this job's (opted-in) pods as growing: its input pipeline starves it."""
     d = _confident(d, s)
     return d is not None and d.kind == Bottleneck.INPUT
+
+
+def with_diagnoses(world: World, diagnoses: Mapping[str, Diagnosis]) -> World:
+    """The World with each job's latest diagnosis (job key -> Diagnosis) on its JobState; jobs
+    without one keep what they had. The service's shell calls this on the World it built."""
+    if not diagnoses:
+        return world
+    jobs = tuple(replace(j, diagnosis=diagnoses[j.key]) if j.key in diagnoses else j for j in world.jobs)
+    return replace(world, jobs=jobs)
+
+
+def resize_targets(jobs: Sequence[str], current_m: npt.ArrayLike, planned_m: npt.ArrayLike, max_m: npt.ArrayLike,
+                   pool_m: float, diagnoses: Mapping[str, Diagnosis | None], s: BottleneckSettings
+                   ) -> tuple[npt.NDArray[np.float64], dict[int, str]]:
+    """The resizer's per-pod plan on one node (rows: pods, their job, current / planned / cpu-max
+    millicores, the node's pool) with the diagnoses applied, and why each changed row changed:
+    a raise the diagnosis refuses goes back to the current value; an input-bound job's pod the plan
+    did not raise is raised to cpu_target, in row order, while the rows' sum stays within the pool."""
+    cur = np.asarray(current_m, dtype=np.float64)
+    out = np.asarray(planned_m, dtype=np.float64).copy()
+    top = np.asarray(max_m, dtype=np.float64)
+    why: dict[int, str] = {}
+    for i, job in enumerate(jobs):
+        d = diagnoses.get(job)
+        refused = resize_refusal(d, bool(out[i] > cur[i]), s)
+        if refused is not None:
+            out[i] = cur[i]
+            why[i] = refused
+    for i, job in enumerate(jobs):
+        d = diagnoses.get(job)
+        if not wants_cpu(d, s) or out[i] > cur[i]:
+            continue
+        want = cpu_target(cur[i], top[i], s)
+        room = pool_m - float(out.sum())
+        step = min(want - out[i], room)
+        if step > 0:
+            out[i] += step
+            assert d is not None
+            why[i] = f"CPU raised for its input pipeline: {_says(d)}"
+    return out, why
 
 
 def cpu_target(current_m: float, max_m: float, s: BottleneckSettings) -> float:

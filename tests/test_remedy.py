@@ -19,7 +19,9 @@ from scoring.remedy import (
     growth_refusal,
     plan_remedies,
     resize_refusal,
+    resize_targets,
     wants_cpu,
+    with_diagnoses,
 )
 from scoring.settings import CoreSettings, SafetySettings
 from scoring.world import JobState, NodeState, World
@@ -162,3 +164,29 @@ def test_cpu_target_steps_up_to_the_pods_max() -> None:
     assert cpu_target(2000.0, 8000.0, S) == 3000.0
     assert cpu_target(6000.0, 8000.0, S) == 8000.0
     assert cpu_target(9000.0, 8000.0, S) == 9000.0  # never lowers
+
+
+def test_with_diagnoses_puts_each_on_its_job() -> None:
+    w = world(job("ns/a"), job("ns/b", gpus_on={"n1": 1.0}))
+    d = diag(Bottleneck.INPUT)
+    w2 = with_diagnoses(w, {"ns/a": d})
+    assert w2.job("ns/a").diagnosis is d  # type: ignore[union-attr]
+    assert w2.job("ns/b").diagnosis is None  # type: ignore[union-attr]
+    assert with_diagnoses(w, {}) is w
+
+
+def test_resize_targets_raise_input_bound_pods_and_refuse_raises_that_would_not_help() -> None:
+    diags = {"ns/in": diag(Bottleneck.INPUT), "ns/net": diag(Bottleneck.COMMUNICATION, where="network")}
+    jobs = ["ns/in", "ns/net", "ns/other"]
+    cur = [2000.0, 2000.0, 2000.0]
+    planned = [2000.0, 3000.0, 2500.0]  # FlowCon would raise the network-bound one and the undiagnosed one
+    out, why = resize_targets(jobs, cur, planned, [8000.0] * 3, 10_000.0, diags, S)
+    assert out.tolist() == [3000.0, 2000.0, 2500.0]
+    assert "input pipeline" in why[0] and "communication-bound" in why[1] and 2 not in why
+
+
+def test_resize_targets_stay_within_the_pool() -> None:
+    out, why = resize_targets(["ns/in"], [2000.0], [2000.0], [8000.0], 2400.0, {"ns/in": diag(Bottleneck.INPUT)}, S)
+    assert out.tolist() == [2400.0] and 0 in why
+    out, why = resize_targets(["ns/in"], [2000.0], [2000.0], [8000.0], 1500.0, {"ns/in": diag(Bottleneck.INPUT)}, S)
+    assert out.tolist() == [2000.0] and why == {}
