@@ -215,3 +215,5 @@ def test_the_service_reports_the_diagnosis_in_the_jobs_api(
         assert body["shape"] == {"workers": 2, "ps": 1, "nodes": 2} and body["confidence"] >= 0.6
         assert any("CPU at" in e for e in body["evidence"])
         assert "flowsched_job_bottleneck{" in client.get("/metrics").text
+        explained = client.get("/debug/explain", params={"pod": "ml/tf-worker-0"}).json()
+        assert explained["bottleneck"]["bottleneck"] == "input-bound"
