@@ -8,7 +8,8 @@ control core's World and runs the core's plans, exactly as the service does:
 
 - off: plan_elastic_for(world, CoreSettings()) with no diagnosis on any job;
 - on:  each running job's telemetry (as cAdvisor and DCGM would show it, with noise) goes through
-       scoring.bottleneck.diagnose, the diagnosis is put on JobState.diagnosis, the same
+       scoring.bottleneck.diagnose, the diagnosis is put on JobState.diagnosis (scoring.remedy.
+       with_diagnoses, as the service's shell does), the same
        plan_elastic_for runs (now capping growth of diagnosed jobs), then scoring.remedy's
        plan_remedies: GiveCpu raises the job's CPU by scoring.remedy.cpu_target (at most once per
        the resizer's cooldown_s), AddPs adds a parameter server (a restart, like a rescale).
@@ -30,7 +31,7 @@ import numpy as np
 from benchmarks.sim.bottleneck_model import SpeedModel, model_for
 from scoring.bottleneck import PS, Bottleneck, diagnose
 from scoring.control import plan_elastic_for
-from scoring.remedy import AddPs, Consolidate, GiveCpu, MoveReplica, cpu_target, plan_remedies
+from scoring.remedy import AddPs, Consolidate, GiveCpu, MoveReplica, cpu_target, plan_remedies, with_diagnoses
 from scoring.settings import CoreSettings
 from scoring.world import JobState, NodeState, PendingPod, World
 
@@ -113,6 +114,7 @@ def world(now: float, cl: Cluster, running: list[SimJob], queued: list[SimJob], 
           core: CoreSettings, rng: np.random.Generator) -> World:
     nodes = tuple(NodeState(n, GPUS_PER_NODE, GPUS_PER_NODE - f) for n, f in sorted(cl.free.items()))
     states = []
+    diagnoses = {}
     for j in running:
         diag = None
         if on:
@@ -127,10 +129,14 @@ def world(now: float, cl: Cluster, running: list[SimJob], queued: list[SimJob], 
             key=j.key, namespace="sim", gpus_on=dict(j.placed), live_gpus=j.gpus, per_pod=1, checkpointable=True,
             elastic=RANGE[j.kind], running=now >= j.paused_until, settling=now < j.paused_until,
             runtime_s=now - j.started, attained_gpu_s=math.nan, since_scaled_s=now - j.scaled_at,
-            batch_size=j.model.batch, step_samples=dict(j.samples), diagnosis=diag))
+            batch_size=j.model.batch, step_samples=dict(j.samples)))
+        if diag is not None:
+            diagnoses[j.key] = diag
     pending = tuple(PendingPod(f"{j.key}-{k}", j.key, 1.0, now - j.arrival)
                     for j in queued for k in range(START[j.kind]))
-    return World(now, nodes, tuple(sorted(states, key=lambda s: s.key)), pending)
+    # As the service's shell does: the diagnoses go on the World with with_diagnoses (which also
+    # fills each one's measured scaling from the job's step samples).
+    return with_diagnoses(World(now, nodes, tuple(sorted(states, key=lambda s: s.key)), pending), diagnoses)
 
 
 MODES = ("off", "constrain", "on")

@@ -30,7 +30,7 @@ jobs); compute-bound → may grow (if it scales); straggler → move the slow re
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -402,3 +402,15 @@ def step_rate_and_trend(steps: npt.NDArray[np.int64], timestamps: FloatArray, no
     trend = (now_rate - before) / before if math.isfinite(now_rate) and math.isfinite(before) and before > 0 \
         else math.nan
     return now_rate, trend
+
+
+def scaling_from_samples(step_s: Mapping[int, float], gpus: int) -> float:
+    """Per-GPU throughput at `gpus` over that at the smallest measured size, from measured seconds
+    per step at each GPU count (the same global batch); NaN without a measurement at `gpus` and
+    at a smaller size. 1.0 is linear scaling."""
+    small = [g for g, t in step_s.items() if 0 < g < gpus and math.isfinite(t) and t > 0]
+    t_now = step_s.get(gpus, math.nan)
+    if not small or not (math.isfinite(t_now) and t_now > 0):
+        return math.nan
+    g0 = min(small)
+    return (1.0 / t_now / gpus) / (1.0 / step_s[g0] / g0)

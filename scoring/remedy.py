@@ -28,7 +28,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scoring.bottleneck import PS, Bottleneck, BottleneckSettings, Diagnosis
+from scoring.bottleneck import PS, Bottleneck, BottleneckSettings, Diagnosis, scaling_from_samples
 from scoring.elastic import ElasticJob
 from scoring.safety import namespace_refusal
 from scoring.settings import SafetySettings
@@ -99,8 +99,17 @@ def with_diagnoses(world: World, diagnoses: Mapping[str, Diagnosis]) -> World:
     without one keep what they had. The service's shell calls this on the World it built."""
     if not diagnoses:
         return world
-    jobs = tuple(replace(j, diagnosis=diagnoses[j.key]) if j.key in diagnoses else j for j in world.jobs)
+    jobs = tuple(replace(j, diagnosis=_with_scaling(diagnoses[j.key], j)) if j.key in diagnoses else j
+                 for j in world.jobs)
     return replace(world, jobs=jobs)
+
+
+def _with_scaling(d: Diagnosis, job: JobState) -> Diagnosis:
+    """The diagnosis with the job's measured scaling filled in when the telemetry had none."""
+    if math.isfinite(d.scaling):
+        return d
+    scaling = scaling_from_samples(job.step_samples, job.live_gpus)
+    return replace(d, scaling=scaling) if math.isfinite(scaling) else d
 
 
 def resize_targets(jobs: Sequence[str], current_m: npt.ArrayLike, planned_m: npt.ArrayLike, max_m: npt.ArrayLike,

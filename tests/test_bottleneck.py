@@ -17,6 +17,7 @@ from scoring.bottleneck import (
     JobSignals,
     diagnose,
     diagnose_all,
+    scaling_from_samples,
     step_rate_and_trend,
 )
 
@@ -221,3 +222,10 @@ def test_step_rate_is_unknown_without_two_points_and_survives_a_restart() -> Non
     assert rate == pytest.approx(1.0)
     stalled = step_rate_and_trend(np.array([7, 7, 7], dtype=np.int64), np.array([0.0, 30.0, 60.0]), 60.0, 60.0)
     assert stalled[0] == 0.0
+
+
+def test_scaling_from_measured_step_times() -> None:
+    assert scaling_from_samples({1: 1.0, 4: 0.25}, 4) == pytest.approx(1.0)  # linear
+    assert scaling_from_samples({2: 1.0, 8: 0.5}, 8) == pytest.approx(0.5)
+    assert math.isnan(scaling_from_samples({4: 0.25}, 4))  # one size: unknown
+    assert math.isnan(scaling_from_samples({1: 1.0}, 4))  # not measured at its size

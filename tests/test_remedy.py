@@ -190,3 +190,11 @@ def test_resize_targets_stay_within_the_pool() -> None:
     assert out.tolist() == [2400.0] and 0 in why
     out, why = resize_targets(["ns/in"], [2000.0], [2000.0], [8000.0], 1500.0, {"ns/in": diag(Bottleneck.INPUT)}, S)
     assert out.tolist() == [2000.0] and why == {}
+
+
+def test_with_diagnoses_fills_the_measured_scaling_so_poor_scalers_are_not_grown() -> None:
+    j = replace(job(gpus_on={"n0": 4.0}), step_samples={1: 1.0, 4: 0.5})  # 4 GPUs: 2x faster, 50 % per GPU
+    w = with_diagnoses(world(j), {"ns/a": diag(Bottleneck.COMPUTE)})
+    d = w.job("ns/a").diagnosis  # type: ignore[union-attr]
+    assert d is not None and d.scaling == 0.5
+    assert "scales poorly" in (growth_refusal(d, S) or "")
