@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender.control.events import EventRecorder, LogRecorder, ObjectRef, Recorder
@@ -53,8 +54,13 @@ class UsageReader(Protocol):
     def read(self) -> tuple[dict[str, PodUsage], dict[str, str]]: ...
 
 
+PodSteps = Mapping[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+
+
 class Histories(Protocol):
     def history(self, namespace: str, job: str) -> JobHistory | None: ...
+
+    def pod_steps(self, namespace: str, job: str, since_ts: float) -> PodSteps: ...
 
 
 def role_of(pod: PodInfo) -> str:
@@ -65,9 +71,13 @@ def role_of(pod: PodInfo) -> str:
 
 
 def job_signals(job: str, pods: Sequence[PodInfo], usage: Mapping[str, PodUsage], history: JobHistory | None,
-                now: float, window_s: float) -> JobSignals:
-    """One job's JobSignals from its running pods, their usage and its progress history."""
+                now: float, window_s: float, pod_steps: PodSteps | None = None) -> JobSignals:
+    """One job's JobSignals from its running pods, their usage, its progress history and (when its
+    pods report their own progress, e.g. asynchronous PS training) each pod's steps."""
     pods = sorted(pods, key=lambda p: p.name)
+    per_pod = pod_steps or {}
+    pod_rate = np.array([step_rate_and_trend(*per_pod[p.name], now, window_s)[0] if p.name in per_pod
+                         else math.nan for p in pods], dtype=np.float64)
     u = [usage.get(p.key, PodUsage()) for p in pods]
     # A pod without GPUs (a PS, a launcher) has no GPU utilisation, even if DCGM says something.
     gpu = np.array([x.gpu_util if p.requests.gpus > 0 else math.nan for p, x in zip(pods, u, strict=True)])
@@ -77,7 +87,7 @@ def job_signals(job: str, pods: Sequence[PodInfo], usage: Mapping[str, PodUsage]
         job=job, pods=tuple(p.name for p in pods), roles=tuple(role_of(p) for p in pods),
         nodes=tuple(p.node for p in pods), gpu_util=gpu,
         cpu_used=np.array([x.cpu_cores for x in u]), cpu_limit=np.array([x.cpu_limit_cores for x in u]),
-        net_bytes_s=np.array([x.net_bytes_s for x in u]), pod_step_rate=np.full(len(pods), math.nan),
+        net_bytes_s=np.array([x.net_bytes_s for x in u]), pod_step_rate=pod_rate,
         step_rate=rate, step_trend=trend)
 
 
@@ -126,12 +136,14 @@ class BottleneckDiagnoser:
         out: dict[str, Diagnosis] = {}
         for job, its in sorted(running_jobs(pods).items()):
             ns, _, name = job.partition("/")
+            window = self.config.window_s
             try:
                 history = self.store.history(ns, name)
-            except Exception as e:  # a store failure leaves the step rate unknown, never zero
+                steps = self.store.pod_steps(ns, name, now - 2 * window)
+            except Exception as e:  # a store failure leaves the step rates unknown, never zero
                 log.warning("progress history of %s unreadable: %s", job, e)
-                history = None
-            out[job] = diagnose(job_signals(job, its, usage, history, now, self.config.window_s), self.settings)
+                history, steps = None, {}
+            out[job] = diagnose(job_signals(job, its, usage, history, now, window, steps), self.settings)
         with self._lock:
             before, self._latest = self._latest, out
         self._publish(before, out, {j: ps for j, ps in running_jobs(pods).items()})

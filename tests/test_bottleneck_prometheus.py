@@ -29,7 +29,7 @@ from extender.telemetry.cadvisor_emulator import CadvisorEmulator
 from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from extender.telemetry.pod_usage import PodUsageReader
-from scoring.bottleneck import PS, WORKER, Bottleneck, BottleneckSettings
+from scoring.bottleneck import PS, WORKER, Bottleneck, BottleneckSettings, diagnose
 from tests.k8s_factories import node, pod
 from tests.prometheus_harness import PrometheusServer, running_prometheus, wait_for
 
@@ -217,3 +217,29 @@ def test_the_service_reports_the_diagnosis_in_the_jobs_api(
         assert "flowsched_job_bottleneck{" in client.get("/metrics").text
         explained = client.get("/debug/explain", params={"pod": "ml/tf-worker-0"}).json()
         assert explained["bottleneck"]["bottleneck"] == "input-bound"
+
+
+def test_per_pod_progress_finds_the_slow_replica(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "progress.sqlite")))
+    try:
+        now = 1000.0
+        rates = {"tf-worker-0": 2.0, "tf-worker-1": 0.5, "tf-worker-2": 2.1}  # async workers report their own
+        for name, rate in rates.items():
+            store.add_points("ml", "tf", [ProgressPoint(step=int(rate * t), value=1.0, timestamp=now - 20 + t,
+                                                        pod=name) for t in range(0, 21, 2)], False)
+        store.add_points("ml", "tf", [ProgressPoint(step=5, value=1.0, timestamp=now - 1)], False)  # no pod: skipped
+        state = _state()
+        state.upsert_pod(parse_pod(pod("tf-worker-2", gpus=2, node_name="gpu-a", namespace="ml", phase="Running",
+                                       labels={"flowsched.io/job": "tf",
+                                               "training.kubeflow.org/replica-type": "worker"})))
+        its = running_jobs(state.control_view()[0])["ml/tf"]
+        steps = store.pod_steps("ml", "tf", now - 2 * WINDOW_S)
+        assert set(steps) == set(rates)
+        sig = job_signals("ml/tf", its, {}, store.history("ml", "tf"), now, WINDOW_S, steps)
+        by_pod = dict(zip(sig.pods, sig.pod_step_rate.tolist(), strict=True))
+        assert by_pod["tf-worker-0"] == pytest.approx(2.0) and by_pod["tf-worker-1"] == pytest.approx(0.5)
+        assert math.isnan(by_pod["tf-ps-0"])
+        d = diagnose(sig, BottleneckSettings())
+        assert d.kind == Bottleneck.STRAGGLER and d.slow_pods == ("tf-worker-1",) and d.where == "gpu-b"
+    finally:
+        store.close()
