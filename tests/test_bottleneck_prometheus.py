@@ -147,6 +147,8 @@ def test_diagnosis_follows_the_telemetry_with_events_and_gauge(
                                DiagnosisConfig(enabled=True, interval_s=1.0, window_s=WINDOW_S), recorder, registry,
                                clock=lambda: t0 + 3 * WINDOW_S)
     try:
+        for k in range(len(NODES)):
+            wait_for(lambda k=k: _window_full(prom, f"tf-worker-{k}"), 40, "full rate() windows", interval_s=0.5)
         wait_for(lambda: diag.refresh_once()["ml/tf"].kind == Bottleneck.INPUT, 30, "input-bound", interval_s=0.5)
         d = diag.get("ml/tf")
         assert d is not None and d.confident(BottleneckSettings())
@@ -210,6 +212,10 @@ def test_the_service_reports_the_diagnosis_in_the_jobs_api(
         def bottleneck() -> str | None:
             body = client.get("/v1/jobs/ml/tf", headers=auth).json()
             return (body.get("bottleneck") or {}).get("bottleneck")
+        # rate() over a window that began before the series did reads low: start from full windows,
+        # so the diagnosis does not flip while the test reads it from two endpoints.
+        for k in range(len(NODES)):
+            wait_for(lambda k=k: _window_full(prom, f"tf-worker-{k}"), 40, "full rate() windows", interval_s=0.5)
         wait_for(lambda: bottleneck() == "input-bound", 40, "input-bound in GET /v1/jobs/ml/tf", interval_s=0.5)
         body = client.get("/v1/jobs/ml/tf", headers=auth).json()["bottleneck"]
         assert body["shape"] == {"workers": 2, "ps": 1, "nodes": 2} and body["confidence"] >= 0.6
