@@ -113,12 +113,13 @@ def _with_scaling(d: Diagnosis, job: JobState) -> Diagnosis:
 
 
 def resize_targets(jobs: Sequence[str], current_m: npt.ArrayLike, planned_m: npt.ArrayLike, max_m: npt.ArrayLike,
-                   pool_m: float, diagnoses: Mapping[str, Diagnosis | None], s: BottleneckSettings
-                   ) -> tuple[npt.NDArray[np.float64], dict[int, str]]:
+                   pool_m: float, diagnoses: Mapping[str, Diagnosis | None], s: BottleneckSettings,
+                   frozen: npt.ArrayLike | None = None) -> tuple[npt.NDArray[np.float64], dict[int, str]]:
     """The resizer's per-pod plan on one node (rows: pods, their job, current / planned / cpu-max
     millicores, the node's pool) with the diagnoses applied, and why each changed row changed:
     a raise the diagnosis refuses goes back to the current value; an input-bound job's pod the plan
-    did not raise is raised to cpu_target, in row order, while the rows' sum stays within the pool."""
+    did not raise is raised to cpu_target, in row order, while the rows' sum stays within the pool.
+    `frozen` rows (a resize in flight or pending, resized within the resizer's cooldown) are not raised."""
     cur = np.asarray(current_m, dtype=np.float64)
     out = np.asarray(planned_m, dtype=np.float64).copy()
     top = np.asarray(max_m, dtype=np.float64)
@@ -129,9 +130,10 @@ def resize_targets(jobs: Sequence[str], current_m: npt.ArrayLike, planned_m: npt
         if refused is not None:
             out[i] = cur[i]
             why[i] = refused
+    held = np.zeros(len(jobs), dtype=bool) if frozen is None else np.asarray(frozen, dtype=bool)
     for i, job in enumerate(jobs):
         d = diagnoses.get(job)
-        if not wants_cpu(d, s) or out[i] > cur[i]:
+        if not wants_cpu(d, s) or out[i] > cur[i] or held[i]:
             continue
         want = cpu_target(cur[i], top[i], s)
         room = pool_m - float(out.sum())

@@ -198,3 +198,9 @@ def test_with_diagnoses_fills_the_measured_scaling_so_poor_scalers_are_not_grown
     d = w.job("ns/a").diagnosis  # type: ignore[union-attr]
     assert d is not None and d.scaling == 0.5
     assert "scales poorly" in (growth_refusal(d, S) or "")
+
+
+def test_resize_targets_leave_frozen_rows_alone() -> None:
+    out, why = resize_targets(["ns/in"], [2000.0], [2000.0], [8000.0], 10_000.0, {"ns/in": diag(Bottleneck.INPUT)},
+                              S, frozen=[True])
+    assert out.tolist() == [2000.0] and why == {}
