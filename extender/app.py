@@ -197,8 +197,11 @@ def build_app(
         found = next((p for p in list(state.pods.values()) if p.namespace == ns and p.name == name), None)
         if found is None:
             return _error(404, f"pod {pod} is not in the snapshot")
+        # Its job's bottleneck, when diagnosis runs (extender/bottleneck_loop.py): why it is slow.
+        bottleneck = ((status().get("diagnosis") or {}).get("jobs") or {}).get(found.job)
         return _json({"pod": pod, "gpus": found.requests.gpus,
-                      "nodes": explain(state, found, sorted(state.nodes), policy, clock())})
+                      "nodes": explain(state, found, sorted(state.nodes), policy, clock()),
+                      "bottleneck": bottleneck})
 
     if settings.debug_telemetry_injection:
         @app.post("/debug/telemetry")

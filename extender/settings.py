@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from extender.telemetry.config import TelemetryConfig
+from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
 from scoring.placement import PlacementSettings
 from scoring.settings import (
     AdmissionLoopSettings,
@@ -121,6 +121,7 @@ class Settings(BaseSettings):
     elastic: ElasticConfig = ElasticConfig()
     admission: AdmissionConfig = AdmissionConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
 
     def core(self) -> CoreSettings:
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""

@@ -32,6 +32,7 @@ from scoring.elastic import (
     plan_elastic,
 )
 from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, place, plan_migrations
+from scoring.remedy import cap_growth
 from scoring.safety import NOT_CHECKPOINTABLE, elastic_refusal, migrator_refusal
 from scoring.settings import CoreSettings, ElasticLoopSettings
 from scoring.world import FloatArray, IntArray, JobState, Throughput, World, pods_for
@@ -325,6 +326,8 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
             if node in world.node_names:
                 free[world.node_names.index(node)] += g
     options = [elastic_job(j, world, s, free) for j in mine]
+    options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
+    refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
     plan = plan_elastic(options, max(capacity, floor), ElasticSettings(s.restart_s, s.horizon_s, s.min_gain))
     actions: list[Scale] = []

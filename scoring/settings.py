@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
+from scoring.bottleneck import BottleneckSettings
 from scoring.convergence import ConvergenceSettings, Phase
 from scoring.migration import MigrationSettings
 from scoring.placement import PlacementSettings
@@ -212,6 +213,7 @@ class CoreSettings:
     elastic: ElasticLoopSettings = field(default_factory=ElasticLoopSettings)
     resizer: ResizerLoopSettings = field(default_factory=ResizerLoopSettings)
     admission: AdmissionLoopSettings = field(default_factory=AdmissionLoopSettings)
+    bottleneck: BottleneckSettings = field(default_factory=BottleneckSettings)  # diagnosis and its remedies
     completing_horizon_s: float = 600.0  # a job predicted to plateau within this counts as finishing soon
 
     def loop(self, name: str) -> LoopSettings:

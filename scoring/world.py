@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import GradientNoise
 
@@ -74,6 +75,7 @@ class JobState:
     # workers); k > 0 = one pod per node of up to k GPUs (the simulator's kube-scheduler model).
     pod_chunk: int = 0
     wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
+    diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
 
     @property
     def held_gpus(self) -> float:
