@@ -303,10 +303,11 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
                 refusals[job.key] = why
             other_held += job.held_gpus
     waiting_mine = {j.key for j in mine}
-    # Waiting work the optimizer does not plan for: pods kube-scheduler sees, and gated jobs the
-    # admission loop will release (their GPUs must not be promised to elastic jobs meanwhile).
-    other_waiting = sum(p.gpus for p in world.pending if p.job not in waiting_mine) + \
-        sum(sum(j.gated_pods) for j in world.jobs if j.gated_pods and j.key not in waiting_mine)
+    # Waiting work the optimizer does not plan for: pods kube-scheduler sees, and (reserve_gated)
+    # gated jobs the admission loop will release.
+    other_waiting = sum(p.gpus for p in world.pending if p.job not in waiting_mine)
+    if s.reserve_gated:
+        other_waiting += sum(sum(j.gated_pods) for j in world.jobs if j.gated_pods and j.key not in waiting_mine)
     total = world.total_gpus()
     reserve = other_waiting if s.reserve_pending else 0.0
     capacity = int(max(0.0, total - other_held - reserve))
