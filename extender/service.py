@@ -34,6 +34,7 @@ from extender.status_view import PHASES, job_phase_counts
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 from extender.ui import build_ui_router
 from extender.watcher import Watcher, kube_api_client, start_watchers
+from extender.webhook import build_webhook_router
 
 log = logging.getLogger("flowsched.service")
 
@@ -158,8 +159,9 @@ def build_service(settings: Settings) -> Service:
     control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports,
                                 diagnoses=diagnoser.snapshot if diagnoser is not None else None)
     control_router = build_control_router(lambda: holder["svc"].control)
+    webhook = build_webhook_router(settings.admission.gate, settings.webhook_schedulers)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
-                    routers=[progress, control_router])
+                    routers=[progress, control_router, webhook])
     app.fastapi.router.lifespan_context = lifespan
     _add_pages(app, settings, state, store, metrics, lambda: holder["svc"].control, control)
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,

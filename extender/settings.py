@@ -120,6 +120,8 @@ class Settings(BaseSettings):
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    # POST /webhook/gate (deploy/webhook.yaml) gates new pods whose schedulerName is one of these.
+    webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
 
