@@ -241,7 +241,14 @@ def build_app(
         if not 1 <= limit <= page_max:
             return _error(400, f"limit: expected 1..{page_max}")
         nodes = [node] if node else []
-        body = await off_loop(lambda: explain_page(state, pod, nodes, after, limit, policy, clock(), DutyCycle()))
+        # Its job's bottleneck, when diagnosis runs (extender/bottleneck_loop.py): why it is slow.
+        diagnosed = (status().get("diagnosis") or {}).get("jobs") or {}
+
+        def page() -> dict[str, Any] | None:
+            found = explain_page(state, pod, nodes, after, limit, policy, clock(), DutyCycle())
+            return found if found is None else {**found, "bottleneck": diagnosed.get(found["job"])}
+
+        body = await off_loop(page)
         if body == b"null":
             return _error(404, f"pod {_clip(pod)} is not in the snapshot")
         return Response(body, media_type=JSON)

@@ -179,7 +179,7 @@ def explain_page(state: ClusterState, pod_key: str, nodes: Sequence[str], after:
         pause()
         rows += explain(state, found, page[i:i + 100], policy, now)
     rows.sort(key=lambda d: (not str(d["filter"]).startswith("pass"), -d["score"]))
-    return {"pod": pod_key, "gpus": found.requests.gpus, "nodes": rows, "more": cursor}
+    return {"pod": pod_key, "job": found.job, "gpus": found.requests.gpus, "nodes": rows, "more": cursor}
 
 
 
