@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
+    # (of 10) below the best node still pass; 0 passes only the best-scored ones.
+    rank_margin: int = Field(0, ge=0, le=10)
 
     @property
     def prefix(self) -> str:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from extender import wire
 from extender.app import build_app
-from extender.decide import Policy, ScoreMemo, decide_filter, decide_prioritize
+from extender.decide import Policy, ScoreMemo, decide_filter, decide_filter_ranked, decide_prioritize
 from extender.k8s_objects import parse_node, parse_pod
 from extender.metrics import build_metrics
 from extender.settings import Settings
@@ -92,3 +92,58 @@ def test_memo_is_not_used_for_a_changed_pod_an_unknown_node_or_a_late_call() -> 
     assert memo.hits == 0
     decide_prioritize(state, wire.parse_extender_args({"Pod": raw, "NodeNames": passed[:3]}), policy, 1.0, memo)
     assert memo.hits == 1
+
+
+def test_ranked_filter_passes_the_best_scored_nodes_of_what_filter_passes() -> None:
+    state = _state()
+    names = [f"n{i}" for i in range(40)] + ["unknown-node"]
+    for margin in (0, 1, 3, 10):
+        policy = Policy(Settings(kube=False).placement.to_policy(), 60.0, rank_margin=margin)
+        for gpus in (1, 2, 4):
+            args = wire.parse_extender_args({"Pod": pod(f"p{gpus}", gpus=gpus), "NodeNames": names})
+            plain = decide_filter(state, args, policy, 1.0)
+            ranked = decide_filter_ranked(state, args, policy, 1.0)
+            scores = dict(zip(plain.passed, decide_prioritize(
+                state, wire.parse_extender_args({"Pod": args.pod, "NodeNames": plain.passed}), policy, 1.0).scores,
+                strict=True))
+            best = max(scores.values())
+            assert ranked.passed == [n for n in plain.passed if scores[n] >= best - margin]
+            assert ranked.failed == plain.failed and ranked.unresolvable == plain.unresolvable
+            assert ranked.unknown == plain.unknown == 1
+            if margin == 10:
+                assert ranked.passed == plain.passed
+    # Something is cut at margin 0 here, or the test would not tell the modes apart.
+    policy = Policy(Settings(kube=False).placement.to_policy(), 60.0)
+    args = wire.parse_extender_args({"Pod": pod("p", gpus=1), "NodeNames": names})
+    assert len(decide_filter_ranked(state, args, policy, 1.0).passed) < len(decide_filter(state, args, policy, 1.0).passed)
+
+
+def test_ranked_filter_with_no_feasible_node_reports_every_rejection() -> None:
+    state = ClusterState()
+    for name in ("a", "b"):
+        state.upsert_node(parse_node(node(name, gpus=1)))
+    state.upsert_pod(parse_pod(pod("r", gpus=1, node_name="a", phase="Running")))
+    state.set_node_telemetry("b", [100.0], [], 0.0)
+    policy = Policy(Settings(kube=False).placement.to_policy(), 60.0)
+    ans = decide_filter_ranked(state, wire.parse_extender_args({"Pod": pod("p", gpus=1), "NodeNames": ["a", "b"]}),
+                               policy, 1.0)
+    assert ans.passed == [] and ans.failed == {"a": "flowsched: insufficient nvidia.com/gpu"}
+    assert ans.unresolvable == {"b": "flowsched: GPUs saturated"}
+
+
+def test_filter_ranked_verb_over_http() -> None:
+    state = ClusterState()
+    for name, gpus in (("a", 4), ("b", 1), ("c", 8)):
+        state.upsert_node(parse_node(node(name, gpus=gpus)))
+    state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
+    state.synced = {"nodes": True, "pods": True}
+    client = TestClient(build_app(Settings(kube=False), state, build_metrics(), clock=lambda: 0.0))
+    body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "b", "c"]}
+    # a: 1 of 4 GPUs free, the best fit (packing); c: 8 free; b: 1 free too, but a 1-GPU node.
+    scores = {h["Host"]: h["Score"] for h in client.post("/prioritize", json=body).json()}
+    best = max(scores.values())
+    r = client.post("/filter-ranked", json=body)
+    assert r.status_code == 200
+    assert r.json() == {"Nodes": None, "NodeNames": [n for n in "abc" if scores[n] == best],
+                        "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    assert scores["c"] < best
