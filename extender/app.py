@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
@@ -148,7 +147,7 @@ def build_app(
         else:
             ans = decide_filter(state, args, policy, clock(), memo)
         note_unknown("filter", ans.unknown, args.names)
-        for reason, count in Counter((*ans.failed.values(), *ans.unresolvable.values())).items():
+        for reason, count in ans.rejected.items():
             metrics.filter_rejections.labels(reason).inc(count)
         return wire.filter_result(args, ans.passed, ans.failed, ans.unresolvable)
 

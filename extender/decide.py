@@ -89,6 +89,7 @@ class FilterAnswer:
     failed: dict[str, str]
     unresolvable: dict[str, str]
     unknown: int
+    rejected: dict[str, int]  # nodes rejected per reason text, listed in the maps above or not
 
 
 class ScoreMemo:
@@ -128,19 +129,23 @@ class ScoreMemo:
         return scores  # type: ignore[return-value]  # None was ruled out just above
 
 
-def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray
+def _rejected(reasons: IntArray, ok: BoolArray) -> dict[Reject, int]:
+    codes, counts = np.unique(reasons[~ok], return_counts=True)
+    return {Reject(c): n for c, n in zip(codes.tolist(), counts.tolist(), strict=True)}
+
+
+def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray, rejected: Mapping[Reject, int]
                 ) -> tuple[dict[str, str], dict[str, str]]:
     """FailedNodes and FailedAndUnresolvableNodes, one dict.fromkeys per reject reason."""
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    if ok.all():
+    if not rejected:
         return failed, unresolvable
     # Vectorised by reason code: a per-node Python loop cost ~10 ms at 5,000 nodes.
     name_arr = np.asarray(names, dtype=object)
-    for code in np.unique(reasons[~ok]).tolist():
-        reject = Reject(code)
+    for reject in rejected:
         target = unresolvable if reject in UNRESOLVABLE else failed
-        target.update(dict.fromkeys(name_arr[reasons == code].tolist(), REJECT_TEXT[reject]))
+        target.update(dict.fromkeys(name_arr[reasons == reject].tolist(), REJECT_TEXT[reject]))
     return failed, unresolvable
 
 
@@ -160,23 +165,30 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     reasons[known] = verdict.reason
     ok = reasons == Reject.OK
     passed = _passed(names, ok)
-    failed, unresolvable = _rejections(names, reasons, ok)
+    rejected = _rejected(reasons, ok)
+    failed, unresolvable = _rejections(names, reasons, ok, rejected)
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
         terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, ask.origin(state, now)))
         scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
         scores[known] = terms.score
         memo.put(key, now, dict(zip(passed, scores[ok].tolist(), strict=True)))
-    return FilterAnswer(passed, failed, unresolvable, int((~known).sum()))
+    return FilterAnswer(passed, failed, unresolvable, int((~known).sum()), _texts(rejected))
+
+
+def _texts(rejected: Mapping[Reject, int]) -> dict[str, int]:
+    return {REJECT_TEXT[r]: n for r, n in rejected.items()}
 
 
 def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float) -> FilterAnswer:
     """Filter-only mode: the filter also ranks, in one call per pod (docs/hot-path.md).
 
     Of the nodes the filter passes, only those scored within policy.rank_margin of the best
-    pass; the rest are left out of both failure maps, which kube-scheduler reads only when no
-    node passes (that never happens here: the best node always passes). Scores are exactly
-    decide_prioritize's, unknown nodes included (neutral).
+    pass; scores are exactly decide_prioritize's, unknown nodes included (neutral). While some
+    node passes, the rejected ones are counted but listed in neither failure map: kube-scheduler
+    reads those maps only when no node passes (to explain the failure and to pick preemption
+    candidates), and listing thousands of names cost both sides more than the ranking did.
+    When none passes, every rejection is listed, exactly as decide_filter lists it.
     """
     ask = ask_of(args.pod, policy.gpu_resource)
     names = args.names
@@ -186,14 +198,16 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     reasons = np.zeros(len(names), dtype=np.int64)
     reasons[known] = filter_nodes(view.arrays, demand, policy.placement).reason
     ok = reasons == Reject.OK
-    failed, unresolvable = _rejections(names, reasons, ok)
-    keep = ok
-    if ok.any():
-        scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
-        scores[known] = score_nodes(view.arrays, demand, policy.placement,
-                                    _origin_mask(view, ask.origin(state, now))).score
-        keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
-    return FilterAnswer(_passed(names, keep), failed, unresolvable, int((~known).sum()))
+    rejected = _rejected(reasons, ok)
+    unknown = int((~known).sum())
+    if not ok.any():
+        failed, unresolvable = _rejections(names, reasons, ok, rejected)
+        return FilterAnswer([], failed, unresolvable, unknown, _texts(rejected))
+    scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
+    scores[known] = score_nodes(view.arrays, demand, policy.placement,
+                                _origin_mask(view, ask.origin(state, now))).score
+    keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
+    return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
 
 
 @dataclass(frozen=True)

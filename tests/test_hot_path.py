@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import string
+from collections import Counter
 
 import numpy as np
 import orjson
@@ -108,14 +109,18 @@ def test_ranked_filter_passes_the_best_scored_nodes_of_what_filter_passes() -> N
                 strict=True))
             best = max(scores.values())
             assert ranked.passed == [n for n in plain.passed if scores[n] >= best - margin]
-            assert ranked.failed == plain.failed and ranked.unresolvable == plain.unresolvable
+            # A node passes, so rejections are counted, not listed (kube-scheduler would not read them).
+            assert ranked.passed and ranked.failed == ranked.unresolvable == {}
+            assert ranked.rejected == plain.rejected == dict(Counter((*plain.failed.values(),
+                                                                      *plain.unresolvable.values())))
             assert ranked.unknown == plain.unknown == 1
             if margin == 10:
                 assert ranked.passed == plain.passed
     # Something is cut at margin 0 here, or the test would not tell the modes apart.
     policy = Policy(Settings(kube=False).placement.to_policy(), 60.0)
     args = wire.parse_extender_args({"Pod": pod("p", gpus=1), "NodeNames": names})
-    assert len(decide_filter_ranked(state, args, policy, 1.0).passed) < len(decide_filter(state, args, policy, 1.0).passed)
+    plain, ranked = decide_filter(state, args, policy, 1.0), decide_filter_ranked(state, args, policy, 1.0)
+    assert len(ranked.passed) < len(plain.passed) and plain.failed
 
 
 def test_ranked_filter_with_no_feasible_node_reports_every_rejection() -> None:
@@ -129,6 +134,7 @@ def test_ranked_filter_with_no_feasible_node_reports_every_rejection() -> None:
                                policy, 1.0)
     assert ans.passed == [] and ans.failed == {"a": "flowsched: insufficient nvidia.com/gpu"}
     assert ans.unresolvable == {"b": "flowsched: GPUs saturated"}
+    assert ans.rejected == {"flowsched: insufficient nvidia.com/gpu": 1, "flowsched: GPUs saturated": 1}
 
 
 def test_filter_ranked_verb_over_http() -> None:
@@ -147,3 +153,10 @@ def test_filter_ranked_verb_over_http() -> None:
     assert r.json() == {"Nodes": None, "NodeNames": [n for n in "abc" if scores[n] == best],
                         "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
     assert scores["c"] < best
+    # A rejected node is not listed while another passes, but it is counted.
+    state.upsert_node(parse_node(node("d", gpus=1)))
+    state.upsert_pod(parse_pod(pod("r2", gpus=1, node_name="d", phase="Running")))
+    r = client.post("/filter-ranked", json={**body, "NodeNames": ["a", "d"]})
+    assert r.json()["NodeNames"] == ["a"] and r.json()["FailedNodes"] == {}
+    assert 'flowsched_filter_rejections_total{reason="flowsched: insufficient nvidia.com/gpu"} 1.0' \
+        in client.get("/metrics").text
