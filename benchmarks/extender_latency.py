@@ -3,8 +3,8 @@
     python -m benchmarks.extender_latency [--sizes 100,500,5000] [--requests 300] [--out DIR]
 
 Starts `python -m benchmarks.extender_latency serve` (the real service app under uvicorn, with
-a snapshot of openb nodes replicated to the largest size and --pods pods), then times filter
-and prioritize calls in names mode (nodeCacheCapable) and full-Node mode. Prints a table and
+a snapshot of openb nodes replicated to the largest size and --pods pods), then times filter,
+prioritize and filter-ranked calls in names mode (nodeCacheCapable) and full-Node mode. Prints a table and
 writes latency.csv; also prints the server's resident memory (VmRSS) once populated.
 """
 
@@ -99,7 +99,7 @@ def client(ns: argparse.Namespace) -> int:
             for size in sizes:
                 for mode in ns.modes.split(","):
                     full_objects = [openb.node_object(n) for n in nodes[:size]] if mode == "full" else None
-                    for verb in ("filter", "prioritize"):
+                    for verb in ns.verbs.split(","):
                         bodies = []
                         for r in range(ns.requests + ns.warmup):
                             p = pods[int(rng.integers(len(pods)))]
@@ -136,7 +136,7 @@ def client(ns: argparse.Namespace) -> int:
                                **{k: round(v, 3) for k, v in _percentiles(ms).items()},
                                "req_per_s": round(len(bodies) / wall, 1)}
                         rows.append(row)
-                        print(f"{verb:<10} {size:>5} {mode:<5} body={row['body_kib']:>8} KiB  p50={row['p50']:7.3f} "
+                        print(f"{verb:<13} {size:>5} {mode:<5} body={row['body_kib']:>8} KiB  p50={row['p50']:7.3f} "
                               f"p90={row['p90']:7.3f} p99={row['p99']:7.3f} max={row['max']:7.3f} ms  "
                               f"{row['req_per_s']:>7} req/s", flush=True)
             print(f"server resident memory after the run: {rss_mib(server.pid):.0f} MiB", flush=True)
@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("mode", nargs="?", default="client", choices=["client", "serve"])
     p.add_argument("--sizes", default="100,500,5000")
     p.add_argument("--modes", default="names,full")
+    p.add_argument("--verbs", default="filter,prioritize,filter-ranked",
+                   help="filter-ranked is the filter-only mode deploy/ configures (docs/hot-path.md)")
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--pods", type=int, default=50_000)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from extender import wire
 from extender.app import build_app
 from extender.decide import Policy, ScoreMemo, decide_filter, decide_filter_ranked, decide_prioritize
-from extender.k8s_objects import parse_node, parse_pod
+from extender.k8s_objects import MIGRATED_FROM, parse_node, parse_pod
 from extender.metrics import build_metrics
 from extender.settings import Settings
 from extender.state import ClusterState
@@ -100,8 +100,11 @@ def test_ranked_filter_passes_the_best_scored_nodes_of_what_filter_passes() -> N
     names = [f"n{i}" for i in range(40)] + ["unknown-node"]
     for margin in (0, 1, 3, 10):
         policy = Policy(Settings(kube=False).placement.to_policy(), 60.0, rank_margin=margin)
-        for gpus in (1, 2, 4):
-            args = wire.parse_extender_args({"Pod": pod(f"p{gpus}", gpus=gpus), "NodeNames": names})
+        for gpus, origin in ((1, None), (2, None), (4, None), (1, "n5"), (2, "n7")):
+            raw = pod(f"p{gpus}", gpus=gpus)
+            if origin:  # the migrated job's origin node is scored down, in both modes alike
+                raw["metadata"]["annotations"] = {MIGRATED_FROM: origin}
+            args = wire.parse_extender_args({"Pod": raw, "NodeNames": names})
             plain = decide_filter(state, args, policy, 1.0)
             ranked = decide_filter_ranked(state, args, policy, 1.0)
             scores = dict(zip(plain.passed, decide_prioritize(
