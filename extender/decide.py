@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -129,9 +128,9 @@ class ScoreMemo:
         return scores  # type: ignore[return-value]  # None was ruled out just above
 
 
-def _rejected(reasons: IntArray, ok: BoolArray) -> dict[Reject, int]:
-    codes, counts = np.unique(reasons[~ok], return_counts=True)
-    return {Reject(c): n for c, n in zip(codes.tolist(), counts.tolist(), strict=True)}
+def _rejected(reasons: IntArray) -> dict[Reject, int]:
+    counts = np.bincount(reasons, minlength=len(Reject)).tolist()
+    return {r: counts[r] for r in Reject if r != Reject.OK and counts[r]}
 
 
 def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray, rejected: Mapping[Reject, int]
@@ -150,7 +149,8 @@ def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray, rejected
 
 
 def _passed(names: Sequence[str], keep: BoolArray) -> list[str]:
-    return list(compress(names, keep.tolist()))
+    # Indexing the kept positions beats compress() over every name when few pass (ranked).
+    return list(map(names.__getitem__, np.flatnonzero(keep).tolist()))
 
 
 def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float,
@@ -165,7 +165,7 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     reasons[known] = verdict.reason
     ok = reasons == Reject.OK
     passed = _passed(names, ok)
-    rejected = _rejected(reasons, ok)
+    rejected = _rejected(reasons)
     failed, unresolvable = _rejections(names, reasons, ok, rejected)
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
@@ -199,7 +199,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     known_reasons = filter_nodes(view.arrays, demand, policy.placement).reason
     reasons[known] = known_reasons
     ok = reasons == Reject.OK
-    rejected = _rejected(reasons, ok)
+    rejected = _rejected(reasons)
     unknown = int((~known).sum())
     if not ok.any():
         failed, unresolvable = _rejections(names, reasons, ok, rejected)
