@@ -163,3 +163,17 @@ def test_filter_ranked_verb_over_http() -> None:
     assert r.json()["NodeNames"] == ["a"] and r.json()["FailedNodes"] == {}
     assert 'flowsched_filter_rejections_total{reason="flowsched: insufficient nvidia.com/gpu"} 1.0' \
         in client.get("/metrics").text
+
+
+def test_rank_margin_setting_reaches_the_ranked_filter() -> None:
+    state = ClusterState()
+    for name, gpus in (("a", 4), ("c", 8)):
+        state.upsert_node(parse_node(node(name, gpus=gpus)))
+    state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
+    state.synced = {"nodes": True, "pods": True}
+    body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "c"]}
+    passed = {}
+    for margin in (0, 10):
+        app = build_app(Settings(kube=False, rank_margin=margin), state, build_metrics(), clock=lambda: 0.0)
+        passed[margin] = TestClient(app).post("/filter-ranked", json=body).json()["NodeNames"]
+    assert passed == {0: ["a"], 10: ["a", "c"]}
