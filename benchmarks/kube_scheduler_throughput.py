@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         flowsched = None
         try:
             cp.start()
-            kube = Kube(cp.server, cp.admin_token, cp.ssl_context())
+            # A generous timeout: deleting 1,000 pods took over 15 s on the loaded 2-core machine.
+            kube = Kube(cp.server, cp.admin_token, cp.ssl_context(), timeout_s=120.0)
             kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
             t0 = time.perf_counter()
             make_nodes(kube, ns.nodes)
