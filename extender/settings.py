@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
+    # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
+    # (of 10) below the best node still pass; 0 passes only the best-scored ones.
+    rank_margin: int = Field(0, ge=0, le=10)
 
     def core(self) -> CoreSettings:
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""
