@@ -11,7 +11,6 @@ import asyncio
 import ipaddress
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +27,7 @@ from extender.decide import (
     Policy,
     ScoreMemo,
     decide_filter,
+    decide_filter_ranked,
     decide_preempt,
     decide_prioritize,
 )
@@ -103,7 +103,7 @@ def build_app(
     routers: Iterable[APIRouter] = (),
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
-    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource)
+    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource, settings.rank_margin)
     limit = settings.verb_max_body_bytes
     prefix = settings.prefix
     memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it
@@ -158,11 +158,14 @@ def build_app(
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
         return 200, body
 
-    def do_filter(body: Any) -> Any:
+    def do_filter(body: Any, ranked: bool = False) -> Any:
         args = wire.parse_extender_args(body)
-        ans = decide_filter(state, args, policy, clock(), memo)
+        if ranked:
+            ans = decide_filter_ranked(state, args, policy, clock())
+        else:
+            ans = decide_filter(state, args, policy, clock(), memo)
         note_unknown("filter", ans.unknown, args.names)
-        for reason, count in Counter((*ans.failed.values(), *ans.unresolvable.values())).items():
+        for reason, count in ans.rejected.items():
             metrics.filter_rejections.labels(reason).inc(count)
         return wire.filter_result(args, ans.passed, ans.failed, ans.unresolvable)
 
@@ -272,6 +275,8 @@ def build_app(
         app.include_router(router)
     verbs = {
         f"{prefix}/filter": ("filter", do_filter, filter_fallback),
+        # Filter-only mode (docs/hot-path.md): one call per pod, the filter also ranks.
+        f"{prefix}/filter-ranked": ("filter", lambda body: do_filter(body, ranked=True), filter_fallback),
         f"{prefix}/prioritize": ("prioritize", do_prioritize, prioritize_fallback),
         f"{prefix}/preempt": ("preempt", do_preempt, preempt_fallback),
     }

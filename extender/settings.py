@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
+    # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
+    # (of 10) below the best node still pass; 0 passes only the best-scored ones.
+    rank_margin: int = Field(0, ge=0, le=10)
     # ---- limits against slow, idle or hostile clients (docs/hardening.md) ----
     full_node_mode: bool = False  # kube-scheduler sends full Node objects (nodeCacheCapable: false)
     full_node_max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # the verbs' limit in that mode
