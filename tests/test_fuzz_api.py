@@ -60,7 +60,7 @@ class Asgi:
         raw_path, _, query = path.partition("?")
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
                  "scheme": "http", "path": raw_path, "raw_path": raw_path.encode("utf-8", "surrogatepass"),
-                 "query_string": query.encode(),
+                 "query_string": query.encode("utf-8", "surrogatepass"),
                  "root_path": "", "client": client, "server": ("127.0.0.1", 8888),
                  "headers": [(b"content-length", str(len(body)).encode()),
                              (b"content-type", b"application/json"), *headers]}
