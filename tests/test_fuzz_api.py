@@ -189,6 +189,15 @@ report = maybe(st.fixed_dictionaries(
                   for k in ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps")}))}))
 
 
+plausible_report = st.fixed_dictionaries(  # well-formed, values still drawn: most of these are 200s
+    {"namespace": st.just("team-a"), "job": st.sampled_from(["j1", "j2"]),
+     "points": st.lists(st.fixed_dictionaries(
+         {"step": st.integers(min_value=0, max_value=10**9), "loss": st.floats(allow_nan=True) | st.none()},
+         optional={"timestamp": st.floats(allow_nan=True),
+                   "metrics": st.dictionaries(text, st.floats(allow_nan=True), max_size=3)}), min_size=1, max_size=4)},
+    optional={"pod": text, "higher_is_better": st.booleans()})
+
+
 def encode(obj: Any, garble: int) -> bytes:
     """JSON as Python writes it (NaN literals, \\u escapes for surrogates); sometimes broken."""
     raw = json.dumps(obj, allow_nan=True).encode()
@@ -287,9 +296,10 @@ def test_fuzz_progress_api(client: Asgi) -> None:
     auth = [(b"authorization", f"Bearer {TOKEN}".encode())]
 
     @FUZZ
-    @given(st.lists(st.tuples(report, garbles, st.booleans()), min_size=BATCH, max_size=BATCH))
-    def fuzz(bodies: list[tuple[Any, int, bool]]) -> None:
-        for obj, garble, authed in bodies:
+    @given(st.tuples(plausible_report, st.just(0), st.just(True)),
+           st.lists(st.tuples(report, garbles, st.booleans()), min_size=BATCH - 1, max_size=BATCH - 1))
+    def fuzz(first: tuple[Any, int, bool], rest: list[tuple[Any, int, bool]]) -> None:
+        for obj, garble, authed in [first, *rest]:
             status, out = client.call("POST", "/v1/progress", encode(obj, garble), auth if authed else None)
             counter["progress"] += 1
             assert status < 500, (obj, out[:300])
