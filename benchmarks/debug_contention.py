@@ -152,6 +152,8 @@ def client(ns: argparse.Namespace) -> int:
         _round(port, bodies(ns.warmup))
         print("debug calls at their largest page:", flush=True)
         heavy, heavy_s = heaviest_debug_call(port, "default/pod-000000")
+        if ns.loop_on:  # a chosen call instead of the heaviest
+            heavy = ns.loop_on
         print(f"the loader loops on {heavy}", flush=True)
         results: dict[str, list[float]] = {"idle": [], "debug loop": []}
         for r in range(ns.rounds):
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--settle-s", type=float, default=1.0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--loop-on", default="", help="loop on this debug call instead of the heaviest one")
     p.add_argument("--path", default="/debug/snapshot", help="(load) the debug call to loop on")
     p.add_argument("--data", default=str(openb.DEFAULT_DIR))
     ns = p.parse_args(argv)
