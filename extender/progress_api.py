@@ -35,6 +35,7 @@ from extender.app import BodyTooLarge, read_body
 from extender.auth import Authenticator, AuthError, Identity, bearer_token
 from extender.progress_store import JobHistory, ProgressPoint, ProgressStore
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
+from scoring.remaining import evidence_weight
 
 log = logging.getLogger("flowsched.progress")
 
@@ -85,6 +86,11 @@ class ProgressApiMetrics:
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json",
                     headers=headers)
+
+
+def _interval_or_none(low: float, high: float) -> list[float] | None:
+    """[low, high] when both ends are known, else null (never a half-known interval)."""
+    return [low, high] if math.isfinite(low) and math.isfinite(high) else None
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -140,7 +146,11 @@ def split_points(report: ReportIn, now: float) -> tuple[list[ProgressPoint], dic
 
 def job_summary(history: JobHistory, settings: ConvergenceSettings) -> dict[str, Any]:
     s = replace(settings, higher_is_better=history.higher_is_better)
-    est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s)
+    # A planned end and a target metric, once the store keeps them per job (the progress API's
+    # max_steps); until then both are absent and the prediction is open-ended.
+    est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s,
+                                        max_steps=getattr(history, "max_steps", None),
+                                        target=getattr(history, "target", None))
     last = history.count - 1
     return {
         "namespace": history.namespace,
@@ -156,6 +166,10 @@ def job_summary(history: JobHistory, settings: ConvergenceSettings) -> dict[str,
         "growth_efficiency": _finite_or_none(est.growth_efficiency),
         "remaining_steps": _finite_or_none(est.remaining_steps),
         "remaining_seconds": _finite_or_none(est.remaining_seconds),
+        "remaining_steps_interval": _interval_or_none(est.remaining_steps_low, est.remaining_steps_high),
+        "remaining_seconds_interval": _interval_or_none(est.remaining_seconds_low, est.remaining_seconds_high),
+        "plateau_probability": _finite_or_none(est.plateau_probability),
+        "evidence_weight": evidence_weight(est.remaining_distribution()),
         "step_rate": _finite_or_none(est.step_rate),
         "restarts": est.restarts,
         "points_used": est.points_used,
