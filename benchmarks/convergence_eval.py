@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             line += " | " + "/".join(fmt(float(str(r[f"interval80_coverage_{int(f * 100)}"]))) for f in FRACTIONS)
             line += f", {fmt(float(str(r['interval80_coverage'])))}"
-        print(line)
+        print(line.rstrip())
     print(f"({time.perf_counter() - started:.1f} s)")
 
     keys = list(dict.fromkeys(k for r in summary for k in r))  # the phase rows have no remaining-time columns

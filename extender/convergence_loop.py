@@ -60,7 +60,9 @@ class ConvergenceTracker:
                 if history is None:
                     continue
                 settings = dataclasses.replace(self.settings, higher_is_better=history.higher_is_better)
-                est = estimate(history.steps, history.values, history.timestamps, settings)
+                # max_steps / target: used once the store keeps them per job (see docs/progress-api.md)
+                est = estimate(history.steps, history.values, history.timestamps, settings,
+                               max_steps=getattr(history, "max_steps", None), target=getattr(history, "target", None))
             except Exception:  # one bad history must not starve the others
                 self.errors += 1
                 log.exception("convergence estimate failed for %s", key)
