@@ -8,7 +8,8 @@ orient (lower is better) -> median filter -> normalise to [0, 1] by the observed
 (so everything is invariant to scaling and shifting the metric) -> FlowCon windows for
 progress P and growth efficiency G = P / share, and curve fits for the steps left to the
 plateau: Optimus' l(k) = 1/(b0*k + b1) + b2, an exponential and a power law, whose remaining
-steps are averaged geometrically.
+steps are averaged geometrically. scoring.remaining turns the same fits into a distribution of
+the steps left (80 % interval, probability of being at the plateau; curve_evidence feeds it).
 
 P is the relative pace: the improvement of the windowed mean between two consecutive
 windows, divided by the job's mean improvement per window so far (FlowCon divides by the
