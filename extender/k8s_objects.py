@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from extender.progress_sources.annotations import ProgressSpec, parse_progress_spec
+
 GPU_RESOURCE = "nvidia.com/gpu"
 JOB_LABEL = "flowsched.io/job"
 KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
@@ -171,6 +173,7 @@ class PodInfo:
     created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
     elastic_plan_at: float | None = None  # when the elastic optimizer last planned for this pod
+    progress: ProgressSpec | None = None  # flowsched.io/progress: logs | prometheus (issue 17)
 
     @property
     def key(self) -> str:
@@ -225,6 +228,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
         elastic_plan_at=parse_plan_at(ann.get(ELASTIC_PLAN)),
+        progress=parse_progress_spec(meta, spec, status),
     )
 
 

@@ -24,6 +24,7 @@ from extender.control.runtime import Controllers, build_control_router, build_co
 from extender.convergence_loop import ConvergenceTracker
 from extender.metrics import Metrics, build_metrics
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
+from extender.progress_sources.runtime import ProgressSources, start_progress_sources
 from extender.progress_store import ProgressStore, ProgressStoreSettings
 from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
@@ -45,6 +46,7 @@ class Service:
     api_client: Any = None
     telemetry: TelemetryRefresher | None = None
     control: Controllers | None = None  # the enabled control loops and their leader elector
+    sources: ProgressSources | None = None  # progress from logs / Prometheus gauges (issue 17)
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
@@ -52,6 +54,8 @@ class Service:
                "telemetry": tel}
         if self.control is not None:
             out["control"] = self.control.status()
+        if self.sources is not None:
+            out["progress_sources"] = self.sources.status()
         return out
 
     def start(self) -> None:
@@ -66,6 +70,11 @@ class Service:
             stale_s, state = self.settings.telemetry_stale_s, self.state
             self.metrics.telemetry_unknown_nodes.set_function(
                 lambda: float(state.count_telemetry_unknown(time.time(), stale_s)))
+        # Only the Lease holder reads logs and gauges when loops run; a lone replica always does.
+        control = self.control
+        self.sources = start_progress_sources(
+            self.settings, self.state, self.store, self.api_client,
+            (lambda: control.leader.is_leader) if control is not None else (lambda: True))
         if not self.settings.kube:
             self.state.synced = {"nodes": True, "pods": True}
             log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")
@@ -83,6 +92,8 @@ class Service:
             w.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
+        if self.sources is not None:
+            self.sources.stop()
         self.tracker.stop()
         self.store.close()
 
