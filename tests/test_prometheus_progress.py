@@ -96,7 +96,7 @@ def test_gauge_samples_become_points_newer_only(exporter: LossExporter, tmp_path
         distinct = [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
         assert distinct == [1.0, 0.8, 0.6, 0.5]
         assert hist.steps[0] == 0 and list(hist.steps) == sorted(hist.steps)
-        assert hist.steps[-1] == pytest.approx(hist.timestamps[-1] - hist.timestamps[0], abs=1)
+        assert hist.steps[-1] == pytest.approx(1000 * (hist.timestamps[-1] - hist.timestamps[0]), abs=1)
         n = hist.count
         # A second read right away stores nothing it already has.
         src.read_once()
@@ -135,4 +135,4 @@ def test_parse_rejects_non_matrix_and_drops_nan() -> None:
             b'"values":[[10,"0.5"],[11,"NaN"],[12,"0.4"]]}]}}')
     [(labels, samples)] = parse_loss_series(200, body)
     assert labels == (("a", "1"),) and samples == [(10.0, 0.5), (12.0, 0.4)]
-    assert [(p.step, p.value) for p in points_from(samples, after_ts=10.0, first_ts=4.0)] == [(8, 0.4)]
+    assert [(p.step, p.value) for p in points_from(samples, after_ts=10.0, first_ts=4.0)] == [(8000, 0.4)]

@@ -3,9 +3,9 @@
 For every job with a pod annotated flowsched.io/progress=prometheus, once per interval one
 instant query `<selector>[<window>]` (a range selector, so every raw sample comes back with
 its own timestamp) reads the samples newer than what the store has; they are stored as the
-job's points. A gauge has no step: the step is the whole seconds since the job's first stored
-sample, so the estimator's curve is over time and its "steps per second" is 1 (remaining steps
-are remaining seconds). A gauge cannot show a restart from checkpoint as a step going back;
+job's points. A gauge has no step: the step is the milliseconds since the job's first stored
+sample, so the estimator's curve is over time and its step rate is 1000 a second (remaining
+steps are remaining milliseconds; remaining seconds mean what they mean for any source). A gauge cannot show a restart from checkpoint as a step going back;
 the loss jumping up is seen as the job getting worse, which is not growth.
 
 If the selector matches several series (say every rank of a data-parallel job exports it),
@@ -108,12 +108,13 @@ def parse_loss_series(status: int, body: bytes) -> list[Series]:
 
 def points_from(samples: list[tuple[float, float]], after_ts: float | None, first_ts: float | None
                 ) -> list[ProgressPoint]:
-    """Samples newer than after_ts as points; step = whole seconds since the job's first sample."""
+    """Samples newer than after_ts as points; step = milliseconds since the job's first sample
+    (Prometheus' own timestamp resolution, so sub-second scrape intervals keep distinct steps)."""
     fresh = [(ts, v) for ts, v in samples if after_ts is None or ts > after_ts]
     if not fresh:
         return []
     t0 = first_ts if first_ts is not None else fresh[0][0]
-    return [ProgressPoint(step=max(0, round(ts - t0)), value=v, timestamp=ts) for ts, v in fresh]
+    return [ProgressPoint(step=max(0, round((ts - t0) * 1000)), value=v, timestamp=ts) for ts, v in fresh]
 
 
 @dataclass
