@@ -6,7 +6,8 @@ its own timestamp) reads the samples newer than what the store has; they are sto
 job's points. A gauge has no step: the step is the milliseconds since the job's first stored
 sample, so the estimator's curve is over time and its step rate is 1000 a second (remaining
 steps are remaining milliseconds; remaining seconds mean what they mean for any source).
-A gauge cannot show a restart from checkpoint as a step going back; the loss jumping up is seen as the job getting worse, which is not growth.
+A gauge cannot show a restart from checkpoint as a step going back; the loss jumping up is
+seen as the job getting worse, which is not growth.
 
 If the selector matches several series (say every rank of a data-parallel job exports it),
 the one with the smallest label set in sort order is used and the count is shown in status();
