@@ -24,8 +24,8 @@ from extender.control.runtime import Controllers, build_control_router, build_co
 from extender.convergence_loop import ConvergenceTracker
 from extender.metrics import Metrics, build_metrics
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
-from extender.progress_sources.runtime import ProgressSources, start_progress_sources
-from extender.progress_store import ProgressStore, ProgressStoreSettings
+from extender.progress_sources.runtime import ProgressSources, build_progress_store, start_progress_sources
+from extender.progress_store import ProgressStore
 from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
@@ -143,7 +143,7 @@ def build_service(settings: Settings) -> Service:
             svc.stop()
             log.info("stopped after %.0fs", time.monotonic() - started)
 
-    store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
+    store = build_progress_store(settings)
     tracker = ConvergenceTracker(store, state, settings.convergence)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),

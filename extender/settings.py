@@ -105,6 +105,13 @@ class ProgressSourcesConfig(BaseModel):
     prometheus_interval_s: float = Field(15.0, gt=0)  # one query per job per interval
     prometheus_lookback_s: float = Field(600.0, gt=0)  # first read of a job: this much history
     prometheus_max_jobs: int = Field(1000, ge=1)  # jobs queried per round at most
+    # HA (docs/progress-sources.md): with a URL here, every progress point is remote-written to this
+    # Prometheus before it is acknowledged, and every replica reads job progress from it (the
+    # SQLite file is then a per-replica copy nobody reads). Needs --web.enable-remote-write-receiver.
+    shared_prometheus_url: str = ""
+    shared_remote_write_url: str = ""  # "" = <shared_prometheus_url>/api/v1/write
+    shared_history_window_s: float = Field(7 * 86400.0, gt=0)
+    shared_write_timeout_s: float = Field(5.0, gt=0)
 
 
 class Settings(BaseSettings):

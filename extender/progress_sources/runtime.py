@@ -10,7 +10,8 @@ from typing import Any
 
 from extender.progress_sources.log_follower import LogFollower, LogSourceSettings, kube_log_opener
 from extender.progress_sources.prometheus_progress import PrometheusProgress, PromSourceSettings
-from extender.progress_store import ProgressStore
+from extender.progress_sources.replicated_store import ReplicatedProgressStore, ReplicatedStoreSettings
+from extender.progress_store import ProgressStore, ProgressStoreSettings
 from extender.settings import Settings
 from extender.state import ClusterState
 
@@ -31,6 +32,20 @@ class ProgressSources:
     def status(self) -> dict[str, Any]:
         return {"logs": self.logs.status() if self.logs else None,
                 "prometheus": self.prometheus.status() if self.prometheus else None}
+
+
+def build_progress_store(settings: Settings) -> ProgressStore:
+    """The embedded SQLite store (one replica), or the Prometheus-shared one (HA) when configured."""
+    local = ProgressStoreSettings(path=settings.progress_db)
+    cfg = settings.progress_sources
+    if not cfg.shared_prometheus_url:
+        return ProgressStore(local)
+    url = cfg.shared_prometheus_url.rstrip("/")
+    log.info("progress history shared through Prometheus at %s (remote write, then read by every replica)", url)
+    read_cfg = settings.telemetry.model_copy(update={"prometheus_url": url})
+    return ReplicatedProgressStore(local, ReplicatedStoreSettings(
+        prometheus_url=url, remote_write_url=cfg.shared_remote_write_url or url + "/api/v1/write",
+        history_window_s=cfg.shared_history_window_s, write_timeout_s=cfg.shared_write_timeout_s), read_cfg)
 
 
 def start_progress_sources(settings: Settings, state: ClusterState, store: ProgressStore, api_client: Any,
