@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from extender.telemetry.config import TelemetryConfig
 from scoring.placement import PlacementSettings
 from scoring.settings import (
+    AdmissionLoopSettings,
     CoreSettings,
     ElasticLoopSettings,
     MigratorLoopSettings,
@@ -44,12 +45,14 @@ if TYPE_CHECKING:  # to the type checker they are scoring's classes, which they 
     MigratorConfig = MigratorLoopSettings
     ElasticConfig = ElasticLoopSettings
     ResizerConfig = ResizerLoopSettings
+    AdmissionConfig = AdmissionLoopSettings
 else:
     ConvergenceConfig = _parsed(TrackerSettings)
     PlacementConfig = _parsed(PlacementSettings)
     MigratorConfig = _parsed(MigratorLoopSettings)
     ElasticConfig = _parsed(ElasticLoopSettings)
     ResizerConfig = _parsed(ResizerLoopSettings)
+    AdmissionConfig = _parsed(AdmissionLoopSettings)
 
 
 class ControlConfig(BaseModel):
@@ -140,11 +143,12 @@ class Settings(BaseSettings):
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
     # Control loops run in this process, each only while it holds the Lease (see ControlConfig).
-    controllers: list[Literal["migrator", "resizer", "elastic"]] = []
+    controllers: list[Literal["migrator", "resizer", "elastic", "admission"]] = []
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     progress_sources: ProgressSourcesConfig = ProgressSourcesConfig()
 
@@ -152,6 +156,7 @@ class Settings(BaseSettings):
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""
         return CoreSettings(convergence=self.convergence, placement=self.placement, safety=self.control.safety(),
                             migrator=self.migrator, elastic=self.elastic, resizer=self.resizer,
+                            admission=self.admission,
                             completing_horizon_s=self.completing_horizon_s)
 
     @property

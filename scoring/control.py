@@ -36,7 +36,9 @@ from scoring.safety import NOT_CHECKPOINTABLE, elastic_refusal, migrator_refusal
 from scoring.settings import CoreSettings, ElasticLoopSettings
 from scoring.world import IntArray, JobState, Throughput, World
 
-LOOP_ORDER = ("elastic", "migrator")  # within a round, when both run
+# Within a round: the optimizer sizes jobs, admission releases gated ones (the optimizer's new pods
+# among them) in least-attained-service order, the migrator sees the result.
+LOOP_ORDER = ("elastic", "admission", "migrator")
 
 
 def _fmt(x: float, spec: str = ".3g") -> str:
@@ -57,6 +59,7 @@ class Evict:
     relocation: tuple[str | None, ...]
     reason: str
     kind: str = "evict"
+    attained_gpu_s: float = math.nan  # the job's attained service now (recorded in its eviction mark)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Scale:
     lo: int
     hi: int
     reason: str
+    attained_gpu_s: float = math.nan  # the job's attained service at the plan (recorded with it)
 
     @property
     def kind(self) -> str:
@@ -180,7 +184,8 @@ def plan_migrations_for(world: World, settings: CoreSettings, *, max_moves: int 
                   f"({', '.join(served[:3])}{', ...' if len(served) > 3 else ''}); "
                   f"estimated restart cost {ms.restart_cost_s:.0f}s")
         actions.append(Evict(job.key, origin, count, m.freed_gpus, m.benefit_gpus, served,
-                             tuple(names[k] if k >= 0 else None for k in m.relocation), reason))
+                             tuple(names[k] if k >= 0 else None for k in m.relocation), reason,
+                             attained_gpu_s=job.attained_gpu_s))
     unmet = tuple(pend[d] for d in plan.unmet_before)
     return MigratorPlan(tuple(actions), tuple(j.key for j in rows), arrays, plan, refusals, unmet)
 
@@ -311,6 +316,6 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
                       f"objective {plan.total_value:.3g}; restart cost {s.restart_s:.0f}s over "
                       f"{s.horizon_s:.0f}s, min gain {s.min_gain:.0%}")
             actions.append(Scale(job.key, d.gpus, job.live_gpus, new_batch, job.batch_size, job.per_pod,
-                                 job.elastic[0], job.elastic[1], reason))
+                                 job.elastic[0], job.elastic[1], reason, job.attained_gpu_s))
     actions.sort(key=lambda a: a.gpus - a.from_gpus)  # shrink first: their GPUs go to the growing ones
     return ElasticLoopPlan(tuple(actions), tuple(mine), tuple(options), plan, accounting, refusals)

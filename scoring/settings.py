@@ -158,6 +158,37 @@ class ResizerLoopSettings(LoopSettings):
 
 
 @dataclass(frozen=True)
+class AdmissionLoopSettings(LoopSettings):
+    """The order of gated jobs (pods carrying the scheduling gate `gate`): docs/admission.md."""
+
+    interval_s: float = 30.0
+    max_per_interval: int = 64  # gangs released per interval
+    max_per_hour: int = 100_000
+    gate: str = "flowsched.io/admission"
+    # Tiresias' discretised least-attained-service: a job's queue is the number of thresholds its
+    # attained GPU-seconds have passed; lower queues first, then the older pods first.
+    queue_thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
+    # Starvation bound: a job waiting longer than this x max(its attained service in GPU-seconds,
+    # 1 GPU-hour) goes ahead of every queue.
+    starvation_factor: float = 4.0
+    # DynamoML: work that has waited this long may preempt checkpointable training in a lower
+    # queue, through the migrator's eviction path (opt-ins, PDBs, budgets, Events).
+    preempt: bool = True
+    preempt_after_s: float = 60.0
+    max_preemptions_per_interval: int = 2
+    max_preemptions_per_hour: int = 30
+    min_runtime_s: float = 300.0  # a job is not preempted within this of its start
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _non_negative(self, "starvation_factor", "preempt_after_s", "max_preemptions_per_interval",
+                      "max_preemptions_per_hour", "min_runtime_s")
+        _require(bool(self.gate), "gate must be a non-empty name")
+        _require(list(self.queue_thresholds_gpu_s) == sorted(self.queue_thresholds_gpu_s),
+                 "queue_thresholds_gpu_s must be ascending")
+
+
+@dataclass(frozen=True)
 class SafetySettings:
     """Rules applied once, to every loop (scoring.safety)."""
 
@@ -180,6 +211,7 @@ class CoreSettings:
     migrator: MigratorLoopSettings = field(default_factory=MigratorLoopSettings)
     elastic: ElasticLoopSettings = field(default_factory=ElasticLoopSettings)
     resizer: ResizerLoopSettings = field(default_factory=ResizerLoopSettings)
+    admission: AdmissionLoopSettings = field(default_factory=AdmissionLoopSettings)
     completing_horizon_s: float = 600.0  # a job predicted to plateau within this counts as finishing soon
 
     def loop(self, name: str) -> LoopSettings:

@@ -57,7 +57,9 @@ class JobState:
     running: bool  # every pod bound and Running, none terminating or restarting
     settling: bool  # some pod terminating or waiting: the job is mid-change
     runtime_s: float  # since its latest pod started; NaN unknown
-    attained_gpu_s: float  # GPU-seconds since its pods started; NaN unknown
+    # GPU-seconds of service: since its pods started, plus what it had attained when flowsched last
+    # evicted it (recorded in its eviction mark); NaN unknown.
+    attained_gpu_s: float
     estimate: ConvergenceEstimate | None = None
     migrations: int = 0
     since_migration_s: float = math.inf
@@ -67,6 +69,8 @@ class JobState:
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
+    wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
 
     @property
     def held_gpus(self) -> float:

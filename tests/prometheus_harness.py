@@ -54,7 +54,7 @@ Target = tuple[str, Mapping[str, str]]  # ("host:port", extra labels)
 
 class PrometheusServer:
     def __init__(self, binary: str, workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
-                 extra_args: Sequence[str] = ()) -> None:
+                 other_jobs: Mapping[str, Sequence[Target]] | None = None, extra_args: Sequence[str] = ()) -> None:
         self.binary, self.workdir = binary, workdir
         self.extra_args = list(extra_args)  # e.g. --web.enable-remote-write-receiver
         workdir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,9 @@ class PrometheusServer:
             "scrape_configs": [{
                 "job_name": "dcgm-exporter",
                 "static_configs": [{"targets": [addr], "labels": dict(labels)} for addr, labels in targets],
-            }],
+            }] + [{"job_name": name, "static_configs": [{"targets": [addr], "labels": dict(labels)}
+                                                         for addr, labels in job_targets]}
+                  for name, job_targets in (other_jobs or {}).items()],
         }
         self.config_path = workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -124,7 +126,7 @@ class PrometheusServer:
 @contextlib.contextmanager
 def running_prometheus(workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
                        extra_args: Sequence[str] = ()) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(prometheus_binary(), workdir, targets, scrape_interval_s, extra_args)
+    server = PrometheusServer(prometheus_binary(), workdir, targets, scrape_interval_s, extra_args=extra_args)
     try:
         yield server.start()
     finally:
