@@ -47,7 +47,11 @@ class LossExporter:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a scrape cut off when Prometheus stops first: nothing to report
+
+        self.server = Server(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -85,9 +89,14 @@ def test_gauge_samples_become_points_newer_only(exporter: LossExporter, tmp_path
                                  clock=time.time)
         wait_for(lambda: prom.query('train_loss{rank="0"}'), 20, "the first scrape")
         for v in (0.8, 0.6, 0.5):
-            time.sleep(1.2)
+            # Each value stays until Prometheus has scraped it (no fixed sleep: a busy machine may
+            # delay a scrape), so every value is in the series.
+            held = exporter.values["0"]
+            wait_for(lambda held=held: float(prom.query('train_loss{rank="0"}')[0]["value"][1]) == held,  # type: ignore[index]
+                     20, f"a scrape of {held}")
             exporter.values["0"] = v
-        time.sleep(1.2)
+        wait_for(lambda: float(prom.query('train_loss{rank="0"}')[0]["value"][1]) == 0.5, 20,  # type: ignore[index]
+                 "a scrape of 0.5")
         assert src.read_once() > 0
         hist = store.history("team-a", "gauge-job")
         assert hist is not None

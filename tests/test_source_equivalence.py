@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -146,23 +146,23 @@ def test_log_source_estimate_matches_sdk(fmt: str) -> None:
 @pytest.mark.prometheus
 def test_prometheus_gauge_estimate_matches_sdk(tmp_path: Path) -> None:
     exporter = LossExporter()
-    exporter.values = {"0": loss(0.0)}
-    stop = threading.Event()
+    start = time.time() + 3600.0  # set once Prometheus scrapes; until then the gauge holds loss(0)
+
+    class LiveCurve(dict[str, float]):
+        """The gauge's value computed when Prometheus scrapes it, so a stalled thread on a busy
+        machine cannot leave a stale value (and a flat stretch the SDK curve does not have)."""
+
+        def items(self) -> Any:
+            return [("0", loss(min(DURATION_S, max(0.0, time.time() - start))))]
+
+    exporter.values = LiveCurve()
     store = ProgressStore(ProgressStoreSettings(path=":memory:"))
     try:
         with running_prometheus(tmp_path / "prom", [(f"127.0.0.1:{exporter.port}", {})],
                                 scrape_interval_s=DT_S) as prom:
             wait_for(lambda: prom.query("train_loss"), 20, "the first scrape")
             start = time.time()
-
-            def drive() -> None:  # the job's gauge follows the curve in real time
-                while not stop.is_set():
-                    exporter.values["0"] = loss(min(DURATION_S, time.time() - start))
-                    time.sleep(0.05)
-
-            threading.Thread(target=drive, daemon=True).start()
             time.sleep(DURATION_S + 1.0)
-            stop.set()
             src = PrometheusProgress(
                 lambda: [prom_pod("w-0", "gauge", {"flowsched.io/progress": "prometheus",
                                                    "flowsched.io/loss-metric": 'train_loss{rank="0"}'})],
@@ -183,6 +183,5 @@ def test_prometheus_gauge_estimate_matches_sdk(tmp_path: Path) -> None:
         assert got.phase == reference.phase
         assert got.remaining_seconds == pytest.approx(reference.remaining_seconds, rel=TOLERANCE)
     finally:
-        stop.set()
         exporter.close()
         store.close()
