@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from extender.k8s_objects import ObjectError, PodInfo, parse_pod
+from extender.k8s_objects import MIGRATED_FROM, ObjectError, PodInfo, job_key, pod_requests
 from extender.state import ClusterState, NodeView
 from extender.wire import ExtenderArgs, PreemptionArgs, Victims, WireError
 from scoring.convergence import Phase
+from scoring.nodes import BoolArray, IntArray
 from scoring.placement import (
     MAX_SCORE,
     REJECT_TEXT,
@@ -39,18 +40,46 @@ class Policy:
     placement: PlacementSettings
     stale_after_s: float
     gpu_resource: str = "nvidia.com/gpu"
-
-
-def pod_of(raw: Mapping[str, Any], gpu_resource: str) -> PodInfo:
-    try:
-        return parse_pod(raw, gpu_resource)
-    except (ObjectError, TypeError, ValueError, AttributeError) as e:
-        raise WireError(f"Pod: {e}") from e
+    rank_margin: int = 0  # filter-only mode: nodes scored this far below the best still pass
 
 
 def _demand(pod: PodInfo) -> PodDemand:
     r = pod.requests
     return PodDemand(gpus=r.gpus, cpu=r.cpu_m, mem=r.mem)
+
+
+@dataclass(frozen=True, slots=True)
+class PodAsk:
+    """What the verbs read of the Pod kube-scheduler sends: its demand and its migration origin.
+
+    parse_pod builds the whole PodInfo the snapshot keeps (times, labels, the migration mark as
+    JSON); the verbs need only this, so they read only this (a third of parse_pod's time).
+    """
+
+    demand: PodDemand
+    migrated_from: str | None
+    meta: Mapping[str, Any]
+
+    def origin(self, state: ClusterState, now: float) -> str | None:
+        """The pod's own annotation, else the migrator's record for its job (the replacement pod
+        a Job/operator creates carries no annotation of ours)."""
+        if self.migrated_from:
+            return self.migrated_from
+        return state.migration_origin(job_key(self.meta), now) if state.migrations else None
+
+
+def ask_of(raw: Mapping[str, Any], gpu_resource: str) -> PodAsk:
+    try:
+        meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
+        if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+            raise ObjectError("metadata and spec must be objects")
+        r = pod_requests(spec, gpu_resource)
+        annotations = meta.get("annotations") or {}
+        migrated_from = annotations.get(MIGRATED_FROM)
+    except (ObjectError, TypeError, ValueError, AttributeError) as e:
+        raise WireError(f"Pod: {e}") from e
+    return PodAsk(PodDemand(gpus=r.gpus, cpu=r.cpu_m, mem=r.mem),
+                  migrated_from if isinstance(migrated_from, str) else None, meta)
 
 
 @dataclass(frozen=True)
@@ -59,6 +88,7 @@ class FilterAnswer:
     failed: dict[str, str]
     unresolvable: dict[str, str]
     unknown: int
+    rejected: dict[str, int]  # nodes rejected per reason text, listed in the maps above or not
 
 
 class ScoreMemo:
@@ -98,34 +128,90 @@ class ScoreMemo:
         return scores  # type: ignore[return-value]  # None was ruled out just above
 
 
+def _rejected(reasons: IntArray) -> dict[Reject, int]:
+    counts = np.bincount(reasons, minlength=len(Reject)).tolist()
+    return {r: counts[r] for r in Reject if r != Reject.OK and counts[r]}
+
+
+def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray, rejected: Mapping[Reject, int]
+                ) -> tuple[dict[str, str], dict[str, str]]:
+    """FailedNodes and FailedAndUnresolvableNodes, one dict.fromkeys per reject reason."""
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    if not rejected:
+        return failed, unresolvable
+    # Vectorised by reason code: a per-node Python loop cost ~10 ms at 5,000 nodes.
+    name_arr = np.asarray(names, dtype=object)
+    for reject in rejected:
+        target = unresolvable if reject in UNRESOLVABLE else failed
+        target.update(dict.fromkeys(name_arr[reasons == reject].tolist(), REJECT_TEXT[reject]))
+    return failed, unresolvable
+
+
+def _passed(names: Sequence[str], keep: BoolArray) -> list[str]:
+    # Indexing the kept positions beats compress() over every name when few pass (ranked).
+    return list(map(names.__getitem__, np.flatnonzero(keep).tolist()))
+
+
 def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float,
                   memo: ScoreMemo | None = None) -> FilterAnswer:
-    pod = pod_of(args.pod, policy.gpu_resource)
+    ask = ask_of(args.pod, policy.gpu_resource)
     names = args.names
     view = state.view(names, now, policy.stale_after_s)
-    demand = _demand(pod)
+    demand = ask.demand
     verdict = filter_nodes(view.arrays, demand, policy.placement)
     reasons = np.zeros(len(names), dtype=np.int64)
     known = view.idx >= 0
     reasons[known] = verdict.reason
-    # Vectorised by reason code: a per-node Python loop cost ~10 ms at 5,000 nodes.
-    name_arr = np.asarray(names, dtype=object)
     ok = reasons == Reject.OK
-    passed: list[str] = name_arr[ok].tolist()
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    if len(passed) < len(names):
-        for code in np.unique(reasons[~ok]).tolist():
-            reject = Reject(code)
-            target = unresolvable if reject in UNRESOLVABLE else failed
-            target.update(dict.fromkeys(name_arr[reasons == code].tolist(), REJECT_TEXT[reject]))
+    passed = _passed(names, ok)
+    rejected = _rejected(reasons)
+    failed, unresolvable = _rejections(names, reasons, ok, rejected)
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
-        terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod, state, now))
+        terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, ask.origin(state, now)))
         scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
         scores[known] = terms.score
         memo.put(key, now, dict(zip(passed, scores[ok].tolist(), strict=True)))
-    return FilterAnswer(passed, failed, unresolvable, int((~known).sum()))
+    return FilterAnswer(passed, failed, unresolvable, int((~known).sum()), _texts(rejected))
+
+
+def _texts(rejected: Mapping[Reject, int]) -> dict[str, int]:
+    return {REJECT_TEXT[r]: n for r, n in rejected.items()}
+
+
+def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float) -> FilterAnswer:
+    """Filter-only mode: the filter also ranks, in one call per pod (docs/hot-path.md).
+
+    Of the nodes the filter passes, only those scored within policy.rank_margin of the best
+    pass; scores are exactly decide_prioritize's, unknown nodes included (neutral). While some
+    node passes, the rejected ones are counted but listed in neither failure map: kube-scheduler
+    reads those maps only when no node passes (to explain the failure and to pick preemption
+    candidates), and listing thousands of names cost both sides more than the ranking did.
+    When none passes, every rejection is listed, exactly as decide_filter lists it.
+    """
+    ask = ask_of(args.pod, policy.gpu_resource)
+    names = args.names
+    view = state.view(names, now, policy.stale_after_s)
+    demand = ask.demand
+    known = view.idx >= 0
+    reasons = np.zeros(len(names), dtype=np.int64)
+    known_reasons = filter_nodes(view.arrays, demand, policy.placement).reason
+    reasons[known] = known_reasons
+    ok = reasons == Reject.OK
+    rejected = _rejected(reasons)
+    unknown = int((~known).sum())
+    if not ok.any():
+        failed, unresolvable = _rejections(names, reasons, ok, rejected)
+        return FilterAnswer([], failed, unresolvable, unknown, _texts(rejected))
+    # Only the feasible rows are scored (at 5,000 names about 40 % of them: 10 % less time).
+    rows = np.flatnonzero(known_reasons == Reject.OK)
+    origin = _origin_mask(view, ask.origin(state, now))
+    scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
+    scores[np.flatnonzero(known)[rows]] = score_nodes(
+        view.arrays.take(rows), demand, policy.placement, None if origin is None else origin[rows]).score
+    keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
+    return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
 
 
 @dataclass(frozen=True)
@@ -135,11 +221,8 @@ class ScoreAnswer:
     unknown: int
 
 
-def _origin_mask(view: NodeView, pod: PodInfo, state: ClusterState, now: float
-                 ) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
-    # The pod's own annotation, else the migrator's record for its job (the replacement pod a
-    # Job/operator creates carries no annotation of ours).
-    origin = pod.migrated_from or state.migration_origin(pod.job, now)
+def _origin_mask(view: NodeView, origin: str | None) -> np.ndarray[Any, np.dtype[np.bool_]] | None:
+    """The known candidate rows that are the node the pod's job was migrated away from."""
     if not origin:
         return None
     known_names = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
@@ -154,9 +237,9 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
         remembered = memo.scores_for(key, now, names)
         if remembered is not None:
             return ScoreAnswer(names, remembered, 0)
-    pod = pod_of(args.pod, policy.gpu_resource)
+    ask = ask_of(args.pod, policy.gpu_resource)
     view = state.view(names, now, policy.stale_after_s)
-    terms = score_nodes(view.arrays, _demand(pod), policy.placement, _origin_mask(view, pod, state, now))
+    terms = score_nodes(view.arrays, ask.demand, policy.placement, _origin_mask(view, ask.origin(state, now)))
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
     scores[known] = terms.score
@@ -195,7 +278,8 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
     verdict = filter_nodes(view.arrays, demand, policy.placement)
-    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod, state, now))
+    origin = pod.migrated_from or state.migration_origin(pod.job, now)
+    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, origin))
     out: list[dict[str, Any]] = []
     row = 0
     for name, i in zip(names, view.idx.tolist(), strict=True):

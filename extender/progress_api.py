@@ -40,6 +40,7 @@ from extender.app import BodyTooLarge, read_body
 from extender.auth import Authenticator, AuthError, Identity, bearer_token
 from extender.job_reports import JobReportBook, TrainingReport
 from extender.progress_store import JobHistory, ProgressPoint, ProgressStore
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
 
 log = logging.getLogger("flowsched.progress")
@@ -194,6 +195,7 @@ def build_progress_router(
     clock: Callable[[], float] = time.time,
     reports: JobReportBook | None = None,
     plan_of: PlanOf | None = None,
+    diagnosis: Callable[[str], Diagnosis | None] | None = None,  # job -> its bottleneck (bottleneck_loop)
 ) -> APIRouter:
     router = APIRouter()
 
@@ -283,6 +285,9 @@ def build_progress_router(
         summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps)
         summary["training"] = training.as_dict() if training is not None else None
         summary["plan"] = plan(key)
+        if diagnosis is not None:
+            d = diagnosis(key)
+            summary["bottleneck"] = d.as_dict() if d is not None else None
         return reply("job", Response(orjson.dumps(summary), media_type="application/json"))
 
     return router

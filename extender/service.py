@@ -21,6 +21,7 @@ from extender.auth import (
     TokenReviewAuthenticator,
     kubernetes_token_reviewer,
 )
+from extender.bottleneck_loop import BottleneckDiagnoser, build_diagnoser
 from extender.control.runtime import Controllers, build_control_router, build_controllers
 from extender.convergence_loop import ConvergenceTracker
 from extender.job_reports import JobReportBook
@@ -34,6 +35,7 @@ from extender.status_view import PHASES, job_phase_counts
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 from extender.ui import build_ui_router
 from extender.watcher import Watcher, kube_api_client, start_watchers
+from extender.webhook import build_webhook_router
 
 log = logging.getLogger("flowsched.service")
 
@@ -51,6 +53,7 @@ class Service:
     telemetry: TelemetryRefresher | None = None
     control: Controllers | None = None  # the enabled control loops and their leader elector
     sources: ProgressSources | None = None  # progress from logs / Prometheus gauges (issue 17)
+    diagnoser: BottleneckDiagnoser | None = None  # per-job bottleneck diagnosis (settings.diagnosis)
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
@@ -60,10 +63,14 @@ class Service:
             out["control"] = self.control.status()
         if self.sources is not None:
             out["progress_sources"] = self.sources.status()
+        if self.diagnoser is not None:
+            out["diagnosis"] = self.diagnoser.describe()
         return out
 
     def start(self) -> None:
         self.tracker.start()
+        if self.diagnoser is not None:
+            self.diagnoser.start()
         if self.control is not None:
             self.control.start()  # each loop acts only while this replica holds the Lease
         # Telemetry needs no cluster: nodes it has no series for simply stay unknown.
@@ -98,6 +105,8 @@ class Service:
             self.telemetry.stop()
         if self.sources is not None:
             self.sources.stop()
+        if self.diagnoser is not None:
+            self.diagnoser.stop()
         self.tracker.stop()
         self.store.close()
 
@@ -150,20 +159,24 @@ def build_service(settings: Settings) -> Service:
     store = build_progress_store(settings)
     tracker = ConvergenceTracker(store, state, settings.convergence)
     reports = JobReportBook()
+    diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes),
         ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.plan_of,
+        diagnosis=diagnoser.get if diagnoser is not None else None,
     )
-    control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports)
+    control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports,
+                                diagnoses=diagnoser.snapshot if diagnoser is not None else None)
     control_router = build_control_router(lambda: holder["svc"].control)
+    webhook = build_webhook_router(settings.admission.gate, settings.webhook_schedulers)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
-                    routers=[progress, control_router])
+                    routers=[progress, control_router, webhook])
     app.fastapi.router.lifespan_context = lifespan
     _add_pages(app, settings, state, store, metrics, lambda: holder["svc"].control, control)
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
-                  api_client=api_client, control=control)
+                  api_client=api_client, control=control, diagnoser=diagnoser)
     holder["svc"] = svc
     return svc
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from extender.telemetry.config import TelemetryConfig
+from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
 from scoring.placement import PlacementSettings
 from scoring.settings import (
     AdmissionLoopSettings,
@@ -149,8 +149,14 @@ class Settings(BaseSettings):
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    # POST /webhook/gate (deploy/webhook.yaml) gates new pods whose schedulerName is one of these.
+    webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
     progress_sources: ProgressSourcesConfig = ProgressSourcesConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
+    # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
+    # (of 10) below the best node still pass; 0 passes only the best-scored ones.
+    rank_margin: int = Field(0, ge=0, le=10)
 
     def core(self) -> CoreSettings:
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""

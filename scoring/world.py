@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import GradientNoise
 
@@ -70,7 +71,11 @@ class JobState:
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
     gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
+    # How a rescaled job's GPUs split into pods: 0 = pods of per_pod GPUs each (a PyTorchJob's
+    # workers); k > 0 = one pod per node of up to k GPUs (the simulator's kube-scheduler model).
+    pod_chunk: int = 0
     wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
+    diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
 
     @property
     def held_gpus(self) -> float:
@@ -111,6 +116,15 @@ class World:
 
     def total_gpus(self) -> float:
         return float(sum(n.gpus for n in self.nodes))
+
+
+def pods_for(job: JobState, gpus: int) -> list[float]:
+    """The pods `job` runs as at `gpus` GPUs."""
+    if job.pod_chunk > 0:
+        full, rest = divmod(gpus, job.pod_chunk)
+        return [float(job.pod_chunk)] * full + ([float(rest)] if rest else [])
+    per = max(1, job.per_pod)
+    return [float(per)] * (gpus // per)
 
 
 def is_completing(phase: Phase, remaining_s: float, horizon_s: float) -> bool | None:

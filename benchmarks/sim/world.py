@@ -137,6 +137,7 @@ class SimWorldBuilder:
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
             if gated else (),
             wait_s=math.nan if placed else now - engine.queue_time(j),
+            pod_chunk=engine.cluster.settings.gpus_per_node,
         )
 
 

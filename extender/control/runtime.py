@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from extender.convergence_loop import ConvergenceTracker
 from extender.job_reports import JobReportBook
 from extender.settings import Settings
 from extender.state import ClusterState
+from scoring.bottleneck import Diagnosis
 from scoring.settings import CoreSettings
 
 log = logging.getLogger("flowsched.control")
@@ -110,7 +111,8 @@ class Controllers:
 
 def build_controllers(settings: Settings, state: ClusterState, tracker: ConvergenceTracker, api_client: Any,
                       registry: CollectorRegistry, clock: Callable[[], float] = time.time,
-                      reports: JobReportBook | None = None) -> Controllers | None:
+                      reports: JobReportBook | None = None,
+                      diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None) -> Controllers | None:
     """None when no controller is enabled. Raises ValueError for an unknown or missing one."""
     if not settings.controllers:
         return None
@@ -133,7 +135,8 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
     world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict,
-                         reports.job_reports if reports is not None else None, gate=settings.admission.gate)
+                         reports.job_reports if reports is not None else None, gate=settings.admission.gate,
+                         diagnoses=diagnoses)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock)

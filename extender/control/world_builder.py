@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
+from scoring.remedy import with_diagnoses
 from scoring.world import JobState, NodeState, PendingPod, World
 
 log = logging.getLogger("flowsched.control")
@@ -61,6 +63,7 @@ class WorldBuilder:
     namespace_labels: NamespaceLabels  # raises when the namespaces cannot be read: no World, no plan
     job_reports: JobReports | None = None
     gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
+    diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
@@ -88,7 +91,8 @@ class WorldBuilder:
         node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0))
                             for n in sorted(nodes, key=lambda n: n.name))
         labels = self.namespace_labels()
-        return World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
+        world = World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
+        return with_diagnoses(world, self.diagnoses()) if self.diagnoses is not None else world
 
     def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
              est: ConvergenceEstimate | None, report: JobReport | None, now: float) -> JobState:
