@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from extender.progress_sources.annotations import ProgressSpec, parse_progress_spec
+
 GPU_RESOURCE = "nvidia.com/gpu"
 JOB_LABEL = "flowsched.io/job"
 KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
@@ -177,6 +179,7 @@ class PodInfo:
     migration: MigrationMark | None = None
     elastic_plan: Mapping[str, Any] | None = None  # the elastic optimizer's latest plan for its job
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names: kube-scheduler ignores it while any
+    progress: ProgressSpec | None = None  # flowsched.io/progress: logs | prometheus (issue 17)
 
     @property
     def elastic_plan_at(self) -> float | None:
@@ -237,6 +240,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         elastic_plan=parse_plan(ann.get(ELASTIC_PLAN)),
         scheduling_gates=tuple(str(g.get("name")) for g in spec.get("schedulingGates") or []
                                if isinstance(g, Mapping) and g.get("name")),
+        progress=parse_progress_spec(meta, spec, status),
     )
 
 

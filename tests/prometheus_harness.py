@@ -54,8 +54,9 @@ Target = tuple[str, Mapping[str, str]]  # ("host:port", extra labels)
 
 class PrometheusServer:
     def __init__(self, binary: str, workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
-                 other_jobs: Mapping[str, Sequence[Target]] | None = None) -> None:
+                 other_jobs: Mapping[str, Sequence[Target]] | None = None, extra_args: Sequence[str] = ()) -> None:
         self.binary, self.workdir = binary, workdir
+        self.extra_args = list(extra_args)  # e.g. --web.enable-remote-write-receiver
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()  # kept across restarts, so clients keep one URL
         self.proc: subprocess.Popen[bytes] | None = None
@@ -80,7 +81,8 @@ class PrometheusServer:
 
     def start(self, ready_timeout_s: float = 30.0) -> PrometheusServer:
         argv = [self.binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", "--log.level=warn"]
+                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", "--log.level=warn",
+                *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, preexec_fn=_die_with_parent)
@@ -122,9 +124,9 @@ class PrometheusServer:
 
 
 @contextlib.contextmanager
-def running_prometheus(workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0
-                       ) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(prometheus_binary(), workdir, targets, scrape_interval_s)
+def running_prometheus(workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
+                       extra_args: Sequence[str] = ()) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(prometheus_binary(), workdir, targets, scrape_interval_s, extra_args=extra_args)
     try:
         yield server.start()
     finally:
