@@ -77,7 +77,7 @@ class DemandMix:
 
 
 def mix_from_counts(
-    counts: Counter[PodKind] | dict[PodKind, float],
+    counts: Counter[PodKind] | dict[PodKind, float] | dict[PodKind, int],
     popularity: float = 0.95,
     cpu_only_as_fragment: bool = False,
 ) -> DemandMix:
@@ -125,24 +125,33 @@ def mix_from_counts(
 
 
 class DemandMixLearner:
-    """Counts the kinds of pods seen; `mix()` is the current demand mix (recomputed only when
-    enough new pods arrived, so a long replay does not rebuild it per pod)."""
+    """Learns the demand mix from the pods seen.
 
-    def __init__(self, popularity: float = 0.95, refresh_every: int = 64, cpu_only_as_fragment: bool = False):
-        self.counts: Counter[PodKind] = Counter()
+    Each kind counts in proportion to the GPUs it asks for (a 0.3-GPU share 0.3, an 8-GPU pod
+    8), not once per pod as FGD's typical pods do: the fragment a kind cannot use matters in
+    proportion to the GPUs that kind would have used, and counting per pod lets the many small
+    shares drown the rare 8-GPU pods, which hold a large part of the GPU demand and are the
+    first to find no whole node. CPU-only pods ask no GPU and are not counted. `mix()` is
+    rebuilt only after `refresh_every` new pods, so a long stream does not rebuild it per pod.
+    """
+
+    def __init__(self, popularity: float = 0.95, refresh_every: int = 64):
+        self.counts: dict[PodKind, float] = {}
         self.popularity = popularity
         self.refresh_every = max(1, refresh_every)
-        self.cpu_only_as_fragment = cpu_only_as_fragment
         self._since = 0
         self._mix: DemandMix | None = None
 
     def observe(self, kind: PodKind) -> None:
-        self.counts[kind] += 1
+        weight = kind.total_milli / MILLI
+        if weight <= 0:
+            return
+        self.counts[kind] = self.counts.get(kind, 0.0) + weight
         self._since += 1
 
     def mix(self) -> DemandMix:
         if self._mix is None or self._since >= self.refresh_every:
-            self._mix = mix_from_counts(self.counts, self.popularity, self.cpu_only_as_fragment)
+            self._mix = mix_from_counts(self.counts, self.popularity)
             self._since = 0
         return self._mix
 

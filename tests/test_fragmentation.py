@@ -110,16 +110,18 @@ def test_grouped_form_matches_the_definition_on_random_nodes() -> None:
             assert abs(c2.delta[i] - expect) < 1e-6
 
 
-def test_learner_keeps_the_popular_kinds_and_refreshes() -> None:
-    learner = DemandMixLearner(popularity=0.9, refresh_every=1)
+def test_learner_weighs_kinds_by_the_gpus_they_ask() -> None:
+    learner = DemandMixLearner(popularity=0.7, refresh_every=1)
     for _ in range(9):
-        learner.observe(SHARE_500)
-    learner.observe(WHOLE_2)
+        learner.observe(SHARE_500)  # 9 pods, 4.5 GPUs
+    learner.observe(WHOLE_2)  # 1 pod, 2 GPUs
+    learner.observe(PodKind(4000, 0, 0))  # CPU-only: no GPU demand, not counted
     mix = learner.mix()
-    assert mix.kinds == (SHARE_500,)  # 90 % of the pods are covered by the top kind alone
-    for _ in range(10):
+    assert set(mix.kinds) == {SHARE_500, WHOLE_2}  # 4.5 / 6.5 GPUs < 70 %: both kept
+    np.testing.assert_allclose(sorted(mix.freq), [2 / 6.5, 4.5 / 6.5])
+    for _ in range(40):
         learner.observe(WHOLE_2)
-    assert set(learner.mix().kinds) == {SHARE_500, WHOLE_2}
+    assert learner.mix().kinds == (WHOLE_2,)  # now 82 GPUs of 86.5: the top kind covers 70 %
 
 
 def test_unknown_utilisation_is_neutral_and_known_utilisation_breaks_fragment_ties() -> None:

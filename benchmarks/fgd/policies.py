@@ -4,7 +4,9 @@ Each policy sees one arriving pod and the nodes that can host it (CPU, memory, G
 GPU share already checked), and returns a node and the GPU columns the pod takes. Scores are
 what kube-scheduler would compare: the baselines use the integer 0..100 node scores of the
 artifact's score plugins (kube-scheduler then picks at random among the top-scoring nodes),
-so their ties are broken at random as in the artifact.
+and their ties go, as in the artifact (its vendored kube-scheduler's selectHost is changed
+"for reproducibility" to keep the lexicographically smallest node name among equal scores),
+to the first node by name. Random picks with its own random stream.
 
 - Random: any feasible node, any GPU that fits.
 - BestFit: least weighted free CPU and GPU after placement (weights 0.5/0.5 of the largest
@@ -19,8 +21,9 @@ so their ties are broken at random as in the artifact.
   the whole pod list, CPU-only pods included, as the artifact configures it), scored
   100 * sigmoid(-change / 1000) as an integer; a fractional pod goes to the GPU that scores best.
 - flowsched: the same fragment measure from scoring/fragmentation.py, but with the demand mix
-  learnt from the pods seen so far, not rounded, and ties broken towards the fullest GPU and
-  node (best fit) instead of at random. In the replay there is no telemetry, so the live
+  learnt from the pods seen so far and weighted by the GPUs each kind asks (not per pod), not
+  rounded, and ties broken towards the fullest GPU and node (best fit), then the first node
+  by name. In the replay there is no telemetry, so the live
   utilisation term is neutral and does not move the choice.
 """
 
@@ -52,9 +55,12 @@ MAX_SPEC_CPU = 128000.0  # the artifact's normalisers (largest openb node)
 MAX_SPEC_GPU = 8000.0
 
 
-def _top(scores: npt.NDArray[np.int64], cand: IntArray, rng: np.random.Generator) -> int:
+def _top(scores: npt.NDArray[np.int64], cand: IntArray, name_rank: IntArray) -> int:
+    """The top-scoring candidate; among equals the smallest node name (the artifact's rule)."""
     best = np.flatnonzero(scores == scores.max())
-    return int(cand[best[0] if best.size == 1 else rng.choice(best)])
+    if best.size == 1:
+        return int(cand[best[0]])
+    return int(cand[best[np.argmin(name_rank[cand[best]])]])
 
 
 def _gpus_for(cluster: Cluster, node: int, gpus: int, milli: int) -> list[int]:
@@ -73,6 +79,8 @@ class Policy:
         self.cluster = cluster
         self.pods = pods
         self.rng = rng
+        names = cluster.nodes.names
+        self.name_rank: IntArray = np.argsort(np.argsort(np.array(names), kind="stable")).astype(np.int64)
 
     def arrived(self, i: int) -> None:
         """Pod i arrived (whether or not it can be placed)."""
@@ -107,7 +115,7 @@ class BestFitPolicy(Policy):
         raw = ((1.0 - left) * MAX_SCORE).astype(np.int64)  # Go's int64(): truncation
         lo, hi = int(raw.min()), int(raw.max())
         norm = np.zeros_like(raw) if hi == lo else (raw - lo) * MAX_SCORE // (hi - lo)
-        node = _top(norm, cand, self.rng)
+        node = _top(norm, cand, self.name_rank)
         return node, _gpus_for(c, node, int(self.pods.gpus[i]), int(self.pods.gpu_milli[i]))
 
 
@@ -135,7 +143,7 @@ class PackingPolicy(Policy):
             else:  # whole GPUs are always fully free ones: case 2 on a used node
                 used_score = np.full(cand.size, max(MAX_SCORE // 2 - g, MAX_SCORE // 3))
             scores = np.where(idle, idle_score, used_score).astype(np.int64)
-        node = _top(scores, cand, self.rng)
+        node = _top(scores, cand, self.name_rank)
         return node, _gpus_for(c, node, g, m)
 
 
@@ -170,7 +178,7 @@ class ClusteringPolicy(Policy):
             fill = (MAX_SCORE // 4) * (int(MAX_SPEC_GPU) - left) // int(MAX_SPEC_GPU)
             tier = np.where(same, np.where(kinds == 1, 3, 2), np.where(kinds == 0, 1, 0))
             scores = fill + tier * (MAX_SCORE // 4)
-        node = _top(scores, cand, self.rng)
+        node = _top(scores, cand, self.name_rank)
         return node, _gpus_for(c, node, g, m)
 
     def placed(self, i: int, node: int) -> None:
@@ -187,7 +195,7 @@ class DotProdPolicy(Policy):
         dot = (c.cpu_left[cand] / MAX_SPEC_CPU * (self.pods.cpu_milli[i] / MAX_SPEC_CPU)
                + c.gpu_free[cand].sum(axis=1) / MAX_SPEC_GPU * (float(self.pods.total_milli[i]) / MAX_SPEC_GPU))
         scores = (MAX_SCORE * (1.0 - dot / 2.0)).astype(np.int64)
-        node = _top(scores, cand, self.rng)
+        node = _top(scores, cand, self.name_rank)
         return node, _gpus_for(c, node, int(self.pods.gpus[i]), int(self.pods.gpu_milli[i]))
 
 
@@ -244,10 +252,10 @@ class FGDPolicy(_FragmentPolicy):
         if g == 1 and m < MILLI:
             score = np.where(valid, score, -1)
             node_score = score.max(axis=1)
-            node = _top(node_score, cand, self.rng)
+            node = _top(node_score, cand, self.name_rank)
             row = int(np.flatnonzero(cand == node)[0])
             return node, [int(np.argmax(score[row]))]  # first best GPU
-        node = _top(score, cand, self.rng)
+        node = _top(score, cand, self.name_rank)
         return node, _gpus_for(self.cluster, node, g, m)
 
 
@@ -257,6 +265,12 @@ class FlowschedPolicy(_FragmentPolicy):
     def __init__(self, cluster: Cluster, pods: Pods, rng: np.random.Generator):
         super().__init__(cluster, pods, rng)
         self.learner = DemandMixLearner(popularity=0.95, refresh_every=64)
+
+    @staticmethod
+    def _level(delta: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Fragment changes equal up to float noise compare equal."""
+        out: npt.NDArray[np.float64] = np.round(delta, 6)
+        return out
 
     def arrived(self, i: int) -> None:
         self.learner.observe(self.pods.kind(i))
@@ -270,13 +284,15 @@ class FlowschedPolicy(_FragmentPolicy):
         delta, valid = self.deltas(i, cand)
         node_free = c.gpu_free[cand].sum(axis=1)
         if g == 1 and m < MILLI:
-            d = np.where(valid, np.round(delta, 6), np.inf).ravel()
+            d = np.where(valid, self._level(delta), np.inf).ravel()
             gpu_after = (c.gpu_free[cand] - m).ravel()
             nf = np.repeat(node_free, c.gpu_free.shape[1])
-            pick = int(np.lexsort((nf, gpu_after, d))[0])  # least fragment, then fullest GPU, fullest node
+            nr = np.repeat(self.name_rank[cand], c.gpu_free.shape[1])
+            # least fragment, then fullest GPU, fullest node, first node by name
+            pick = int(np.lexsort((nr, nf, gpu_after, d))[0])
             row, col = divmod(pick, c.gpu_free.shape[1])
             return int(cand[row]), [col]
-        order = np.lexsort((c.cpu_left[cand], node_free, np.round(delta, 6)))
+        order = np.lexsort((self.name_rank[cand], c.cpu_left[cand], node_free, self._level(delta)))
         node = int(cand[order[0]])
         return node, _gpus_for(c, node, g, m)
 
