@@ -235,6 +235,9 @@ class NodeInfo:
     ready: bool
     unschedulable: bool
     labels: Mapping[str, str] = field(default_factory=dict)
+    # status.allocatable as served (raw quantities): extender/sharing.py reads the sharing
+    # resources (replicas, MIG slices, HAMi vGPU memory and cores) from it.
+    allocatable_raw: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> NodeInfo:
@@ -253,4 +256,5 @@ def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Node
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
         labels=dict(meta.get("labels") or {}),
+        allocatable_raw=dict(_dict(status, "allocatable")),
     )
