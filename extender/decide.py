@@ -30,6 +30,7 @@ from scoring.placement import (
     score_nodes,
 )
 from scoring.preemption import VictimArrays, preferred_candidates
+from scoring.workload import never_a_victim, placement_for, workload_class
 
 NEUTRAL_SCORE = MAX_SCORE // 2
 
@@ -46,6 +47,12 @@ def pod_of(raw: Mapping[str, Any], gpu_resource: str) -> PodInfo:
         return parse_pod(raw, gpu_resource)
     except (ObjectError, TypeError, ValueError, AttributeError) as e:
         raise WireError(f"Pod: {e}") from e
+
+
+def _placement(pod: PodInfo, policy: Policy) -> PlacementSettings:
+    """The policy's placement settings for this pod's workload class (inference spreads and
+    keeps off busy GPUs)."""
+    return placement_for(policy.placement, workload_class(pod.workload, pod.owner_kind))
 
 
 def _demand(pod: PodInfo) -> PodDemand:
@@ -104,7 +111,8 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     names = args.names
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
-    verdict = filter_nodes(view.arrays, demand, policy.placement)
+    placement = _placement(pod, policy)
+    verdict = filter_nodes(view.arrays, demand, placement)
     reasons = np.zeros(len(names), dtype=np.int64)
     known = view.idx >= 0
     reasons[known] = verdict.reason
@@ -121,7 +129,7 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
             target.update(dict.fromkeys(name_arr[reasons == code].tolist(), REJECT_TEXT[reject]))
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
-        terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod, state, now))
+        terms = score_nodes(view.arrays, demand, placement, _origin_mask(view, pod, state, now))
         scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
         scores[known] = terms.score
         memo.put(key, now, dict(zip(passed, scores[ok].tolist(), strict=True)))
@@ -156,7 +164,7 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
             return ScoreAnswer(names, remembered, 0)
     pod = pod_of(args.pod, policy.gpu_resource)
     view = state.view(names, now, policy.stale_after_s)
-    terms = score_nodes(view.arrays, _demand(pod), policy.placement, _origin_mask(view, pod, state, now))
+    terms = score_nodes(view.arrays, _demand(pod), _placement(pod, policy), _origin_mask(view, pod, state, now))
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
     scores[known] = terms.score
@@ -167,9 +175,15 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     """Keep kube-scheduler's candidate nodes whose victims are cheapest to disturb."""
     if not args.victims:
         return {}
-    nodes = list(args.victims)
-    node_ix, ckpt, growing, prio = [], [], [], []
     pods_by_uid = state.pods
+    # Inference pods are never victims of flowsched's preemption: drop the candidate nodes whose
+    # victim set holds one (flowsched may drop candidates, never edit a set).
+    nodes = [n for n in args.victims if not any(
+        (p := pods_by_uid.get(uid)) is not None and never_a_victim(workload_class(p.workload, p.owner_kind))
+        for uid in args.victims[n].uids)]
+    if not nodes:
+        return {}
+    node_ix, ckpt, growing, prio = [], [], [], []
     for j, node in enumerate(nodes):
         for uid in args.victims[node].uids:
             p = pods_by_uid.get(uid)
@@ -194,8 +208,9 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     """Per node: filter verdict and the score with its terms (for /debug/explain)."""
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
-    verdict = filter_nodes(view.arrays, demand, policy.placement)
-    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, pod, state, now))
+    placement = _placement(pod, policy)
+    verdict = filter_nodes(view.arrays, demand, placement)
+    terms = score_nodes(view.arrays, demand, placement, _origin_mask(view, pod, state, now))
     out: list[dict[str, Any]] = []
     row = 0
     for name, i in zip(names, view.idx.tolist(), strict=True):

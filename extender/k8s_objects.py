@@ -171,6 +171,7 @@ class PodInfo:
     created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
     elastic_plan_at: float | None = None  # when the elastic optimizer last planned for this pod
+    owner_kind: str = ""  # kind of the controlling ownerReference ("" none): workload class default
 
     @property
     def key(self) -> str:
@@ -216,7 +217,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         priority=int(spec.get("priority") or 0),
         checkpointable=str(ann.get(CHECKPOINTABLE, "")).lower() == "true",
         elastic=ann.get(ELASTIC),
-        workload=ann.get(WORKLOAD),
+        workload=ann.get(WORKLOAD) or labels.get(WORKLOAD),
         migrated_from=ann.get(MIGRATED_FROM),
         terminating=bool(meta.get("deletionTimestamp")),
         resizable=str(ann.get(RESIZABLE, "")).lower() == "true",
@@ -225,7 +226,15 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
         elastic_plan_at=parse_plan_at(ann.get(ELASTIC_PLAN)),
+        owner_kind=_controller_kind(meta),
     )
+
+
+def _controller_kind(meta: Mapping[str, Any]) -> str:
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return str(ref.get("kind") or "")
+    return ""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ class PlacementSettings:
     pack_gpus: bool = True  # best fit on GPUs (less fragmentation for multi-GPU jobs)
     origin_penalty: float = 3.0  # score points off the node a migrated job just left
     neutral: float = 0.5
+    # an inference pod never goes where a GPU it may get is busier than this (scoring/workload.py)
+    inference_util_pct: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ class JobState:
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    workload: str = "training"  # scoring/workload.py WorkloadClass of its pods
 
     @property
     def held_gpus(self) -> float:
