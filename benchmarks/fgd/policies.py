@@ -207,6 +207,7 @@ class _FragmentPolicy(Policy):
         super().__init__(cluster, pods, rng)
         models = sorted(set(cluster.nodes.models))
         self.model_id = np.array([models.index(m) for m in cluster.nodes.models], dtype=np.float64)
+        self._proj = np.random.default_rng(12345).uniform(1.0, 2.0, cluster.gpu_free.shape[1] + 2)
         self.mix: DemandMix = mix_from_counts({})
         self._refresh(self.mix)
 
@@ -222,8 +223,11 @@ class _FragmentPolicy(Policy):
         """Fragment change per candidate, computed once per distinct node state (nodes of one model
         with the same free CPU and GPU shares are interchangeable; most are, early in a replay)."""
         c = self.cluster
-        key = np.column_stack([self.model_id[cand], c.cpu_left[cand], c.gpu_free[cand]])
-        _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        # A node state's fingerprint: a random projection of (model, CPU, GPU shares); equal
+        # states collide by construction, different ones with negligible probability.
+        p = self._proj
+        key = c.gpu_free[cand] @ p[:-2] + c.cpu_left[cand] * p[-2] + self.model_id[cand] * p[-1]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         res = placement_deltas(c.gpu_free, c.cpu_left, self.access, cand[first], self.frag, self.pods.kind(i),
                                self.mix, self.mass, self.stats)
         inv = inverse.reshape(-1)
