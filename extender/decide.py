@@ -23,14 +23,17 @@ from scoring.placement import (
     MAX_SCORE,
     REJECT_TEXT,
     UNRESOLVABLE,
+    FilterVerdict,
     PlacementSettings,
     PodDemand,
     Reject,
+    ScoreTerms,
     filter_nodes,
     score_nodes,
 )
 from scoring.preemption import VictimArrays, preferred_candidates
-from scoring.workload import never_a_victim, placement_for, workload_class
+from scoring.sharing import SharedTerms, shared_gpu_terms, with_shared_utilisation
+from scoring.workload import WorkloadClass, never_a_victim, placement_for, workload_class
 
 NEUTRAL_SCORE = MAX_SCORE // 2
 
@@ -53,6 +56,54 @@ def _placement(pod: PodInfo, policy: Policy) -> PlacementSettings:
     """The policy's placement settings for this pod's workload class (inference spreads and
     keeps off busy GPUs)."""
     return placement_for(policy.placement, workload_class(pod.workload, pod.owner_kind))
+
+
+@dataclass(frozen=True)
+class _Shared:
+    rows: np.ndarray[Any, np.dtype[np.int64]]  # rows of the view's known nodes that share GPUs
+    terms: SharedTerms
+
+
+def _shared(state: ClusterState, view: NodeView, pod: PodInfo, placement: PlacementSettings) -> _Shared | None:
+    """The physical-GPU terms of the candidate nodes that share GPUs (None when there are none,
+    at no cost on clusters without sharing)."""
+    if not state.shared or pod.requests.gpus <= 0:
+        return None
+    rows, physical = [], []
+    known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
+    for r, name in enumerate(known):
+        sh = state.shared.get(name)
+        if sh is not None:
+            rows.append(r)
+            physical.append(float(sh.physical_gpus) if sh.physical_gpus else np.nan)
+    if not rows:
+        return None
+    ix = np.asarray(rows, dtype=np.int64)
+    strict = workload_class(pod.workload, pod.owner_kind) == WorkloadClass.INFERENCE
+    fb_need = placement.min_fb_free_mib if placement.min_fb_free_mib > 0 else None
+    terms = shared_gpu_terms(view.arrays.gpu_util[ix], view.arrays.fb_free_mib[ix], np.asarray(physical),
+                             fb_need, placement.saturation_util_pct, strict=strict, neutral=placement.neutral)
+    return _Shared(ix, terms)
+
+
+def _shared_verdict(verdict: FilterVerdict, shared: _Shared | None) -> FilterVerdict:
+    """On shared nodes the saturation and memory checks are the physical GPUs' (the generic ones
+    read replica columns that have no telemetry); the replica count check stays."""
+    if shared is None:
+        return verdict
+    reason = verdict.reason.copy()
+    sub = reason[shared.rows]
+    sub[(sub == Reject.GPU_SATURATED) | (sub == Reject.INSUFFICIENT_GPU_MEMORY)] = Reject.OK
+    sub[(sub == Reject.OK) & shared.terms.saturated] = Reject.GPU_SATURATED
+    sub[(sub == Reject.OK) & shared.terms.no_memory] = Reject.INSUFFICIENT_GPU_MEMORY
+    reason[shared.rows] = sub
+    return FilterVerdict(reason)
+
+
+def _shared_scores(terms: ScoreTerms, shared: _Shared | None, placement: PlacementSettings) -> ScoreTerms:
+    if shared is None:
+        return terms
+    return with_shared_utilisation(terms, shared.rows, shared.terms.idle, placement)
 
 
 def _demand(pod: PodInfo) -> PodDemand:
@@ -112,7 +163,8 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
     placement = _placement(pod, policy)
-    verdict = filter_nodes(view.arrays, demand, placement)
+    shared = _shared(state, view, pod, placement)
+    verdict = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared)
     reasons = np.zeros(len(names), dtype=np.int64)
     known = view.idx >= 0
     reasons[known] = verdict.reason
@@ -129,7 +181,8 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
             target.update(dict.fromkeys(name_arr[reasons == code].tolist(), REJECT_TEXT[reject]))
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
-        terms = score_nodes(view.arrays, demand, placement, _origin_mask(view, pod, state, now))
+        terms = _shared_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, pod, state, now)),
+                               shared, placement)
         scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
         scores[known] = terms.score
         memo.put(key, now, dict(zip(passed, scores[ok].tolist(), strict=True)))
@@ -164,7 +217,9 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
             return ScoreAnswer(names, remembered, 0)
     pod = pod_of(args.pod, policy.gpu_resource)
     view = state.view(names, now, policy.stale_after_s)
-    terms = score_nodes(view.arrays, _demand(pod), _placement(pod, policy), _origin_mask(view, pod, state, now))
+    placement = _placement(pod, policy)
+    terms = _shared_scores(score_nodes(view.arrays, _demand(pod), placement, _origin_mask(view, pod, state, now)),
+                           _shared(state, view, pod, placement), placement)
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
     scores[known] = terms.score
@@ -209,8 +264,10 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
     placement = _placement(pod, policy)
-    verdict = filter_nodes(view.arrays, demand, placement)
-    terms = score_nodes(view.arrays, demand, placement, _origin_mask(view, pod, state, now))
+    shared = _shared(state, view, pod, placement)
+    verdict = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared)
+    terms = _shared_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, pod, state, now)),
+                           shared, placement)
     out: list[dict[str, Any]] = []
     row = 0
     for name, i in zip(names, view.idx.tolist(), strict=True):

@@ -216,8 +216,8 @@ def physical_key(sample_labels: Mapping[str, str]) -> PhysicalKey | None:
 
 
 def per_physical_gpu(samples: Sequence[tuple[Mapping[str, str], float]]) -> dict[int, float]:
-    """Sample values per physical GPU index: a GPU's own sample when there is one; otherwise the
-    mean over its MIG instances (each instance's utilisation is of its own slices)."""
+    """Utilisation per physical GPU index: a GPU's own sample when there is one; otherwise its
+    busiest MIG instance (as the telemetry sources count it, docs/telemetry.md)."""
     whole: dict[int, float] = {}
     parts: dict[int, list[float]] = {}
     for labels, value in samples:
@@ -230,5 +230,5 @@ def per_physical_gpu(samples: Sequence[tuple[Mapping[str, str], float]]) -> dict
             parts.setdefault(key.gpu, []).append(value)
     out = dict(whole)
     for gpu, vals in parts.items():
-        out.setdefault(gpu, sum(vals) / len(vals))
+        out.setdefault(gpu, max(vals))
     return out

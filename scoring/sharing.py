@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scoring.nodes import BoolArray, FloatArray
+from scoring.nodes import BoolArray, FloatArray, IntArray
+from scoring.placement import PlacementSettings, ScoreTerms, combine_terms
 
 
 @dataclass(frozen=True)
@@ -66,3 +67,16 @@ def shared_gpu_terms(
         no_memory = np.asarray(short.any(axis=1) if strict
                                else fb_known.any(axis=1) & (short.sum(axis=1) == fb_known.sum(axis=1)), dtype=bool)
     return SharedTerms(saturated=saturated, no_memory=no_memory, idle=idle, known=known)
+
+
+def with_shared_utilisation(terms: ScoreTerms, rows: IntArray, idle: FloatArray,
+                            settings: PlacementSettings) -> ScoreTerms:
+    """terms with the utilisation term of `rows` (shared nodes) replaced by their physical
+    GPUs' idle term, and their scores recombined."""
+    util = terms.utilisation.copy()
+    util[rows] = idle
+    score = terms.score.copy()
+    score[rows] = combine_terms(terms.headroom[rows], util[rows], terms.convergence[rows], terms.penalty[rows],
+                                settings)
+    return ScoreTerms(score=score, headroom=terms.headroom, utilisation=util, convergence=terms.convergence,
+                      penalty=terms.penalty)

@@ -108,7 +108,7 @@ def test_dcgm_samples_per_physical_gpu() -> None:
         ({"gpu": "x"}, 50.0),
         ({"gpu": "2"}, float("nan")),
     ]
-    assert per_physical_gpu(samples) == {0: 80.0, 1: 40.0}
+    assert per_physical_gpu(samples) == {0: 80.0, 1: 60.0}
     k = physical_key({"gpu": "1", "UUID": "GPU-b", "GPU_I_ID": "2"})
     assert k is not None and (k.gpu, k.uuid, k.instance) == (1, "GPU-b", 2)
 
@@ -144,3 +144,67 @@ def test_parsed_node_carries_what_the_sharing_parser_needs() -> None:
     assert node.allocatable.gpus == 8  # kube-scheduler's view: replicas
     s = node_sharing(node)
     assert s.mode == Mode.TIME_SLICING and s.physical_gpus == 2
+
+
+# ---- the extender's verbs on time-sliced nodes (filter/prioritize read the physical GPUs) ----
+
+def _ts_node(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": TIME_SLICED_LABELS},
+            "status": {"allocatable": TIME_SLICED_ALLOC,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _ts_state(busy_util: list[float], idle_util: list[float]) -> object:
+    from extender.k8s_objects import parse_pod
+    from extender.state import ClusterState
+    from tests.k8s_factories import pod
+
+    s = ClusterState()
+    s.upsert_node(parse_node(_ts_node("a")))
+    s.upsert_node(parse_node(_ts_node("b")))
+    # allocation counts favour "a" for packing (6 of 8 replicas used) ...
+    s.upsert_pod(parse_pod(pod("a-pods", gpus=6, node_name="a", phase="Running")))
+    s.upsert_pod(parse_pod(pod("b-pod", gpus=1, node_name="b", phase="Running")))
+    # ... but its two physical GPUs are busy in fact, and b's are idle
+    s.set_node_telemetry("a", busy_util, [np.nan, np.nan], sampled_at=100.0)
+    s.set_node_telemetry("b", idle_util, [np.nan, np.nan], sampled_at=100.0)
+    return s
+
+
+def test_shared_pod_goes_where_physical_gpus_are_idle_in_fact() -> None:
+    from extender.decide import Policy, decide_prioritize
+    from extender.state import ClusterState
+    from extender.wire import ExtenderArgs
+    from scoring.placement import PlacementSettings
+    from tests.k8s_factories import pod
+
+    s = _ts_state([85.0, 88.0], [3.0, 2.0])
+    assert isinstance(s, ClusterState) and set(s.shared) == {"a", "b"}
+    policy = Policy(placement=PlacementSettings(), stale_after_s=60.0)
+    args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["a", "b"], nodes=None)
+    ans = decide_prioritize(s, args, policy, now=101.0)
+    assert ans.scores[1] > ans.scores[0]
+
+
+def test_saturated_physical_gpus_reject_a_time_sliced_node() -> None:
+    from extender.decide import Policy, decide_filter
+    from extender.state import ClusterState
+    from extender.wire import ExtenderArgs
+    from scoring.placement import PlacementSettings
+    from tests.k8s_factories import pod
+
+    s = _ts_state([95.0, 97.0], [3.0, 2.0])
+    assert isinstance(s, ClusterState)
+    policy = Policy(placement=PlacementSettings(), stale_after_s=60.0)
+    args = ExtenderArgs(pod=pod("p", gpus=1), node_names=["a", "b"], nodes=None)
+    ans = decide_filter(s, args, policy, now=101.0)
+    assert ans.passed == ["b"] and "a" in ans.unresolvable
+    # Without the sharing labels the same columns look like 2 busy GPUs of 8, the 6 others
+    # unknown and usable: the node passes. That is what reading physical GPUs changes.
+    plain = ClusterState()
+    plain.upsert_node(parse_node({"metadata": {"name": "a"}, "status": {
+        "allocatable": TIME_SLICED_ALLOC, "conditions": [{"type": "Ready", "status": "True"}]}}))
+    plain.set_node_telemetry("a", [95.0, 97.0], [np.nan, np.nan], sampled_at=100.0)
+    assert not plain.shared
+    assert decide_filter(plain, ExtenderArgs(pod=pod("p", gpus=1), node_names=["a"], nodes=None), policy,
+                         now=101.0).passed == ["a"]
