@@ -110,18 +110,22 @@ def test_grouped_form_matches_the_definition_on_random_nodes() -> None:
             assert abs(c2.delta[i] - expect) < 1e-6
 
 
-def test_learner_weighs_kinds_by_the_gpus_they_ask() -> None:
-    learner = DemandMixLearner(popularity=0.7, refresh_every=1)
-    for _ in range(9):
-        learner.observe(SHARE_500)  # 9 pods, 4.5 GPUs
-    learner.observe(WHOLE_2)  # 1 pod, 2 GPUs
+def test_learner_weighs_kinds_by_the_square_root_of_the_gpus_they_ask() -> None:
+    learner = DemandMixLearner(popularity=0.8, refresh_every=1)
+    share_25 = PodKind(1000, 1, 250)
+    whole_8 = PodKind(8000, 8, 1000)
+    for _ in range(12):
+        learner.observe(share_25)  # 12 pods x sqrt(0.25) = 6
+    for _ in range(3):
+        learner.observe(whole_8)  # 3 pods x sqrt(8) = 8.49
     learner.observe(PodKind(4000, 0, 0))  # CPU-only: no GPU demand, not counted
     mix = learner.mix()
-    assert set(mix.kinds) == {SHARE_500, WHOLE_2}  # 4.5 / 6.5 GPUs < 70 %: both kept
-    np.testing.assert_allclose(sorted(mix.freq), [2 / 6.5, 4.5 / 6.5])
+    assert set(mix.kinds) == {share_25, whole_8}  # the top kind covers 8.49 / 14.49 < 80 %: both kept
+    w8 = 3 * np.sqrt(8.0)
+    np.testing.assert_allclose(sorted(mix.freq), sorted([6.0 / (6.0 + w8), w8 / (6.0 + w8)]))
     for _ in range(40):
-        learner.observe(WHOLE_2)
-    assert learner.mix().kinds == (WHOLE_2,)  # now 82 GPUs of 86.5: the top kind covers 70 %
+        learner.observe(whole_8)
+    assert learner.mix().kinds == (whole_8,)  # now 121.6 of 127.6: the top kind alone covers 80 %
 
 
 def test_unknown_utilisation_is_neutral_and_known_utilisation_breaks_fragment_ties() -> None:

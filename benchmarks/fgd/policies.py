@@ -21,7 +21,8 @@ to the first node by name. Random picks with its own random stream.
   the whole pod list, CPU-only pods included, as the artifact configures it), scored
   100 * sigmoid(-change / 1000) as an integer; a fractional pod goes to the GPU that scores best.
 - flowsched: the same fragment measure from scoring/fragmentation.py, but with the demand mix
-  learnt from the pods seen so far and weighted by the GPUs each kind asks (not per pod), not
+  learnt from the pods seen so far, each pod counted with the square root of the GPUs it asks
+  (FGD counts one per pod), not
   rounded, and ties broken towards the fullest GPU and node (best fit), then the first node
   by name. In the replay there is no telemetry, so the live
   utilisation term is neutral and does not move the choice.
