@@ -1,6 +1,7 @@
 """Real kube-scheduler throughput with and without flowsched, in one run.
 
     python -m benchmarks.kube_scheduler_throughput [--nodes 1000] [--pods 1000] [--rounds 2]
+        [--variants without,deploy] [--rank-margin 0]
 
 On the real control plane of the tests (etcd, kube-apiserver, kube-scheduler built from
 k8s.io/kubernetes; see tests/cluster/), with fake GPU nodes shaped like the Alibaba openb
@@ -10,6 +11,11 @@ is bound pods / (last binding - first binding). Both variants use the same profi
 same raised client QPS (the default 50/s would cap both and hide the extender's cost); the
 only difference is the `extenders:` stanza of deploy/scheduler-config.yaml. Variants
 alternate for --rounds rounds so drift on a shared machine hits both.
+
+Variants: `without` (no extender), `deploy` (deploy/scheduler-config.yaml as it is),
+`prioritize` (filter + prioritize, weight 5: two calls per pod) and `filter-ranked` (the
+filter-only mode of docs/hot-path.md: one call per pod, no prioritizeVerb). Every with-variant
+is reported as a ratio to `without`.
 """
 
 from __future__ import annotations
@@ -35,12 +41,23 @@ from tests.cluster.manifests import scheduler_config_for_tests
 NS = "bench"
 
 
-def scheduler_config(url: str, kubeconfig: Path, with_extender: bool) -> str:
+VARIANTS = ("without", "deploy", "prioritize", "filter-ranked")
+
+
+def scheduler_config(url: str, kubeconfig: Path, variant: str) -> str:
     cfg = yaml.safe_load(scheduler_config_for_tests(url, kubeconfig))
     cfg["leaderElection"] = {"leaderElect": False}
     cfg["clientConnection"].update({"qps": 5000, "burst": 5000})
-    if not with_extender:
+    if variant == "without":
         cfg.pop("extenders", None)
+    elif variant != "deploy":
+        ext = cfg["extenders"][0]
+        for key in ("filterVerb", "prioritizeVerb", "weight"):
+            ext.pop(key, None)
+        if variant == "prioritize":
+            ext.update({"filterVerb": "filter", "prioritizeVerb": "prioritize", "weight": 5})
+        else:
+            ext["filterVerb"] = "filter-ranked"
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
@@ -81,7 +98,8 @@ def delete_pods(kube: Kube) -> None:
 
 
 def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods: list[dict[str, Any]],
-                with_extender: bool) -> dict[str, Any]:
+                variant: str) -> dict[str, Any]:
+    with_extender = variant != "without"
     cp.stop_scheduler()
     delete_pods(kube)
     for p in pods:
@@ -111,7 +129,7 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     before = flowsched.http.get("/metrics").text if with_extender else ""
     cpu_before = _cpu_s(flowsched)
     # The admin identity: the benchmark measures scheduling, not the RBAC the e2e tests check.
-    cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], with_extender))
+    cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], variant))
     # Done when every pod is bound, or (if some cannot be) when bindings stop for 10 s.
     while not done.wait(1.0):
         last = max(bound.values(), default=time.perf_counter())
@@ -133,7 +151,7 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
         secs = _sum(after, f'flowsched_extender_seconds_sum{{verb="{verb}"}}') - \
             _sum(before, f'flowsched_extender_seconds_sum{{verb="{verb}"}}')
         per_verb[f"{verb}_ms"] = round(1000 * secs / n, 3) if n else float("nan")
-    return {"extender": with_extender, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
+    return {"variant": variant, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
             "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
             "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb,
             "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3)}
@@ -159,27 +177,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variants", default="without,deploy",
+                    help=f"comma-separated, from {', '.join(VARIANTS)}; each round runs them all, "
+                         "in reverse order every other round")
+    ap.add_argument("--rank-margin", type=int, default=0, help="flowsched's rank_margin (filter-ranked)")
     ap.add_argument("--out", default="results/extender")
     ns = ap.parse_args(argv)
+    variants = [v.strip() for v in ns.variants.split(",") if v.strip()]
+    if "without" not in variants or not set(variants) <= set(VARIANTS) or len(set(variants)) < 2:
+        ap.error(f"--variants: 'without' and at least one of {', '.join(VARIANTS[1:])}")
     with tempfile.TemporaryDirectory(prefix="flowsched-bench-") as tmp:
         cp = ControlPlane(bin_dir=ensure_binaries(), workdir=Path(tmp) / "k8s")
         flowsched = None
         try:
             cp.start()
-            kube = Kube(cp.server, cp.admin_token, cp.ssl_context())
+            # A generous timeout: deleting 1,000 pods took over 15 s on the loaded 2-core machine.
+            kube = Kube(cp.server, cp.admin_token, cp.ssl_context(), timeout_s=120.0)
             kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
             t0 = time.perf_counter()
             make_nodes(kube, ns.nodes)
             print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
-            flowsched = FlowschedService(Path(tmp), cp.kubeconfigs["admin"])
+            config = Path(tmp) / "flowsched.yaml"
+            config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin}))
+            flowsched = FlowschedService(Path(tmp), cp.kubeconfigs["admin"], ["--config", str(config)])
             flowsched.start()
             pods = pod_specs(ns.pods, ns.seed)
             rows = []
             for r in range(ns.rounds):
-                for with_ext in (False, True) if r % 2 == 0 else (True, False):
-                    row = {"round": r, **run_variant(cp, kube, flowsched, pods, with_ext)}
+                for variant in variants if r % 2 == 0 else variants[::-1]:
+                    row = {"round": r, **run_variant(cp, kube, flowsched, pods, variant)}
                     rows.append(row)
-                    print(f"round {r} {'with' if with_ext else 'without'} extender: {row['bound']}/{row['pods']} "
+                    print(f"round {r} {variant}: {row['bound']}/{row['pods']} "
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
                           f"(extender calls {row['extender_calls']}, flowsched's own handling "
                           f"{row['server_ms_per_call']} ms/call: filter {row['filter_ms']}, "
@@ -189,12 +217,11 @@ def main(argv: list[str] | None = None) -> int:
             if flowsched is not None:
                 flowsched.close()
             cp.stop()
-    without = np.mean([r["pods_per_s"] for r in rows if not r["extender"]])
-    with_ = np.mean([r["pods_per_s"] for r in rows if r["extender"]])
+    mean = {v: float(np.mean([r["pods_per_s"] for r in rows if r["variant"] == v])) for v in variants}
     print(f"\nkube-scheduler throughput at {ns.nodes} nodes, {ns.pods} GPU pods, mean of {ns.rounds} rounds:")
-    print(f"  without flowsched: {without:.1f} pods/s")
-    print(f"  with flowsched:    {with_:.1f} pods/s")
-    print(f"  ratio:             {with_ / without:.3f}")
+    print(f"  without flowsched: {mean['without']:.1f} pods/s")
+    for v in variants[1:] if variants[0] == "without" else [x for x in variants if x != "without"]:
+        print(f"  with flowsched ({v}): {mean[v]:.1f} pods/s, ratio {mean[v] / mean['without']:.3f}")
     print(f"wrote {write_rows(Path(ns.out) / 'throughput.csv', rows)}")
     return 0
 

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
         t1 = time.perf_counter()
         v = variants.build(name, profiles, a.seed, settings)
         specs = elastic_jobs if name.startswith("flowsched") else jobs
-        eng = Engine(specs, profiles, v.policy, settings, control_loops=v.loops).run()
+        eng = Engine(specs, profiles, v.policy, settings, control_loops=v.loops, gated=variants.gated(v)).run()
         m, _ = measure(eng, "philly", a.seed, time.perf_counter() - t1)
         runs.append(replace(m, policy=name))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

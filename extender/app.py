@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
@@ -23,6 +22,7 @@ from extender.decide import (
     Policy,
     ScoreMemo,
     decide_filter,
+    decide_filter_ranked,
     decide_preempt,
     decide_prioritize,
     explain,
@@ -90,7 +90,7 @@ def build_app(
     routers: Iterable[APIRouter] = (),
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
-    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource)
+    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource, settings.rank_margin)
     limit = settings.max_body_bytes
     prefix = settings.prefix
     memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it
@@ -139,11 +139,14 @@ def build_app(
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
         return 200, body
 
-    def do_filter(body: Any) -> Any:
+    def do_filter(body: Any, ranked: bool = False) -> Any:
         args = wire.parse_extender_args(body)
-        ans = decide_filter(state, args, policy, clock(), memo)
+        if ranked:
+            ans = decide_filter_ranked(state, args, policy, clock())
+        else:
+            ans = decide_filter(state, args, policy, clock(), memo)
         note_unknown("filter", ans.unknown, args.names)
-        for reason, count in Counter((*ans.failed.values(), *ans.unresolvable.values())).items():
+        for reason, count in ans.rejected.items():
             metrics.filter_rejections.labels(reason).inc(count)
         return wire.filter_result(args, ans.passed, ans.failed, ans.unresolvable)
 
@@ -197,8 +200,11 @@ def build_app(
         found = next((p for p in list(state.pods.values()) if p.namespace == ns and p.name == name), None)
         if found is None:
             return _error(404, f"pod {pod} is not in the snapshot")
+        # Its job's bottleneck, when diagnosis runs (extender/bottleneck_loop.py): why it is slow.
+        bottleneck = ((status().get("diagnosis") or {}).get("jobs") or {}).get(found.job)
         return _json({"pod": pod, "gpus": found.requests.gpus,
-                      "nodes": explain(state, found, sorted(state.nodes), policy, clock())})
+                      "nodes": explain(state, found, sorted(state.nodes), policy, clock()),
+                      "bottleneck": bottleneck})
 
     if settings.debug_telemetry_injection:
         @app.post("/debug/telemetry")
@@ -219,6 +225,8 @@ def build_app(
         app.include_router(router)
     verbs = {
         f"{prefix}/filter": ("filter", do_filter, filter_fallback),
+        # Filter-only mode (docs/hot-path.md): one call per pod, the filter also ranks.
+        f"{prefix}/filter-ranked": ("filter", lambda body: do_filter(body, ranked=True), filter_fallback),
         f"{prefix}/prioritize": ("prioritize", do_prioritize, prioritize_fallback),
         f"{prefix}/preempt": ("preempt", do_preempt, preempt_fallback),
     }

@@ -115,6 +115,7 @@ class MigrationMark:
     origin: str
     at: float
     count: int
+    attained_gpu_s: float = math.nan  # the job's attained service when it was evicted
 
 
 def parse_migration_mark(value: object) -> MigrationMark | None:
@@ -123,21 +124,25 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
         return None
     try:
         d = json.loads(value)
-        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)))
+        attained = float(d.get("attained", math.nan))
+        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)),
+                             attained if math.isfinite(attained) and attained >= 0 else math.nan)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return mark if mark.origin and math.isfinite(mark.at) else None
 
 
-def parse_plan_at(value: object) -> float | None:
-    """The "at" of the flowsched.io/elastic-plan annotation; None when absent or malformed."""
-    if not isinstance(value, str) or not value:
+def parse_plan(value: object) -> dict[str, Any] | None:
+    """The flowsched.io/elastic-plan annotation (a JSON object with a finite "at"); None when
+    absent or malformed."""
+    if not isinstance(value, str) or not value or len(value) > 4096:
         return None
     try:
-        at = float(json.loads(value)["at"])
-    except (ValueError, TypeError, KeyError, AttributeError):
+        plan = json.loads(value)
+        at = float(plan["at"])
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
-    return at if math.isfinite(at) else None
+    return plan if isinstance(plan, dict) and math.isfinite(at) else None
 
 
 def parse_time(value: object) -> float | None:
@@ -170,8 +175,13 @@ class PodInfo:
     started_at: float | None = None  # status.startTime, unix seconds
     created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
-    elastic_plan_at: float | None = None  # when the elastic optimizer last planned for this pod
+    elastic_plan: Mapping[str, Any] | None = None  # the elastic optimizer's latest plan for its job
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names: kube-scheduler ignores it while any
     owner_kind: str = ""  # kind of the controlling ownerReference ("" none): workload class default
+
+    @property
+    def elastic_plan_at(self) -> float | None:
+        return float(self.elastic_plan["at"]) if self.elastic_plan is not None else None
 
     @property
     def key(self) -> str:
@@ -225,12 +235,15 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         started_at=parse_time(status.get("startTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
-        elastic_plan_at=parse_plan_at(ann.get(ELASTIC_PLAN)),
-        owner_kind=_controller_kind(meta),
+        elastic_plan=parse_plan(ann.get(ELASTIC_PLAN)),
+        scheduling_gates=tuple(str(g.get("name")) for g in spec.get("schedulingGates") or []
+                               if isinstance(g, Mapping) and g.get("name")),
+        owner_kind=controller_kind(meta),
     )
 
 
-def _controller_kind(meta: Mapping[str, Any]) -> str:
+def controller_kind(meta: Mapping[str, Any]) -> str:
+    """The kind of the controlling ownerReference; "" when none."""
     for ref in meta.get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller"):
             return str(ref.get("kind") or "")

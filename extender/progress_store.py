@@ -190,6 +190,21 @@ class ProgressStore:
             higher_is_better=bool(meta[0]),
         )
 
+    def pod_steps(self, namespace: str, job: str, since_ts: float
+                  ) -> dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
+        """Per reporting pod, its (steps, timestamps) at or after since_ts, in arrival order (points
+        reported without a pod are left out). Bottleneck diagnosis finds slow replicas with it."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT pod, step, ts FROM points WHERE namespace=? AND job=? AND ts>=? AND pod IS NOT NULL "
+                "ORDER BY id", (namespace, job, since_ts)).fetchall()
+        by_pod: dict[str, tuple[list[int], list[float]]] = {}
+        for pod, step, ts in rows:
+            steps, stamps = by_pod.setdefault(str(pod), ([], []))
+            steps.append(int(step))
+            stamps.append(float(ts))
+        return {pod: (np.array(s, dtype=np.int64), np.array(ts, dtype=np.float64)) for pod, (s, ts) in by_pod.items()}
+
     def jobs(self) -> list[JobSummary]:
         with self._lock:
             rows = self._db.execute(

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
 
+from extender.api_docs import build_docs_router
 from extender.app import ExtenderApp, build_app
 from extender.auth import (
     Authenticator,
@@ -20,15 +21,20 @@ from extender.auth import (
     TokenReviewAuthenticator,
     kubernetes_token_reviewer,
 )
+from extender.bottleneck_loop import BottleneckDiagnoser, build_diagnoser
 from extender.control.runtime import Controllers, build_control_router, build_controllers
 from extender.convergence_loop import ConvergenceTracker
-from extender.metrics import Metrics, build_metrics
+from extender.job_reports import JobReportBook
+from extender.metrics import Metrics, build_metrics, watch_status
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.progress_store import ProgressStore, ProgressStoreSettings
 from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
+from extender.status_view import PHASES, job_phase_counts
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
+from extender.ui import build_ui_router
 from extender.watcher import Watcher, kube_api_client, start_watchers
+from extender.webhook import build_webhook_router
 
 log = logging.getLogger("flowsched.service")
 
@@ -45,6 +51,7 @@ class Service:
     api_client: Any = None
     telemetry: TelemetryRefresher | None = None
     control: Controllers | None = None  # the enabled control loops and their leader elector
+    diagnoser: BottleneckDiagnoser | None = None  # per-job bottleneck diagnosis (settings.diagnosis)
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
@@ -52,10 +59,14 @@ class Service:
                "telemetry": tel}
         if self.control is not None:
             out["control"] = self.control.status()
+        if self.diagnoser is not None:
+            out["diagnosis"] = self.diagnoser.describe()
         return out
 
     def start(self) -> None:
         self.tracker.start()
+        if self.diagnoser is not None:
+            self.diagnoser.start()
         if self.control is not None:
             self.control.start()  # each loop acts only while this replica holds the Lease
         # Telemetry needs no cluster: nodes it has no series for simply stay unknown.
@@ -83,6 +94,8 @@ class Service:
             w.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
+        if self.diagnoser is not None:
+            self.diagnoser.stop()
         self.tracker.stop()
         self.store.close()
 
@@ -134,18 +147,36 @@ def build_service(settings: Settings) -> Service:
 
     store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
     tracker = ConvergenceTracker(store, state, settings.convergence)
+    reports = JobReportBook()
+    diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes),
-        ProgressApiMetrics.build(metrics.registry),
+        ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.plan_of,
+        diagnosis=diagnoser.get if diagnoser is not None else None,
     )
-    control = build_controllers(settings, state, tracker, api_client, metrics.registry)
+    control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports,
+                                diagnoses=diagnoser.snapshot if diagnoser is not None else None)
     control_router = build_control_router(lambda: holder["svc"].control)
+    webhook = build_webhook_router(settings.admission.gate, settings.webhook_schedulers)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
-                    routers=[progress, control_router])
+                    routers=[progress, control_router, webhook])
     app.fastapi.router.lifespan_context = lifespan
+    _add_pages(app, settings, state, store, metrics, lambda: holder["svc"].control, control)
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
-                  api_client=api_client, control=control)
+                  api_client=api_client, control=control, diagnoser=diagnoser)
     holder["svc"] = svc
     return svc
+
+
+def _add_pages(app: ExtenderApp, settings: Settings, state: ClusterState, store: ProgressStore, metrics: Metrics,
+               get_control: Callable[[], Controllers | None], control: Controllers | None) -> None:
+    """The status page (/ui), the API docs (/docs, /openapi.json) and the gauges they and the
+    Grafana dashboard read (jobs by phase, control-loop budgets)."""
+    app.fastapi.include_router(build_ui_router(state, store, settings.convergence, get_control,
+                                               settings.telemetry_stale_s))
+    app.fastapi.include_router(build_docs_router(app.fastapi, settings.prefix))
+    budgets = {lp.name: (lambda lp=lp: lp.budget.remaining(lp.clock())) for lp in control.loops} \
+        if control is not None else {}
+    watch_status(metrics, lambda: job_phase_counts(state), PHASES, budgets)

@@ -15,9 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from extender.telemetry.config import TelemetryConfig
+from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
 from scoring.placement import PlacementSettings
 from scoring.settings import (
+    AdmissionLoopSettings,
     CoreSettings,
     ElasticLoopSettings,
     MigratorLoopSettings,
@@ -44,12 +45,14 @@ if TYPE_CHECKING:  # to the type checker they are scoring's classes, which they 
     MigratorConfig = MigratorLoopSettings
     ElasticConfig = ElasticLoopSettings
     ResizerConfig = ResizerLoopSettings
+    AdmissionConfig = AdmissionLoopSettings
 else:
     ConvergenceConfig = _parsed(TrackerSettings)
     PlacementConfig = _parsed(PlacementSettings)
     MigratorConfig = _parsed(MigratorLoopSettings)
     ElasticConfig = _parsed(ElasticLoopSettings)
     ResizerConfig = _parsed(ResizerLoopSettings)
+    AdmissionConfig = _parsed(AdmissionLoopSettings)
 
 
 class ControlConfig(BaseModel):
@@ -111,17 +114,25 @@ class Settings(BaseSettings):
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
     # Control loops run in this process, each only while it holds the Lease (see ControlConfig).
-    controllers: list[Literal["migrator", "resizer", "elastic"]] = []
+    controllers: list[Literal["migrator", "resizer", "elastic", "admission"]] = []
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    # POST /webhook/gate (deploy/webhook.yaml) gates new pods whose schedulerName is one of these.
+    webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
+    # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
+    # (of 10) below the best node still pass; 0 passes only the best-scored ones.
+    rank_margin: int = Field(0, ge=0, le=10)
 
     def core(self) -> CoreSettings:
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""
         return CoreSettings(convergence=self.convergence, placement=self.placement, safety=self.control.safety(),
                             migrator=self.migrator, elastic=self.elastic, resizer=self.resizer,
+                            admission=self.admission,
                             completing_horizon_s=self.completing_horizon_s)
 
     @property

@@ -276,6 +276,12 @@ class ClusterState:
     def pod(self, uid: str) -> PodInfo | None:
         return self.pods.get(uid)
 
+    def plan_of(self, job: str) -> dict[str, Any] | None:
+        """The newest elastic plan on any of the job's pods (None: never planned)."""
+        with self._lock:
+            plans = [p.elastic_plan for u in self.jobs.get(job, ()) if (p := self.pods[u]).elastic_plan is not None]
+        return dict(max(plans, key=lambda x: float(x["at"]))) if plans else None
+
     # ---- request path ----
     def slot_of(self, name: str) -> int:
         return self._slot.get(name, -1)

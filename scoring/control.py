@@ -31,12 +31,15 @@ from scoring.elastic import (
     fit_step_time,
     plan_elastic,
 )
-from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, plan_migrations
+from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, place, plan_migrations
+from scoring.remedy import cap_growth
 from scoring.safety import NOT_CHECKPOINTABLE, elastic_refusal, migrator_refusal
 from scoring.settings import CoreSettings, ElasticLoopSettings
-from scoring.world import IntArray, JobState, Throughput, World
+from scoring.world import FloatArray, IntArray, JobState, Throughput, World, pods_for
 
-LOOP_ORDER = ("elastic", "migrator")  # within a round, when both run
+# Within a round: the optimizer sizes jobs, admission releases gated ones (the optimizer's new pods
+# among them) in least-attained-service order, the migrator sees the result.
+LOOP_ORDER = ("elastic", "admission", "migrator")
 
 
 def _fmt(x: float, spec: str = ".3g") -> str:
@@ -57,6 +60,7 @@ class Evict:
     relocation: tuple[str | None, ...]
     reason: str
     kind: str = "evict"
+    attained_gpu_s: float = math.nan  # the job's attained service now (recorded in its eviction mark)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Scale:
     lo: int
     hi: int
     reason: str
+    attained_gpu_s: float = math.nan  # the job's attained service at the plan (recorded with it)
 
     @property
     def kind(self) -> str:
@@ -180,7 +185,8 @@ def plan_migrations_for(world: World, settings: CoreSettings, *, max_moves: int 
                   f"({', '.join(served[:3])}{', ...' if len(served) > 3 else ''}); "
                   f"estimated restart cost {ms.restart_cost_s:.0f}s")
         actions.append(Evict(job.key, origin, count, m.freed_gpus, m.benefit_gpus, served,
-                             tuple(names[k] if k >= 0 else None for k in m.relocation), reason))
+                             tuple(names[k] if k >= 0 else None for k in m.relocation), reason,
+                             attained_gpu_s=job.attained_gpu_s))
     unmet = tuple(pend[d] for d in plan.unmet_before)
     return MigratorPlan(tuple(actions), tuple(j.key for j in rows), arrays, plan, refusals, unmet)
 
@@ -236,7 +242,15 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     return Throughput(batches, np.asarray(step, dtype=np.float64), realised)
 
 
-def elastic_job(job: JobState, world: World, s: ElasticLoopSettings) -> ElasticJob:
+def _fits(pods: list[float], free: FloatArray) -> bool:
+    where, _ = place(free, np.asarray(pods, dtype=np.float64), np.full(len(pods), -1, dtype=np.int64))
+    return bool((where >= 0).all())
+
+
+def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None) -> ElasticJob:
+    """The optimizer's view of one job. `free`: GPUs per node a waiting job could start on now;
+    a waiting job is only offered sizes whose pods fit there (a size kube-scheduler cannot place
+    would leave it waiting with GPUs promised to it)."""
     assert job.elastic is not None
     lo, hi = job.elastic
     hi = max(hi, lo)
@@ -252,6 +266,10 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings) -> ElasticJ
     rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
     rate[0] = 0.0
     cur = job.live_gpus if job.held_gpus > 0 else 0
+    if not cur and free is not None:
+        for size in range(1, g_max + 1):
+            if np.isfinite(rate[size]).any() and not _fits(pods_for(job, size), free):
+                rate[size] = np.nan
     top = g_max
     if cur and (job.settling or job.since_scaled_s < s.cooldown_s):
         lo = top = cur  # mid-change or just rescaled: hold it where it is
@@ -285,7 +303,11 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
                 refusals[job.key] = why
             other_held += job.held_gpus
     waiting_mine = {j.key for j in mine}
+    # Waiting work the optimizer does not plan for: pods kube-scheduler sees, and (reserve_gated)
+    # gated jobs the admission loop will release.
     other_waiting = sum(p.gpus for p in world.pending if p.job not in waiting_mine)
+    if s.reserve_gated:
+        other_waiting += sum(sum(j.gated_pods) for j in world.jobs if j.gated_pods and j.key not in waiting_mine)
     total = world.total_gpus()
     reserve = other_waiting if s.reserve_pending else 0.0
     capacity = int(max(0.0, total - other_held - reserve))
@@ -293,7 +315,20 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
                   "capacity": float(capacity)}
     if not mine:
         return ElasticLoopPlan((), (), (), None, accounting, refusals)
-    options = [elastic_job(j, world, s) for j in mine]
+    # Where a waiting job could start: free GPUs after the pods kube-scheduler already sees.
+    free = np.maximum(world.free_gpus(), 0.0)
+    if world.pending:
+        _, free = place(free, np.array([p.gpus for p in world.pending]), np.full(len(world.pending), -1,
+                                                                                 dtype=np.int64))
+    # A running job's GPUs come back when it shrinks: a waiting job may also take those, so its
+    # sizes are checked against free + what the elastic jobs hold now (an upper bound).
+    for j in mine:
+        for node, g in j.gpus_on.items():
+            if node in world.node_names:
+                free[world.node_names.index(node)] += g
+    options = [elastic_job(j, world, s, free) for j in mine]
+    options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
+    refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
     plan = plan_elastic(options, max(capacity, floor), ElasticSettings(s.restart_s, s.horizon_s, s.min_gain))
     actions: list[Scale] = []
@@ -311,6 +346,6 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
                       f"objective {plan.total_value:.3g}; restart cost {s.restart_s:.0f}s over "
                       f"{s.horizon_s:.0f}s, min gain {s.min_gain:.0%}")
             actions.append(Scale(job.key, d.gpus, job.live_gpus, new_batch, job.batch_size, job.per_pod,
-                                 job.elastic[0], job.elastic[1], reason))
+                                 job.elastic[0], job.elastic[1], reason, job.attained_gpu_s))
     actions.sort(key=lambda a: a.gpus - a.from_gpus)  # shrink first: their GPUs go to the growing ones
     return ElasticLoopPlan(tuple(actions), tuple(mine), tuple(options), plan, accounting, refusals)

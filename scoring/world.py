@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import GradientNoise
 
@@ -57,7 +58,9 @@ class JobState:
     running: bool  # every pod bound and Running, none terminating or restarting
     settling: bool  # some pod terminating or waiting: the job is mid-change
     runtime_s: float  # since its latest pod started; NaN unknown
-    attained_gpu_s: float  # GPU-seconds since its pods started; NaN unknown
+    # GPU-seconds of service: since its pods started, plus what it had attained when flowsched last
+    # evicted it (recorded in its eviction mark); NaN unknown.
+    attained_gpu_s: float
     estimate: ConvergenceEstimate | None = None
     migrations: int = 0
     since_migration_s: float = math.inf
@@ -67,6 +70,12 @@ class JobState:
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
+    # How a rescaled job's GPUs split into pods: 0 = pods of per_pod GPUs each (a PyTorchJob's
+    # workers); k > 0 = one pod per node of up to k GPUs (the simulator's kube-scheduler model).
+    pod_chunk: int = 0
+    wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
+    diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
     workload: str = "training"  # scoring/workload.py WorkloadClass of its pods
 
     @property
@@ -108,6 +117,15 @@ class World:
 
     def total_gpus(self) -> float:
         return float(sum(n.gpus for n in self.nodes))
+
+
+def pods_for(job: JobState, gpus: int) -> list[float]:
+    """The pods `job` runs as at `gpus` GPUs."""
+    if job.pod_chunk > 0:
+        full, rest = divmod(gpus, job.pod_chunk)
+        return [float(job.pod_chunk)] * full + ([float(rest)] if rest else [])
+    per = max(1, job.per_pod)
+    return [float(per)] * (gpus // per)
 
 
 def is_completing(phase: Phase, remaining_s: float, horizon_s: float) -> bool | None:

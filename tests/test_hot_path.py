@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import string
+from collections import Counter
 
 import numpy as np
 import orjson
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 
 from extender import wire
 from extender.app import build_app
-from extender.decide import Policy, ScoreMemo, decide_filter, decide_prioritize
-from extender.k8s_objects import parse_node, parse_pod
+from extender.decide import Policy, ScoreMemo, decide_filter, decide_filter_ranked, decide_prioritize
+from extender.k8s_objects import MIGRATED_FROM, parse_node, parse_pod
 from extender.metrics import build_metrics
 from extender.settings import Settings
 from extender.state import ClusterState
@@ -92,3 +93,87 @@ def test_memo_is_not_used_for_a_changed_pod_an_unknown_node_or_a_late_call() -> 
     assert memo.hits == 0
     decide_prioritize(state, wire.parse_extender_args({"Pod": raw, "NodeNames": passed[:3]}), policy, 1.0, memo)
     assert memo.hits == 1
+
+
+def test_ranked_filter_passes_the_best_scored_nodes_of_what_filter_passes() -> None:
+    state = _state()
+    names = [f"n{i}" for i in range(40)] + ["unknown-node"]
+    for margin in (0, 1, 3, 10):
+        policy = Policy(Settings(kube=False).placement, 60.0, rank_margin=margin)
+        for gpus, origin in ((1, None), (2, None), (4, None), (1, "n5"), (2, "n7")):
+            raw = pod(f"p{gpus}", gpus=gpus)
+            if origin:  # the migrated job's origin node is scored down, in both modes alike
+                raw["metadata"]["annotations"] = {MIGRATED_FROM: origin}
+            args = wire.parse_extender_args({"Pod": raw, "NodeNames": names})
+            plain = decide_filter(state, args, policy, 1.0)
+            ranked = decide_filter_ranked(state, args, policy, 1.0)
+            scores = dict(zip(plain.passed, decide_prioritize(
+                state, wire.parse_extender_args({"Pod": args.pod, "NodeNames": plain.passed}), policy, 1.0).scores,
+                strict=True))
+            best = max(scores.values())
+            assert ranked.passed == [n for n in plain.passed if scores[n] >= best - margin]
+            # A node passes, so rejections are counted, not listed (kube-scheduler would not read them).
+            assert ranked.passed and ranked.failed == ranked.unresolvable == {}
+            assert ranked.rejected == plain.rejected == dict(Counter((*plain.failed.values(),
+                                                                      *plain.unresolvable.values())))
+            assert ranked.unknown == plain.unknown == 1
+            if margin == 10:
+                assert ranked.passed == plain.passed
+    # Something is cut at margin 0 here, or the test would not tell the modes apart.
+    policy = Policy(Settings(kube=False).placement, 60.0)
+    args = wire.parse_extender_args({"Pod": pod("p", gpus=1), "NodeNames": names})
+    plain, ranked = decide_filter(state, args, policy, 1.0), decide_filter_ranked(state, args, policy, 1.0)
+    assert len(ranked.passed) < len(plain.passed) and plain.failed
+
+
+def test_ranked_filter_with_no_feasible_node_reports_every_rejection() -> None:
+    state = ClusterState()
+    for name in ("a", "b"):
+        state.upsert_node(parse_node(node(name, gpus=1)))
+    state.upsert_pod(parse_pod(pod("r", gpus=1, node_name="a", phase="Running")))
+    state.set_node_telemetry("b", [100.0], [], 0.0)
+    policy = Policy(Settings(kube=False).placement, 60.0)
+    ans = decide_filter_ranked(state, wire.parse_extender_args({"Pod": pod("p", gpus=1), "NodeNames": ["a", "b"]}),
+                               policy, 1.0)
+    assert ans.passed == [] and ans.failed == {"a": "flowsched: insufficient nvidia.com/gpu"}
+    assert ans.unresolvable == {"b": "flowsched: GPUs saturated"}
+    assert ans.rejected == {"flowsched: insufficient nvidia.com/gpu": 1, "flowsched: GPUs saturated": 1}
+
+
+def test_filter_ranked_verb_over_http() -> None:
+    state = ClusterState()
+    for name, gpus in (("a", 4), ("b", 1), ("c", 8)):
+        state.upsert_node(parse_node(node(name, gpus=gpus)))
+    state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
+    state.synced = {"nodes": True, "pods": True}
+    client = TestClient(build_app(Settings(kube=False), state, build_metrics(), clock=lambda: 0.0))
+    body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "b", "c"]}
+    # a: 1 of 4 GPUs free, the best fit (packing); c: 8 free; b: 1 free too, but a 1-GPU node.
+    scores = {h["Host"]: h["Score"] for h in client.post("/prioritize", json=body).json()}
+    best = max(scores.values())
+    r = client.post("/filter-ranked", json=body)
+    assert r.status_code == 200
+    assert r.json() == {"Nodes": None, "NodeNames": [n for n in "abc" if scores[n] == best],
+                        "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+    assert scores["c"] < best
+    # A rejected node is not listed while another passes, but it is counted.
+    state.upsert_node(parse_node(node("d", gpus=1)))
+    state.upsert_pod(parse_pod(pod("r2", gpus=1, node_name="d", phase="Running")))
+    r = client.post("/filter-ranked", json={**body, "NodeNames": ["a", "d"]})
+    assert r.json()["NodeNames"] == ["a"] and r.json()["FailedNodes"] == {}
+    assert 'flowsched_filter_rejections_total{reason="flowsched: insufficient nvidia.com/gpu"} 1.0' \
+        in client.get("/metrics").text
+
+
+def test_rank_margin_setting_reaches_the_ranked_filter() -> None:
+    state = ClusterState()
+    for name, gpus in (("a", 4), ("c", 8)):
+        state.upsert_node(parse_node(node(name, gpus=gpus)))
+    state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
+    state.synced = {"nodes": True, "pods": True}
+    body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "c"]}
+    passed = {}
+    for margin in (0, 10):
+        app = build_app(Settings(kube=False, rank_margin=margin), state, build_metrics(), clock=lambda: 0.0)
+        passed[margin] = TestClient(app).post("/filter-ranked", json=body).json()["NodeNames"]
+    assert passed == {0: ["a"], 10: ["a", "c"]}

@@ -15,6 +15,7 @@ from extender.control.leader import AlwaysLeader
 from extender.control.loop import ControlLoop, ControlMetrics
 from extender.control.resizer import CPU_ORIGINAL, RESIZABLE, RESIZED_AT, Resizer, pod_row, resize_pending
 from extender.k8s_objects import parse_node, parse_pod
+from extender.settings import Settings
 from extender.state import ClusterState
 from scoring.convergence import Phase
 from scoring.resize import ResizeSettings
@@ -43,14 +44,14 @@ def running(name: str, cpu: str, annotations: dict[str, str] | None = None, limi
 OPT = {RESIZABLE: "true", "flowsched.io/cpu-shrink": "true"}
 
 
-def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float]) -> tuple[Resizer, FakeActions,
-                                                                                       LogRecorder, ClusterState]:
+def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float],
+         labels: dict[str, dict[str, str]] | None = None) -> tuple[Resizer, FakeActions, LogRecorder, ClusterState]:
     state = ClusterState()
     state.upsert_node(parse_node(node("n1", gpus=4, cpu="16")))
     for p in pods:
         state.upsert_pod(parse_pod(p))
     actions, rec = FakeActions(), LogRecorder()
-    ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0])
+    ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0], namespace_labels=labels)
     r = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
     r._patch_resize = lambda ns, name, body: r.__dict__.setdefault("patched", []).append((ns, name, body))  # type: ignore[method-assign]
     return r, actions, rec, state
@@ -144,3 +145,21 @@ def test_in_flight_resize_is_not_stacked() -> None:
     targets = {a.target for a in plan_at(r, 1000.0)}
     assert "t/fast" not in targets
     assert np.isclose(r.last_plan["nodes"]["n1"]["pods"]["t/fast"]["current_m"], 4000)
+
+
+def test_namespace_opt_outs_hold_for_the_resizer() -> None:
+    pods = [running("fast", "4", OPT), running("flat", "4", OPT)]
+    est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.COMPLETING, 0.001)}
+    r, *_ = make(pods, est, [1000.0], labels={"t": {"flowsched.io/migrate": "false"}})
+    assert plan_at(r, 1000.0) == []
+    r2, *_ = make(pods, est, [1000.0])
+    assert plan_at(r2, 1000.0) != []  # the same pods, the label gone: planned
+    settings = Settings(kube=False, control={"excluded_namespaces": ["t"]})
+    state = ClusterState()
+    state.upsert_node(parse_node(node("n1", gpus=4, cpu="16")))
+    for p in pods:
+        state.upsert_pod(parse_pod(p))
+    ctx = make_context(state, FakeTracker(est), FakeActions(), LogRecorder(), settings=settings)
+    r3 = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
+    assert plan_at(r3, 1000.0) == []
+    assert set(r3.observe(1000.0).nodes) == set()  # nothing observed to plan from

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.world import SimWorldBuilder, job_key
-from scoring.control import LOOP_ORDER, plan_elastic_for, plan_migrations_for
+from scoring.admission import plan_admission_for
+from scoring.control import LOOP_ORDER, Evict, Scale, plan_elastic_for, plan_migrations_for
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
@@ -32,6 +33,8 @@ class ControlStats:
     batch_changes: int = 0
     migrations: int = 0
     jobs_migrated: set[int] = field(default_factory=set)
+    admitted: int = 0
+    preempted: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # safety rule -> jobs x rounds it kept out
 
 
@@ -52,6 +55,8 @@ class SimControl:
         self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence))
         self.budgets = {n: Budget(self.settings.loop(n).max_per_interval, self.settings.loop(n).max_per_hour)
                         for n in self.loops}
+        a = self.settings.admission
+        self.preempt_budget = Budget(a.max_preemptions_per_interval, a.max_preemptions_per_hour)
 
     def _job(self, engine: Engine, key: str) -> SimJob:
         if not self._jobs:
@@ -75,14 +80,25 @@ class SimControl:
             world = self.builder.build(engine, now)
             if name == "elastic":
                 self._elastic(engine, world, budget, now)
+            elif name == "admission":
+                self._admission(engine, world, budget, now)
             else:
                 self._migrator(engine, world, budget, now)
 
+    def plan(self, loop: str, world: World, budget_left: int) -> tuple[Scale, ...] | tuple[Evict, ...]:
+        """The core's actions for one loop on this World (what the service's controller would plan)."""
+        if loop == "elastic":
+            ep = plan_elastic_for(world, self.settings, migrator_on="migrator" in self.loops)
+            self._count_refusals(ep.refusals)
+            return ep.actions
+        mp = plan_migrations_for(world, self.settings, max_moves=budget_left, elastic_on="elastic" in self.loops)
+        self._count_refusals(mp.refusals)
+        return mp.actions
+
     def _elastic(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
-        plan = plan_elastic_for(world, self.settings, migrator_on="migrator" in self.loops)
-        self._count_refusals(plan.refusals)
         acted = False
-        for a in plan.actions:
+        for a in self.plan("elastic", world, budget.left(now)):
+            assert isinstance(a, Scale)
             if self.settings.safety.dry_run or not budget.allows(now):
                 break
             job = self._job(engine, a.job)
@@ -91,6 +107,7 @@ class SimControl:
                 budget.spend(now)
                 acted = True
                 self.builder.marks.scaled_at[job.idx] = now
+                self._record_attained(job, a.attained_gpu_s, now)
                 self.stats.resizes += 1
                 self.stats.grows += int(a.gpus > before)
                 self.stats.shrinks += int(a.gpus < before)
@@ -98,18 +115,46 @@ class SimControl:
         if acted:
             engine.policy.schedule(engine, now)
 
+    def _admission(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
+        self.preempt_budget.new_interval()
+        plan = plan_admission_for(world, self.settings, max_admits=budget.left(now),
+                                  max_preempts=self.preempt_budget.left(now))
+        if self.settings.safety.dry_run:
+            return
+        for p in plan.preempts:
+            job = self._job(engine, p.job)
+            if engine.evict(job):
+                self.preempt_budget.spend(now)
+                self._mark_evicted(job, p.attained_gpu_s, now)
+                self.stats.preempted += 1
+        released = False
+        for a in plan.admits:
+            if engine.release(self._job(engine, a.job)):
+                budget.spend(now)
+                self.stats.admitted += 1
+                released = True
+        if released:
+            engine.policy.schedule(engine, now)
+
+    def _mark_evicted(self, job: SimJob, attained: float, now: float) -> None:
+        m = self.builder.marks
+        m.migrations[job.idx] = m.migrations.get(job.idx, 0) + 1
+        m.migrated_at[job.idx] = now
+        self._record_attained(job, attained, now)
+
+    def _record_attained(self, job: SimJob, attained: float, now: float) -> None:
+        """What the service writes into its eviction mark or plan annotation: the job's service so far."""
+        if math.isfinite(attained):
+            self.builder.marks.attained[job.idx] = attained
+            self.builder.marks.attained_at[job.idx] = now
+
     def _migrator(self, engine: Engine, world: World, budget: Budget, now: float) -> None:
-        plan = plan_migrations_for(world, self.settings, max_moves=budget.left(now),
-                                   elastic_on="elastic" in self.loops)
-        self._count_refusals(plan.refusals)
-        for a in plan.actions:
+        for a in self.plan("migrator", world, budget.left(now)):
             if self.settings.safety.dry_run or not budget.allows(now):
                 break
             job = self._job(engine, a.job)
             if engine.evict(job):  # the engine refuses anything not opted in
                 budget.spend(now)
-                m = self.builder.marks
-                m.migrations[job.idx] = m.migrations.get(job.idx, 0) + 1
-                m.migrated_at[job.idx] = now
+                self._mark_evicted(job, a.attained_gpu_s, now)
                 self.stats.migrations += 1
                 self.stats.jobs_migrated.add(job.idx)

@@ -12,6 +12,7 @@ from pathlib import Path
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.engine import EngineSettings, InterferenceSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
+from benchmarks.sim.html_report import write_html_report
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.report import (
     RunMetrics,
@@ -116,11 +117,14 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(result.runs)
+    notes = [f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control core, scoring/control.py); "
+             f"job mix: {MIX_TEXT[a.mix]}; the baselines ignore the marks",
+             overrides_line(core_settings(_settings(a), INTEGRATED))]
+    table = format_table(summary)
     print(title)
-    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control core, scoring/control.py); "
-          f"job mix: {MIX_TEXT[a.mix]}; the baselines ignore the marks")
-    print(overrides_line(core_settings(_settings(a), INTEGRATED)))
-    print(format_table(summary))
+    for n in notes:
+        print(n)
+    print(table)
     write_csv(out / "runs.csv", result.runs)
     write_summary_csv(out / "summary.csv", summary)
     written = [out / "runs.csv", out / "summary.csv"]
@@ -129,6 +133,7 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
             written += plot(out, result.traces)
         except ImportError:
             print("matplotlib not installed: no plots (pip install 'flowsched[plots]')", file=sys.stderr)
+    written.append(write_html_report(out / "report.html", title, notes, summary, table, written))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

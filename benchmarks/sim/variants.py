@@ -4,8 +4,10 @@ switchable by name, job mixes, and the settings overrides every table prints.
 Names (`flowsched simulate --policies`, `flowsched demo`, `benchmarks/run_pollux.py`):
 - the baselines of policies.make_policy: fifo, kube-default, binpack, tiresias;
 - `flowsched-placement`: kube-scheduler with flowsched's extender (scoring.placement) only;
-- `flowsched+<loop>[+<loop>]` with loops from `elastic`, `migrator` and `las` (the migrator with
-  the override migrator.order="attained"); at most one of migrator / las;
+- `flowsched+<loop>[+<loop>]` with loops from `elastic`, `admission` (every pod arrives behind the
+  scheduling gate, as flowsched's webhook would put it there, and the admission loop releases
+  jobs), `migrator` and `las` (the migrator with the override migrator.order="attained"); at most
+  one of migrator / las;
 - `flowsched`: the integrated policy, `flowsched+` + "+".join(INTEGRATED).
 
 The loops are the service's: benchmarks/sim/control.py runs scoring.control's plans (composition
@@ -40,10 +42,10 @@ from scoring.settings import CoreSettings, differences, with_overrides
 from scoring.world import is_completing
 
 BASELINES = ("fifo", "kube-default", "binpack", "tiresias")
-LOOPS = ("elastic", "migrator", "las")
-INTEGRATED = ("elastic", "migrator")
+LOOPS = ("elastic", "admission", "migrator", "las")
+INTEGRATED = ("elastic", "admission", "migrator")
 FLOWSCHED_VARIANTS = ("flowsched-placement", "flowsched+elastic", "flowsched+migrator", "flowsched+las",
-                      "flowsched+elastic+las", "flowsched")
+                      "flowsched+admission", "flowsched+elastic+migrator", "flowsched")
 DETERMINISTIC = ("fifo", "tiresias")  # no random tie-breaks: one seed is enough
 ELASTIC_CAP = 64
 MIXES = ("all", "half", "none")
@@ -168,15 +170,22 @@ def run_one(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int
     t0 = time.perf_counter()
     completing = completing_hook(v, profiles) if name.startswith("flowsched") else None
     eng = Engine(specs, profiles, v.policy, replace(settings, seed=seed), control_loops=v.loops,
-                 completing=completing).run()
+                 completing=completing, gated=gated(v)).run()
     m, tr = measure(eng, workload, seed, time.perf_counter() - t0)
     return replace(m, policy=name), replace(tr, policy=name), v
+
+
+def gated(v: Variant) -> bool:
+    """Pods arrive behind flowsched's scheduling gate when the admission loop runs."""
+    return v.control is not None and "admission" in v.control.loops
 
 
 def loop_counts(v: Variant) -> dict[str, Any]:
     c = v.control
     if c is None:
         return {"resizes": float("nan"), "evictions": float("nan")}
+    evictions = (c.stats.migrations if "migrator" in c.loops else 0) + (c.stats.preempted if "admission" in c.loops
+                                                                         else 0)
     return {"resizes": float(c.stats.resizes) if "elastic" in c.loops else float("nan"),
-            "evictions": float(c.stats.migrations) if "migrator" in c.loops else float("nan")}
+            "evictions": float(evictions) if {"migrator", "admission"} & set(c.loops) else float("nan")}
 

@@ -43,6 +43,9 @@ class Marks:
 
     migrations: dict[int, int] = field(default_factory=dict)
     migrated_at: dict[int, float] = field(default_factory=dict)
+    # GPU-seconds the job had attained when a loop last restarted it (evicted or rescaled), and when.
+    attained: dict[int, float] = field(default_factory=dict)
+    attained_at: dict[int, float] = field(default_factory=dict)
     scaled_at: dict[int, float] = field(default_factory=dict)
 
 
@@ -64,6 +67,8 @@ class SimWorldBuilder:
         if n == 0:
             return None
         pts = np.asarray(job.series, dtype=np.float64)
+        if engine.now - float(pts[-1, 0]) > self.settings.convergence.active_within_s:
+            return self.tracker.get(job_key(job))  # the service re-estimates only jobs that reported lately
         app = engine.profiles.apps[job.spec.app]
         return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
                                    higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])))
@@ -87,7 +92,7 @@ class SimWorldBuilder:
         per_node = c.settings.gpus_per_node
         active = [j for j in engine.active.values() if j.completion is None]
         pending: list[PendingPod] = []
-        for j in sorted((j for j in active if not j.placement),
+        for j in sorted((j for j in active if not j.placement and j.idx not in engine.gated),
                         key=lambda j: (-j.spec.priority, engine.queue_time(j), j.idx)):
             waited = now - engine.queue_time(j)
             for i, g in enumerate(pod_sizes(j.replicas, per_node)):
@@ -112,19 +117,27 @@ class SimWorldBuilder:
             noise = GradientNoise(sqr, var, int(app.init_batch_size))
             batch_range = (int(app.init_batch_size), int(getattr(app, "max_batch_size", app.init_batch_size)))
             throughput = self.throughput(engine, j, elastic[1])
+        before = m.attained.get(j.idx, 0.0)
+        since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
+        gated = j.idx in engine.gated
         return JobState(
             key=job_key(j), namespace=s.namespace, gpus_on=gpus_on,
             live_gpus=j.gpus if placed else j.replicas,
-            per_pod=1,  # the simulator's pods are per node (pod_sizes): any GPU count splits into whole pods
+            # An elastic job's workers are 1-GPU pods kube-scheduler packs; other jobs' pods are per node.
+            per_pod=1 if elastic is not None else max(pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node)),
             checkpointable=s.checkpointable, elastic=elastic,
             running=placed and now >= j.restart_until, settling=not placed,
             runtime_s=now - j.seg_start if placed else math.nan,
-            attained_gpu_s=(now - j.seg_start) * j.gpus if placed else math.nan,
+            attained_gpu_s=before + ((now - since) * j.gpus if placed else 0.0),
             estimate=self.estimate(engine, j) if placed or j.series else None,
             migrations=m.migrations.get(j.idx, 0),
             since_migration_s=now - m.migrated_at[j.idx] if j.idx in m.migrated_at else math.inf,
             since_scaled_s=now - m.scaled_at[j.idx] if j.idx in m.scaled_at else math.inf,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
+            gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
+            if gated else (),
+            wait_s=math.nan if placed else now - engine.queue_time(j),
+            pod_chunk=engine.cluster.settings.gpus_per_node,
         )
 
 

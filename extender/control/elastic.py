@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -39,11 +40,10 @@ from extender.control.kube_actions import MERGE_PATCH, map_api_error
 from extender.control.loop import Action
 from extender.control.rest import kube_request
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import parse_range
-from extender.k8s_objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL, PodInfo
+from extender.control.world_builder import Observed, observe, parse_range
+from extender.k8s_objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
 from scoring.control import Scale, plan_elastic_for
 from scoring.settings import ElasticLoopSettings
-from scoring.world import World
 
 log = logging.getLogger("flowsched.elastic")
 
@@ -68,12 +68,6 @@ class ElasticMetrics:
         )
 
 
-@dataclass(frozen=True)
-class Observed:
-    world: World
-    pods_of: dict[str, list[PodInfo]]
-
-
 @dataclass
 class Elastic:
     ctx: ControlContext
@@ -87,15 +81,10 @@ class Elastic:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        if not self.ctx.state.ready:
+        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=True)
+        if observed is None:
             self.last = {"at": now, "skipped": "snapshot not synced yet"}
-            return None
-        pods, nodes, marks = self.ctx.state.control_view()
-        pods_of: dict[str, list[PodInfo]] = {}
-        for p in pods:
-            if p.phase not in ("Succeeded", "Failed") and p.requests.gpus > 0:
-                pods_of.setdefault(p.job, []).append(p)
-        return Observed(self.ctx.world.build(pods, nodes, marks, now), pods_of)
+        return observed
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:
@@ -117,6 +106,7 @@ class Elastic:
             "namespace": s.job.split("/", 1)[0], "gpus": s.gpus, "from_gpus": s.from_gpus,
             "batch_size": s.batch_size or None, "replicas": s.replicas, "per_pod": s.per_pod, "lo": s.lo,
             "hi": s.hi, "kubeflow": kf,
+            "attained": round(s.attained_gpu_s, 3) if math.isfinite(s.attained_gpu_s) else None,
             "pods": [{"name": p.name, "uid": p.uid} for p in pods if not p.terminating],
         })
 
@@ -134,7 +124,7 @@ class Elastic:
         if not (int(d["lo"]) <= int(d["gpus"]) <= int(d["hi"])):
             raise PermanentError(f"plan of {d['gpus']} GPUs outside {d['lo']}-{d['hi']}")
         body = {"gpus": int(d["gpus"]), "replicas": int(d["replicas"]), "batch_size": d.get("batch_size"),
-                "at": round(now, 3), "reason": action.reason[:300]}
+                "at": round(now, 3), "attained": d.get("attained"), "reason": action.reason[:300]}
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = d.get("kubeflow")

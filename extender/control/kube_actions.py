@@ -92,6 +92,19 @@ class KubeActions:
             raise map_api_error(e, f"annotate {namespace}/{name}", self.retry_s) from e
         return True
 
+    def set_scheduling_gates(self, namespace: str, name: str, gates: list[str]) -> bool:
+        """Leave the pod with exactly these scheduling gates (gates can only be removed, which is
+        all this is used for). False when the pod is gone."""
+        body = {"spec": {"schedulingGates": [{"name": g} for g in gates] or None}}
+        try:
+            kube_request(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body,
+                         content_type=MERGE_PATCH)
+        except Exception as e:
+            if _status(e) == 404:
+                return False
+            raise map_api_error(e, f"remove the scheduling gate of {namespace}/{name}", self.retry_s) from e
+        return True
+
     def namespace_labels(self) -> dict[str, dict[str, str]]:
         """Every namespace's labels, read now (one LIST). Unreadable -> TemporaryError: the
         loops then plan nothing this interval rather than guess which namespaces opted out."""

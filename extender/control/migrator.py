@@ -11,34 +11,24 @@ FlowschedMigrated Event per pod with the numbers behind the decision.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from prometheus_client import Counter
 
-from extender.control.errors import PermanentError, TemporaryError
-from extender.control.events import ObjectRef
+from extender.control.eviction import evict_job
 from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
-from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
+from extender.control.world_builder import Observed, observe
 from scoring.control import Evict, plan_migrations_for
-from scoring.world import World
 
 log = logging.getLogger("flowsched.migrator")
 
 REASON = "FlowschedMigrated"
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What one interval decides from: the World and each job's pods (to name them in actions)."""
-
-    world: World
-    pods_of: dict[str, list[PodInfo]]
 
 
 class Migrator:
@@ -56,15 +46,10 @@ class Migrator:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        if not self.ctx.state.ready:
+        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False)
+        if observed is None:
             self.last = {"at": now, "skipped": "snapshot not synced yet"}
-            return None
-        pods, nodes, marks = self.ctx.state.control_view()
-        pods_of: dict[str, list[PodInfo]] = {}
-        for p in pods:
-            if p.phase not in ("Succeeded", "Failed"):
-                pods_of.setdefault(p.job, []).append(p)
-        return Observed(self.ctx.world.build(pods, nodes, marks, now), pods_of)
+        return observed
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:
@@ -82,51 +67,19 @@ class Migrator:
             "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node} for p in pods],
             "freed_gpus": e.freed_gpus, "benefit_gpus": e.benefit_gpus, "served": list(e.served),
             "relocation": list(e.relocation),
+            "attained": round(e.attained_gpu_s, 3) if math.isfinite(e.attained_gpu_s) else None,
         })
 
     def act(self, action: Action, now: float) -> str:
-        state = self.ctx.state
-        actions = self.ctx.actions
-        if actions is None:
-            raise PermanentError("no cluster: the migrator can only plan")
-        targets = []
-        for p in action.detail["pods"]:
-            current = state.pod(p["uid"])
-            # The last line of defence: never evict a pod that has not opted in, whatever the plan.
-            if current is None:
-                continue
-            if not current.checkpointable:
-                raise PermanentError(f"{current.key} is not annotated flowsched.io/checkpointable=true")
-            if current.terminating:
-                continue
-            targets.append(current)
-        if not targets:
-            return "gone"
-        mark = json.dumps({"from": action.detail["origin"], "at": round(now, 3), "count": action.detail["count"]})
-        evicted: list[PodInfo] = []
-        for p in targets:
-            if not actions.annotate_pod(p.namespace, p.name, {MIGRATION: mark, EVICTED_FROM: p.node}):
-                continue
-            try:
-                outcome = actions.evict(p.namespace, p.name, p.uid)
-            except (TemporaryError, PermanentError):
-                try:  # refused (a PDB, ...): withdraw the mark so cooldown and counts stay true
-                    actions.annotate_pod(p.namespace, p.name, {MIGRATION: None, EVICTED_FROM: None})
-                except (TemporaryError, PermanentError) as e2:
-                    log.warning("could not withdraw the migration mark of %s: %s", p.key, e2)
-                if evicted:
-                    log.warning("%s: evicted %d of %d pods before a refusal", action.key, len(evicted),
-                                len(targets))
-                raise
-            if outcome == EVICTED:
-                evicted.append(p)
-                self.ctx.recorder.record(ObjectRef(p.namespace, p.name, p.uid), REASON,
-                                         f"Evicted from {p.node} to migrate: {action.reason}", action="Evict")
+        d = action.detail
+        mark = {"from": d["origin"], "at": round(now, 3), "count": d["count"], "attained": d.get("attained")}
+        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
+                            action.reason, REASON, "to migrate")
         if not evicted:
             return "gone"
         self.migrations.labels(evicted[0].namespace).inc()
         self.freed.inc(sum(p.requests.gpus for p in evicted))
-        log.info("migrated %s off %s: %s", action.key, action.detail["origin"], action.reason)
+        log.info("migrated %s off %s: %s", action.key, d["origin"], action.reason)
         return EVICTED
 
     def describe(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from extender.control.rest import kube_request
 from extender.control.runtime import ControlContext
 from extender.k8s_objects import ObjectError, PodInfo, parse_quantity
 from scoring.convergence import Phase
+from scoring.remedy import resize_targets
 from scoring.resize import NodeRows, ResizeSettings, Why, growth_efficiency, plan_node
 from scoring.safety import namespace_refusal
 
@@ -99,6 +100,7 @@ class Observed:
     now: float
     nodes: list[NodeObserved]
     estimates: dict[str, Any]
+    diagnoses: dict[str, Any] = field(default_factory=dict)  # job -> scoring.bottleneck.Diagnosis
 
 
 def resize_pending(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -249,7 +251,8 @@ class Resizer:
             ours = {r.uid for r in rows}
             others = sum(p.requests.cpu_m for p in on_node if p.holds_resources and p.uid not in ours)
             out.append(NodeObserved(node_name, node.allocatable.cpu_m, others, rows, skipped))
-        return Observed(now, out, dict(estimates))
+        diagnoses = self.ctx.world.diagnoses() if self.ctx.world.diagnoses is not None else {}
+        return Observed(now, out, dict(estimates), dict(diagnoses))
 
     # ---- planning (pure: scoring.resize over the observed rows) ----
     def plan(self, observed: Observed, budget_left: int) -> Sequence[Action]:
@@ -273,19 +276,24 @@ class Resizer:
                 max_m=[r.max_m for r in rows], may_shrink=[r.may_shrink for r in rows],
                 since_resize_s=[r.since_resize_s for r in rows],
             ), self.settings)
+            # The bottleneck diagnosis (scoring.remedy): no CPU for a job CPU is not what holds
+            # back, CPU for an input-bound one.
+            frozen = [r.in_flight or r.since_resize_s < self.settings.cooldown_s for r in rows]
+            new_m, diag_why = resize_targets([r.job for r in rows], cur, plan.new_m, [r.max_m for r in rows], pool,
+                                             observed.diagnoses, self.ctx.core.bottleneck, frozen=frozen)
             node_debug: dict[str, Any] = {"pool_m": pool, "skipped": nd.skipped, "pods": {}}
             for i, r in enumerate(rows):
-                why = Why(int(plan.why[i])).name
+                why = diag_why.get(i) or Why(int(plan.why[i])).name
                 self.metrics.planned.labels(why.lower()).inc()
                 node_debug["pods"][f"{r.namespace}/{r.name}"] = {
                     "job": r.job, "phase": Phase(int(phase[i])).name, "progress": float(progress[i]),
                     "growth": float(g[i]), "current_m": float(cur[i]), "target_m": float(plan.target_m[i]),
-                    "new_m": float(plan.new_m[i]), "lo_m": float(plan.lo_m[i]), "hi_m": float(plan.hi_m[i]),
+                    "new_m": float(new_m[i]), "lo_m": float(plan.lo_m[i]), "hi_m": float(plan.hi_m[i]),
                     "why": why, "pending": r.pending,
                 }
-                if not plan.changed[i]:
+                if abs(float(new_m[i]) - float(cur[i])) < 0.5:
                     continue
-                new = float(plan.new_m[i])
+                new = float(new_m[i])
                 hi_txt = "inf" if math.isinf(plan.hi_m[i]) else _fmt_m(plan.hi_m[i])
                 reason = (f"cpu {_fmt_m(cur[i])} -> {_fmt_m(new)} ({why.lower()}): phase "
                           f"{Phase(int(phase[i])).name.lower()}, G={g[i]:.3g}, share of node pool "
@@ -297,7 +305,7 @@ class Resizer:
                                         "to_m": new, "limit_ratio": r.limit_ratio, "original_m": r.original_m,
                                         "had_original": r.had_original, "node": node_name})
                 (ups if new > cur[i] else downs).append(action)
-            self.metrics.cpu_requested.labels(node_name).set(float(plan.new_m.sum()))
+            self.metrics.cpu_requested.labels(node_name).set(float(new_m.sum()))
             debug[node_name] = node_debug
         self.last_plan = {"at": observed.now, "nodes": debug}
         return [*downs, *ups]

@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,10 @@ from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
 from extender.control.loop import Controller, ControlLoop, ControlMetrics, Leadership
 from extender.control.world_builder import WorldBuilder
 from extender.convergence_loop import ConvergenceTracker
+from extender.job_reports import JobReportBook
 from extender.settings import Settings
 from extender.state import ClusterState
+from scoring.bottleneck import Diagnosis
 from scoring.settings import CoreSettings
 
 log = logging.getLogger("flowsched.control")
@@ -37,6 +39,7 @@ FACTORIES: dict[str, str] = {
     "migrator": "extender.control.migrator:build",
     "resizer": "extender.control.resizer:build",
     "elastic": "extender.control.elastic:build",
+    "admission": "extender.control.admission:build",
 }
 
 
@@ -107,7 +110,9 @@ class Controllers:
 
 
 def build_controllers(settings: Settings, state: ClusterState, tracker: ConvergenceTracker, api_client: Any,
-                      registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> Controllers | None:
+                      registry: CollectorRegistry, clock: Callable[[], float] = time.time,
+                      reports: JobReportBook | None = None,
+                      diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None) -> Controllers | None:
     """None when no controller is enabled. Raises ValueError for an unknown or missing one."""
     if not settings.controllers:
         return None
@@ -129,7 +134,9 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     else:
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
-    world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict)
+    world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict,
+                         reports.job_reports if reports is not None else None, gate=settings.admission.gate,
+                         diagnoses=diagnoses)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock)
@@ -185,6 +192,10 @@ def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
     @router.get("/debug/resizes")
     async def debug_resizes() -> Response:
         return loop_view("resizer")
+
+    @router.get("/debug/admission")
+    async def debug_admission() -> Response:
+        return loop_view("admission")
 
     @router.get("/debug/elastic")
     async def debug_elastic() -> Response:

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo
+from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
+from scoring.remedy import with_diagnoses
 from scoring.world import JobState, NodeState, PendingPod, World
 
 log = logging.getLogger("flowsched.control")
@@ -60,6 +62,8 @@ class WorldBuilder:
     estimates: EstimateSource
     namespace_labels: NamespaceLabels  # raises when the namespaces cannot be read: no World, no plan
     job_reports: JobReports | None = None
+    gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
+    diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
@@ -74,7 +78,7 @@ class WorldBuilder:
             if p.phase in ("Succeeded", "Failed") or p.requests.gpus <= 0:
                 continue
             by_job.setdefault(p.job, []).append(p)
-            if not p.node and not p.terminating:
+            if not p.node and not p.terminating and not p.scheduling_gates:
                 created = p.created_at if p.created_at is not None else math.nan
                 # kube-scheduler's order: priority, then when the pod was created.
                 pending.append((-p.priority, created if math.isfinite(created) else 0.0,
@@ -87,7 +91,8 @@ class WorldBuilder:
         node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0))
                             for n in sorted(nodes, key=lambda n: n.name))
         labels = self.namespace_labels()
-        return World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
+        world = World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
+        return with_diagnoses(world, self.diagnoses()) if self.diagnoses is not None else world
 
     def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
              est: ConvergenceEstimate | None, report: JobReport | None, now: float) -> JobState:
@@ -95,8 +100,8 @@ class WorldBuilder:
         for p in ps:
             if p.node in nodes and p.holds_resources:
                 gpus_on[p.node] = gpus_on.get(p.node, 0.0) + p.requests.gpus
-        starts = [p.started_at for p in ps]
-        known = all(s is not None for s in starts)
+        starts = [p.started_at for p in ps if p.node and p.holds_resources]
+        known = bool(starts) and all(s is not None for s in starts)
         ranges = {parse_range(p.elastic) for p in ps}
         elastic = next(iter(ranges)) if len(ranges) == 1 else None
         settling = any(p.terminating or not p.node or p.phase != "Running" for p in ps)
@@ -115,16 +120,34 @@ class WorldBuilder:
             running=all(bool(p.node) and p.phase == "Running" and not p.terminating for p in ps),
             settling=settling,
             runtime_s=now - max(s for s in starts if s is not None) if known else math.nan,
-            # Attained GPU service since its pods started (a replacement pod starts afresh).
-            attained_gpu_s=sum(p.requests.gpus * (now - p.started_at) for p in ps
-                               if p.started_at is not None and p.node and p.holds_resources) if known else math.nan,
+            attained_gpu_s=attained(ps, mark, now) if known or not starts else math.nan,
             estimate=est,
             migrations=mark.count if mark else 0,
             since_migration_s=now - mark.at if mark else math.inf,
             since_scaled_s=now - max(plan_at) if plan_at else math.inf,
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
             step_samples=dict(self.step_samples.get(key, {})),
+            gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
+            wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
+                                                       and p.created_at is not None]) else math.nan,
         )
+
+
+def attained(ps: list[PodInfo], mark: MigrationMark | None, now: float) -> float:
+    """GPU-seconds of service: what the job had when a loop last restarted it (the eviction mark's
+    or the elastic plan's "attained", whichever is newer) plus its bound pods' time since then."""
+    prev, since = 0.0, -math.inf
+    if mark is not None and math.isfinite(mark.attained_gpu_s):
+        prev, since = mark.attained_gpu_s, mark.at
+    for p in ps:
+        plan = p.elastic_plan
+        a = plan.get("attained") if plan is not None else None
+        if plan is None or not isinstance(a, int | float) or not (math.isfinite(a) and a >= 0):
+            continue
+        if float(plan["at"]) > since:
+            prev, since = float(a), float(plan["at"])
+    return prev + sum(p.requests.gpus * (now - max(p.started_at, since)) for p in ps
+                      if p.started_at is not None and p.node and p.holds_resources)
 
 
 def labels_from_namespace_list(body: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -135,3 +158,31 @@ def labels_from_namespace_list(body: Mapping[str, Any]) -> dict[str, dict[str, s
         if isinstance(meta.get("name"), str):
             out[meta["name"]] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     return out
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one interval of a loop decides from: the World and each job's live pods (to name
+    them in the actions the shell sends)."""
+
+    world: World
+    pods_of: dict[str, list[PodInfo]]
+
+
+class ControlView(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]: ...
+
+
+def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool) -> Observed | None:
+    """None until the snapshot has synced (a half-listed cluster is no basis for a plan)."""
+    if not state.ready:
+        return None
+    pods, nodes, marks = state.control_view()
+    pods_of: dict[str, list[PodInfo]] = {}
+    for p in pods:
+        if p.phase not in ("Succeeded", "Failed") and (p.requests.gpus > 0 or not gpu_pods_only):
+            pods_of.setdefault(p.job, []).append(p)
+    return Observed(builder.build(pods, nodes, marks, now), pods_of)

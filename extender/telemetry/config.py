@@ -41,3 +41,14 @@ class TelemetryConfig(BaseModel):
         if self.source == "prometheus" and not self.prometheus_url:
             raise ValueError("telemetry.source=prometheus needs telemetry.prometheus_url")
         return self
+
+
+class DiagnosisConfig(BaseModel):
+    """Bottleneck diagnosis (extender.bottleneck_loop); its thresholds are the core's BottleneckSettings.
+    Reads cAdvisor and dcgm-exporter series through telemetry.prometheus_url."""
+
+    model_config = {"extra": "forbid"}
+
+    enabled: bool = False
+    interval_s: float = Field(30.0, gt=0)
+    window_s: float = Field(60.0, gt=0)  # rate() and step-rate window; at least 2 scrape intervals

@@ -41,8 +41,10 @@ def test_extender_config_is_the_documented_one() -> None:
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["flowsched"]
     (ext,) = cfg["extenders"]
     assert ext["urlPrefix"] == "http://x"
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"]) == ("filter", "prioritize", "preempt")
-    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True and ext["weight"] > 0
+    # Filter-only mode (docs/hot-path.md): one call per pod, the filter ranks; no prioritize, no weight.
+    assert (ext["filterVerb"], ext["preemptVerb"]) == ("filter-ranked", "preempt")
+    assert "prioritizeVerb" not in ext and "weight" not in ext
+    assert ext["nodeCacheCapable"] is True and ext["ignorable"] is True
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     assert "bindVerb" not in ext  # kube-scheduler binds (kubernetes#96579)
 

@@ -61,6 +61,12 @@ def test_pod_is_bound_to_the_node_flowsched_scores_highest(scenario: Scenario) -
     best = max(scores.values())
     assert [n for n, v in scores.items() if v == best] == ["gpu-idle"], scores
     assert bound == "gpu-idle", f"bound to {bound}; flowsched scores {scores}"
+    # /debug/explain tells the same story as the scores and the placement (whichever verbs
+    # deploy/scheduler-config.yaml configures: filter-ranked passed only this node).
+    ex = s.flowsched.http.get("/debug/explain", params={"pod": f"{s.ns}/train-0"}).json()
+    mine = [e for e in ex["nodes"] if e["node"] in nodes]
+    assert {e["node"]: e["score"] for e in mine} == scores
+    assert mine[0]["node"] == bound and mine[0]["filter"] == "pass", mine
 
 
 def test_node_flowsched_filters_out_never_receives_a_pod(scenario: Scenario) -> None:
