@@ -208,3 +208,17 @@ def test_saturated_physical_gpus_reject_a_time_sliced_node() -> None:
     assert not plain.shared
     assert decide_filter(plain, ExtenderArgs(pod=pod("p", gpus=1), node_names=["a"], nodes=None), policy,
                          now=101.0).passed == ["a"]
+
+
+def test_filter_ranked_mode_ranks_shared_nodes_by_their_physical_gpus() -> None:
+    from extender.decide import Policy, decide_filter_ranked
+    from extender.state import ClusterState
+    from extender.wire import ExtenderArgs
+    from scoring.placement import PlacementSettings
+    from tests.k8s_factories import pod
+
+    s = _ts_state([85.0, 88.0], [3.0, 2.0])
+    assert isinstance(s, ClusterState)
+    policy = Policy(placement=PlacementSettings(), stale_after_s=60.0, rank_margin=0)
+    args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["a", "b"], nodes=None)
+    assert decide_filter_ranked(s, args, policy, now=101.0).passed == ["b"]
