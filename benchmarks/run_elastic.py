@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import data_paths
 from benchmarks.sim.elastic import SimElastic
 from benchmarks.sim.engine import ControlLoop, Engine, EngineSettings
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
@@ -62,7 +63,8 @@ def run_one(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/pollux"))
+    p.add_argument("--data", default=str(data_paths.pollux_dir()),
+                   help="the Pollux artifact folder (default: the shipped copy, or $FLOWSCHED_DATA/pollux)")
     p.add_argument("--loads", default="1.0,2.0")
     p.add_argument("--workloads", default="1-8", help="range a-b or comma list")
     p.add_argument("--seeds", type=int, default=1)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import data_paths
 from benchmarks.sim.engine import Engine, EngineSettings, InterferenceSettings
 from benchmarks.sim.jobmodel import load_profiles
 from benchmarks.sim.migration import SimMigrator
@@ -74,7 +75,8 @@ def run_one(specs: list[JobSpec], variant: str, seed: int, settings: EngineSetti
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/pollux"))
+    p.add_argument("--data", default=str(data_paths.pollux_dir()),
+                   help="the Pollux artifact folder (default: the shipped copy, or $FLOWSCHED_DATA/pollux)")
     p.add_argument("--workloads", default="1,2,3,4,5,6,7,8")
     p.add_argument("--load", default="1.0", choices=sorted(FOLDERS))
     p.add_argument("--seeds", type=int, default=1)
