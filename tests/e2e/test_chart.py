@@ -3,13 +3,16 @@ object accepted by the real apiserver's server-side dry run (dryRun=All, strict 
 
 from __future__ import annotations
 
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.cluster.chart import CHART, PROMETHEUS_OPERATOR, helm, render
+from tests.cluster.controlplane import ControlPlane
 from tests.cluster.kubeapi import JSON, Kube, KubeError
 from tests.cluster.manifests import Discovery, apply, create_dry_run, load_docs, manifest_files
 from tests.cluster.tools import go_module_dir
@@ -158,3 +161,36 @@ def test_dry_run_rejects_a_broken_servicemonitor(kube: Kube, deploy_rbac: None) 
     with pytest.raises(KubeError) as e:
         create_dry_run(kube, Discovery(kube), bad)
     assert e.value.status in (400, 422) and "intervall" in e.value.message
+
+
+def _kube_scheduler_reads(cp: ControlPlane, tmp_path: Path, values: list[str]) -> subprocess.CompletedProcess[str]:
+    """The real kube-scheduler loads, defaults and validates the chart's configuration, writes
+    it out (--write-config-to) and exits without scheduling anything."""
+    (cm,) = [d for d in render("flowsched", values) if d["kind"] == "ConfigMap"]
+    cfg = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    cfg["clientConnection"] = {"kubeconfig": str(cp.kubeconfigs["scheduler"])}  # none in-cluster here
+    cfg["leaderElection"]["leaderElect"] = False
+    (tmp_path / "in.yaml").write_text(yaml.safe_dump(cfg))
+    return subprocess.run([str(cp.bin_dir / "kube-scheduler"), f"--config={tmp_path / 'in.yaml'}",
+                           f"--write-config-to={tmp_path / 'out.yaml'}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.cluster
+def test_real_kube_scheduler_accepts_the_charts_configuration(control_plane: ControlPlane, tmp_path: Path) -> None:
+    r = _kube_scheduler_reads(control_plane, tmp_path, ["scheduler.schedulerName=gpu", "scheduler.extender.weight=7"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = yaml.safe_load((tmp_path / "out.yaml").read_text())
+    assert [p["schedulerName"] for p in out["profiles"]] == ["gpu"]
+    (ext,) = out["extenders"]
+    assert ext["urlPrefix"] == "http://flowsched.flowsched.svc:8888" and ext["weight"] == 7
+    # (ignoredByScheduler: false is omitted when written back)
+    assert [(m["name"], m.get("ignoredByScheduler", False)) for m in ext["managedResources"]] == [
+        ("nvidia.com/gpu", False)]
+
+
+@pytest.mark.cluster
+def test_real_kube_scheduler_rejects_a_bad_extender_value(control_plane: ControlPlane, tmp_path: Path) -> None:
+    # The check above is not vacuous: kube-scheduler's own validation sees the chart's values.
+    r = _kube_scheduler_reads(control_plane, tmp_path, ["scheduler.extender.weight=0"])
+    assert r.returncode != 0 and "weight" in r.stderr, r.stderr[-2000:]
