@@ -47,14 +47,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         steps.append(("helm", lambda: go_tool("helm")))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for what, step in steps:
+        if reporter is not None:  # before the step: a cold build takes minutes
+            reporter.write(f"flowsched tests: {what} (found, or built from source once and cached; "
+                           "docs/testing.md): ")
         t0 = time.monotonic()
         try:
             where = step()
         except (ClusterUnavailable, ToolUnavailable) as e:
             where = f"UNAVAILABLE ({str(e).splitlines()[0]})"
         if reporter is not None:
-            reporter.write_line(f"flowsched tests: {what}: {where} ({time.monotonic() - t0:.1f} s; "
-                                "cold builds are cached, see docs/testing.md)")
+            reporter.write_line(f"{where} ({time.monotonic() - t0:.1f} s)")
 
 
 def _skip_requested() -> bool:
