@@ -22,12 +22,16 @@ from benchmarks.sim.engine import EngineSettings
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.report import RunMetrics, aggregate, write_csv, write_summary_csv
 from benchmarks.sim.variants import (
-    ASSUMPTION,
     BASELINES,
     DETERMINISTIC,
     FLOWSCHED_VARIANTS,
     INTEGRATED,
+    MIX_TEXT,
+    MIXES,
+    core_settings,
     known,
+    loop_counts,
+    overrides_line,
     prepare,
     run_one,
 )
@@ -42,17 +46,14 @@ REFS = (("fifo", "fifo"), ("kube-default", "kube"), ("binpack", "bin"), ("tiresi
 _PROFILES: dict[str, ProfileSet] = {}
 
 
-def _task(data: str, load: str, w: int, policy: str, seed: int) -> tuple[RunMetrics, dict[str, float]]:
+def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...]
+          ) -> tuple[RunMetrics, dict[str, float]]:
     if data not in _PROFILES:
         _PROFILES[data] = load_profiles(Path(data) / "traces")
     profiles = _PROFILES[data]
-    specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles)
-    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}")
-    loops = {
-        "resizes": float(v.elastic.stats.resizes) if v.elastic else float("nan"),
-        "evictions": float(v.migrator.stats.migrations) if v.migrator else float("nan"),
-    }
-    return m, loops
+    specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles, mix)
+    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets))
+    return m, loop_counts(v)
 
 
 def _wids(spec: str) -> list[int]:
@@ -96,6 +97,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workloads", default="1-8", help="range a-b or comma list")
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     p.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    p.add_argument("--mix", default="all", help=f"job mixes, comma list from {', '.join(MIXES)}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a control-core setting, e.g. elastic.horizon_s=600 (printed with the table)")
     p.add_argument("--out", default="")
     a = p.parse_args(argv)
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
@@ -103,11 +107,19 @@ def main(argv: list[str]) -> int:
     if bad:
         p.error(f"unknown policy {', '.join(bad)}")
     wids = _wids(a.workloads)
-    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)}; composition rule: benchmarks/sim/variants.py")
-    print(ASSUMPTION)
-    for load in a.loads.split(","):
+    mixes = [x.strip() for x in a.mix.split(",") if x.strip()]
+    if any(m not in MIXES for m in mixes):
+        p.error(f"--mix from {', '.join(MIXES)}")
+    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)}: the control core (scoring/control.py) "
+          "that `flowsched serve` runs")
+    sets = tuple((k.strip(), v.strip()) for k, _, v in (s.partition("=") for s in a.set))
+    try:
+        print(overrides_line(core_settings(EngineSettings(), INTEGRATED, dict(sets))))
+    except (ValueError, TypeError) as e:
+        p.error(f"--set: {e}")
+    for mix, load in [(m, ld) for m in mixes for ld in a.loads.split(",")]:
         t0 = time.perf_counter()
-        tasks = [(a.data, load, w, pol, seed) for w in wids for pol in policies for seed in range(a.seeds)
+        tasks = [(a.data, load, w, pol, seed, mix, sets) for w in wids for pol in policies for seed in range(a.seeds)
                  if not (seed > 0 and pol in DETERMINISTIC)]
         if a.procs > 1:
             with ProcessPoolExecutor(a.procs) as ex:
@@ -121,7 +133,8 @@ def main(argv: list[str]) -> int:
             loops[pol] = {k: float(np.mean([lp[k] for lp in mine])) for k in ("resizes", "evictions")}
         summary = aggregate(runs)
         pollux = PUBLISHED[load]["pollux"]
-        print(f"\n== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), 16x4 GPUs, "
+        print(f"\n== job mix {mix!r}: {MIX_TEXT[mix]} (the baselines ignore the marks)")
+        print(f"== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), 16x4 GPUs, "
               f"{a.seeds} seed(s) for the randomised policies (fifo, tiresias: 1); restart penalty "
               f"{EngineSettings().restart_penalty:g} s; {time.perf_counter() - t0:.0f} s wall")
         print(format_headline(summary, loops, pollux))
@@ -133,7 +146,7 @@ def main(argv: list[str]) -> int:
                   f"{summary['tiresias']['avg_jct'] / tir:.3f}")
         sys.stdout.flush()
         if a.out:
-            out = Path(a.out) / f"load-{load}"
+            out = Path(a.out) / f"mix-{mix}" / f"load-{load}"
             out.mkdir(parents=True, exist_ok=True)
             write_csv(out / "runs.csv", runs)
             write_summary_csv(out / "summary.csv", summary)

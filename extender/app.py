@@ -90,7 +90,7 @@ def build_app(
     routers: Iterable[APIRouter] = (),
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
-    policy = Policy(settings.placement.to_policy(), settings.telemetry_stale_s, settings.gpu_resource)
+    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource)
     limit = settings.max_body_bytes
     prefix = settings.prefix
     memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it

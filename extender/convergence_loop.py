@@ -1,13 +1,13 @@
 """Turns stored progress histories into job phases in the snapshot, off the request path.
 
-Every interval each recently-active job's history is estimated with scoring.convergence
-and the result handed to ClusterState (which folds it into the per-node columns) and kept
-here for the control loops, which need growth rates and predictions, not just phases.
+Every interval each recently-active job's history is read from the progress store and handed
+to the control core's tracker (scoring.tracker: the same one the simulator uses), which
+re-estimates only jobs with new points. Phases go to ClusterState (folded into the per-node
+columns the placement reads); the estimates stay here for the control loops.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping
 
 from extender.progress_store import ProgressStore
 from extender.state import ClusterState, JobConvergence
-from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, Phase, estimate
+from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.settings import TrackerSettings
+from scoring.tracker import ConvergenceTracker as CoreTracker
 
 log = logging.getLogger("flowsched.convergence")
 
@@ -25,57 +27,60 @@ class ConvergenceTracker:
         self,
         store: ProgressStore,
         state: ClusterState,
-        settings: ConvergenceSettings,
+        settings: TrackerSettings,
         *,
-        interval_s: float = 10.0,
-        active_within_s: float = 3600.0,
         prune_every_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store, self.state, self.settings = store, state, settings
-        self.interval_s, self.active_within_s, self.clock = interval_s, active_within_s, clock
+        self.store, self.state, self.settings, self.clock = store, state, settings, clock
+        self.interval_s, self.active_within_s = settings.interval_s, settings.active_within_s
         self.prune_every_s = prune_every_s
         self._next_prune = clock() + prune_every_s
-        self.estimates: dict[str, ConvergenceEstimate] = {}  # "namespace/job"
-        self._seen: dict[str, tuple[int, float]] = {}  # job -> (points, last_ts) at its last estimate
-        self.skipped = 0
+        self.core = CoreTracker(settings)
+        self._published: Mapping[str, ConvergenceEstimate] = {}
         self.errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def skipped(self) -> int:
+        return self.core.skipped
+
     def refresh_once(self) -> int:
-        """Estimate every job that reported within active_within_s; returns how many."""
+        """Estimate every job that reported within active_within_s; returns how many were recomputed."""
         now = self.clock()
         done = 0
         for summary in self.store.jobs():
             if now - summary.last_ts > self.active_within_s:
                 continue
             key = f"{summary.namespace}/{summary.job}"
-            # A fit costs milliseconds (tens at 4,000 points): only jobs with new points pay it.
-            if self._seen.get(key) == (summary.points, summary.last_ts) and key in self.estimates:
-                self.skipped += 1
+            signature = (summary.points, summary.last_ts)
+            if self.core.unchanged(key, signature):
+                self.core.skipped += 1
                 continue
             try:
                 history = self.store.history(summary.namespace, summary.job)
                 if history is None:
                     continue
-                settings = dataclasses.replace(self.settings, higher_is_better=history.higher_is_better)
-                est = estimate(history.steps, history.values, history.timestamps, settings)
+                before = self.core.computed
+                est = self.core.update(key, history.steps, history.values, history.timestamps,
+                                       higher_is_better=history.higher_is_better, signature=signature)
             except Exception:  # one bad history must not starve the others
                 self.errors += 1
                 log.exception("convergence estimate failed for %s", key)
                 continue
-            self.estimates[key] = est
-            self._seen[key] = (summary.points, summary.last_ts)
+            if est is None or self.core.computed == before:
+                continue
             self.state.set_job_convergence(key, JobConvergence(est.phase, est.remaining_seconds, now))
             done += 1
+        self._published = self.core.snapshot()  # readers (the loops' threads) see a whole round
         return done
 
     def snapshot(self) -> Mapping[str, ConvergenceEstimate]:
-        return dict(self.estimates)
+        return self._published
 
     def phase_of(self, job: str) -> Phase:
-        est = self.estimates.get(job)
+        est = self._published.get(job)
         return est.phase if est else Phase.UNKNOWN
 
     def prune_if_due(self) -> int:

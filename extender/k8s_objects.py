@@ -24,6 +24,7 @@ MIGRATED_FROM = "flowsched.io/migrated-from"
 RESIZABLE = "flowsched.io/resizable"
 # Set by the migrator on a pod just before evicting it: {"from": node, "at": unix s, "count": n}.
 MIGRATION = "flowsched.io/migration"
+ELASTIC_PLAN = "flowsched.io/elastic-plan"  # the elastic optimizer's plan, JSON with "at"
 EVICTED_FROM = "flowsched.io/evicted-from"  # the same origin, readable, for humans
 
 _SUFFIX = {
@@ -114,6 +115,7 @@ class MigrationMark:
     origin: str
     at: float
     count: int
+    attained_gpu_s: float = math.nan  # the job's attained service when it was evicted
 
 
 def parse_migration_mark(value: object) -> MigrationMark | None:
@@ -122,10 +124,25 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
         return None
     try:
         d = json.loads(value)
-        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)))
+        attained = float(d.get("attained", math.nan))
+        mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)),
+                             attained if math.isfinite(attained) and attained >= 0 else math.nan)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return mark if mark.origin and math.isfinite(mark.at) else None
+
+
+def parse_plan(value: object) -> dict[str, Any] | None:
+    """The flowsched.io/elastic-plan annotation (a JSON object with a finite "at"); None when
+    absent or malformed."""
+    if not isinstance(value, str) or not value or len(value) > 4096:
+        return None
+    try:
+        plan = json.loads(value)
+        at = float(plan["at"])
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    return plan if isinstance(plan, dict) and math.isfinite(at) else None
 
 
 def parse_time(value: object) -> float | None:
@@ -158,6 +175,12 @@ class PodInfo:
     started_at: float | None = None  # status.startTime, unix seconds
     created_at: float | None = None  # metadata.creationTimestamp, unix seconds
     migration: MigrationMark | None = None
+    elastic_plan: Mapping[str, Any] | None = None  # the elastic optimizer's latest plan for its job
+    scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names: kube-scheduler ignores it while any
+
+    @property
+    def elastic_plan_at(self) -> float | None:
+        return float(self.elastic_plan["at"]) if self.elastic_plan is not None else None
 
     @property
     def key(self) -> str:
@@ -211,6 +234,9 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         started_at=parse_time(status.get("startTime")),
         created_at=parse_time(meta.get("creationTimestamp")),
         migration=parse_migration_mark(ann.get(MIGRATION)),
+        elastic_plan=parse_plan(ann.get(ELASTIC_PLAN)),
+        scheduling_gates=tuple(str(g.get("name")) for g in spec.get("schedulingGates") or []
+                               if isinstance(g, Mapping) and g.get("name")),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -24,6 +25,8 @@ class Metrics:
     telemetry_refreshes: Counter
     telemetry_failures: Counter
     telemetry_bad_samples: Counter
+    jobs_by_phase: Gauge
+    control_budget_left: Gauge
 
 
 def build_metrics(registry: CollectorRegistry | None = None) -> Metrics:
@@ -54,4 +57,25 @@ def build_metrics(registry: CollectorRegistry | None = None) -> Metrics:
                                    "or all scrapes)", ["source", "reason"], registry=r),
         telemetry_bad_samples=Counter("flowsched_telemetry_bad_samples", "Telemetry samples or scrape targets "
                                       "dropped as unusable", ["source", "reason"], registry=r),
+        jobs_by_phase=Gauge("flowsched_jobs", "Jobs with pods in the snapshot, by convergence phase "
+                            "(unknown: no progress reported yet)", ["phase"], registry=r),
+        control_budget_left=Gauge("flowsched_control_budget_left", "Actions a control loop may still take "
+                                  "in this interval or sliding hour", ["loop", "window"], registry=r),
     )
+
+
+def watch_status(metrics: Metrics, phase_counts: Callable[[], Mapping[str, int]], phases: Sequence[str],
+                 budgets: Mapping[str, Callable[[], Mapping[str, int]]]) -> None:
+    """Gauges read at scrape time, so they can never be stale: one series per phase (0 when no
+    job is in it, so a dashboard shows 0 rather than no data) and per loop and budget window."""
+    def count(phase: str) -> Callable[[], float]:
+        return lambda: float(phase_counts().get(phase, 0))
+
+    def left(remaining: Callable[[], Mapping[str, int]], window: str) -> Callable[[], float]:
+        return lambda: float(remaining().get(window, 0))
+
+    for phase in phases:
+        metrics.jobs_by_phase.labels(phase).set_function(count(phase))
+    for loop, remaining in budgets.items():
+        for window in ("interval", "hour"):
+            metrics.control_budget_left.labels(loop, window).set_function(left(remaining, window))

@@ -4,14 +4,19 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
     {"namespace": "team-a", "job": "resnet-1", "pod": "resnet-1-worker-0",   # pod optional
      "higher_is_better": false,        # optional, remembered per job (true for accuracy)
      "points": [{"step": 120, "loss": 0.83, "timestamp": 1732250000.5,    # timestamp optional
-                 "metrics": {"accuracy": 0.71}}]}                          # metrics optional
-  200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}}: points with a NaN, inf or
-      null loss or a non-finite timestamp are rejected one by one; the rest are stored.
+                 "metrics": {"accuracy": 0.71}}],                          # metrics optional
+     "training": {"batch_size": 512, "batch_min": 128, "batch_max": 4096,  # all optional
+                  "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000}}
+  200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}, "plan": {...} | null}:
+      points with a NaN, inf or null loss or a non-finite timestamp are rejected one by one; the
+      rest are stored. "plan" is the elastic optimizer's latest plan for the job ({"gpus",
+      "replicas", "batch_size", "at", "reason"}; batch_size null = keep yours), so the job learns
+      its next size from the reply (docs/elastic.md: what a training script must do).
       NaN/Infinity literals (Python's json.dumps writes them) are read, then rejected per point.
   400 {"error": "points.3.step: ..."} names the field; 401 bad token; 403 the token's namespace
   is not the body's; 413 body too large; 503 token or store unavailable (retry later).
 GET /v1/jobs/{namespace}/{job} (same token rule): the job's history summary, phase and
-  predictions; NaN (unknown) is null.
+  predictions, its latest `training` report and its `plan`; NaN (unknown) is null.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from extender.app import BodyTooLarge, read_body
 from extender.auth import Authenticator, AuthError, Identity, bearer_token
+from extender.job_reports import JobReportBook, TrainingReport
 from extender.progress_store import JobHistory, ProgressPoint, ProgressStore
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
 
@@ -58,6 +64,19 @@ class PointIn(BaseModel):
     metrics: dict[str, StrictFloat | None] | None = None
 
 
+class TrainingIn(BaseModel):
+    """What the job reports about its batch (for the elastic optimizer); every field optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: StrictInt | None = Field(default=None, ge=1, le=2**31)
+    batch_min: StrictInt | None = Field(default=None, ge=1, le=2**31)
+    batch_max: StrictInt | None = Field(default=None, ge=1, le=2**31)
+    grad_sqr: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
+    grad_var: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_steps: StrictInt | None = Field(default=None, ge=1, le=2**63 - 1)
+
+
 class ReportIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -66,6 +85,7 @@ class ReportIn(BaseModel):
     pod: str | None = Field(default=None, max_length=253)
     higher_is_better: StrictBool | None = None
     points: list[PointIn] = Field(min_length=1)
+    training: TrainingIn | None = None
 
 
 @dataclass(frozen=True)
@@ -138,9 +158,10 @@ def split_points(report: ReportIn, now: float) -> tuple[list[ProgressPoint], dic
     return kept, reasons
 
 
-def job_summary(history: JobHistory, settings: ConvergenceSettings) -> dict[str, Any]:
+def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None) -> dict[str, Any]:
     s = replace(settings, higher_is_better=history.higher_is_better)
-    est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s)
+    est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s,
+                                        max_steps=float(max_steps) if max_steps else None)
     last = history.count - 1
     return {
         "namespace": history.namespace,
@@ -162,14 +183,22 @@ def job_summary(history: JobHistory, settings: ConvergenceSettings) -> dict[str,
     }
 
 
+PlanOf = Callable[[str], dict[str, Any] | None]  # "namespace/job" -> its elastic plan
+
+
 def build_progress_router(
     store: ProgressStore,
     authenticator: Authenticator,
     settings: ProgressApiSettings,
     metrics: ProgressApiMetrics,
     clock: Callable[[], float] = time.time,
+    reports: JobReportBook | None = None,
+    plan_of: PlanOf | None = None,
 ) -> APIRouter:
     router = APIRouter()
+
+    def plan(key: str) -> dict[str, Any] | None:
+        return plan_of(key) if plan_of is not None else None
 
     async def identify(authorization: str | None) -> Identity | Response:
         try:
@@ -204,7 +233,11 @@ def build_progress_router(
         if not who.may_write(report.namespace):
             return reply("progress", _error(403, f"{who.username} may not report for namespace {report.namespace}"))
 
-        kept, reasons = split_points(report, clock())
+        if report.training is not None and report.training.batch_min and report.training.batch_max and \
+                report.training.batch_min > report.training.batch_max:
+            return reply("progress", _error(400, "training: batch_min is above batch_max"))
+        now = clock()
+        kept, reasons = split_points(report, now)
         try:
             stored = await asyncio.to_thread(
                 store.add_points, report.namespace, report.job, kept, report.higher_is_better
@@ -219,7 +252,13 @@ def build_progress_router(
         for reason, n in reasons.items():
             if reason != "metric_not_finite":
                 metrics.points.labels(reason).inc(n)
-        body = {"accepted": stored, "rejected": rejected, "reasons": reasons}
+        key = f"{report.namespace}/{report.job}"
+        if report.training is not None and reports is not None:
+            t = report.training
+            reports.put(key, TrainingReport(t.batch_size, t.batch_min, t.batch_max,
+                                            None if t.grad_sqr is None else float(t.grad_sqr),
+                                            None if t.grad_var is None else float(t.grad_var), t.max_steps, now))
+        body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
         return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
 
     @router.get("/v1/jobs/{namespace}/{job}")
@@ -238,7 +277,12 @@ def build_progress_router(
             return reply("job", _error(503, "progress store unavailable; retry later"))
         if history is None:
             return reply("job", _error(404, f"no progress for job {namespace}/{job}"))
-        summary = await asyncio.to_thread(job_summary, history, settings.convergence)
+        key = f"{namespace}/{job}"
+        training = reports.get(key) if reports is not None else None
+        max_steps = training.max_steps if training is not None else None
+        summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps)
+        summary["training"] = training.as_dict() if training is not None else None
+        summary["plan"] = plan(key)
         return reply("job", Response(orjson.dumps(summary), media_type="application/json"))
 
     return router

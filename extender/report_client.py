@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,16 +62,53 @@ class ReporterConfig:
         )
 
 
-Sender = Callable[[str, bytes, dict[str, str], float], int]
+# A sender returns the HTTP status, or (status, reply body) so the reporter can read the plan.
+Sender = Callable[[str, bytes, dict[str, str], float], "int | tuple[int, bytes]"]
 
 
-def urllib_send(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+def urllib_send(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return int(resp.status)
+            return int(resp.status), resp.read(1 << 20)
     except urllib.error.HTTPError as e:
-        return int(e.code)
+        return int(e.code), b""
+
+
+def gradient_noise(samples: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """(grad_sqr, grad_var) for the progress API's `training` object, from k >= 2 gradients of
+    the same parameters, each computed on an equal share of one global batch (e.g. the
+    micro-batches of gradient accumulation, or the data-parallel replicas before all-reduce),
+    flattened to plain numbers. grad_var is the variance of the whole batch's gradient (trace),
+    grad_sqr the squared norm of its mean, debiased; report them with that batch's size."""
+    k = len(samples)
+    if k < 2:
+        raise ValueError("need at least 2 gradient samples")
+    n = len(samples[0])
+    if n == 0 or any(len(s) != n for s in samples):
+        raise ValueError("gradient samples must be non-empty and of equal length")
+    mean = [sum(s[i] for s in samples) / k for i in range(n)]
+    spread = sum((s[i] - mean[i]) ** 2 for s in samples for i in range(n)) / (k - 1)  # one share's gradient
+    var = spread / k  # the mean of k shares: the whole batch's gradient
+    sqr = max(sum(m * m for m in mean) - var, 0.0)
+    if not (math.isfinite(var) and math.isfinite(sqr)):
+        raise ValueError("gradients are not finite")
+    return sqr, var
+
+
+def torch_gradient_noise(per_share_grads: Sequence[Sequence[Any]]) -> tuple[float, float]:
+    """gradient_noise() for PyTorch: per_share_grads[i] is the list of parameter .grad tensors of
+    share i (cloned before the next backward). Computed on the tensors' device."""
+    import torch  # imported only when called
+
+    flat = torch.stack([torch.cat([g.reshape(-1).float() for g in share]) for share in per_share_grads])
+    k = flat.shape[0]
+    if k < 2:
+        raise ValueError("need at least 2 gradient samples")
+    mean = flat.mean(dim=0)
+    var = float(((flat - mean) ** 2).sum() / (k - 1) / k)
+    sqr = max(float((mean * mean).sum()) - var, 0.0)
+    return sqr, var
 
 
 @dataclass
@@ -83,6 +120,29 @@ class Reporter:
     _last_flush: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     dropped: int = 0
+    training_info: dict[str, Any] = field(default_factory=dict)  # sent with every flush
+    plan: dict[str, Any] | None = None  # the elastic optimizer's latest plan, from the last reply
+
+    def training(self, *, batch_size: int | None = None, batch_min: int | None = None,
+                 batch_max: int | None = None, grad_sqr: float | None = None, grad_var: float | None = None,
+                 max_steps: int | None = None) -> None:
+        """What the job tells the elastic optimizer; fields left None keep their last value."""
+        given = {"batch_size": batch_size, "batch_min": batch_min, "batch_max": batch_max,
+                 "grad_sqr": grad_sqr, "grad_var": grad_var, "max_steps": max_steps}
+        with self._lock:
+            for k, v in given.items():
+                if v is None:
+                    continue
+                if isinstance(v, float) and not math.isfinite(v):
+                    log.warning("flowsched: %s is not finite; not sent", k)
+                    continue
+                self.training_info[k] = v
+
+    def planned_batch_size(self) -> int | None:
+        """The batch size flowsched planned for this job (None: keep yours). A script honours it
+        when it next starts from its checkpoint (docs/elastic.md)."""
+        b = (self.plan or {}).get("batch_size")
+        return int(b) if isinstance(b, int) and b > 0 else None
 
     def __post_init__(self) -> None:
         self._last_flush = self.clock()
@@ -123,13 +183,18 @@ class Reporter:
         body: dict[str, Any] = {"namespace": c.namespace, "job": c.job, "points": batch}
         if c.higher_is_better is not None:
             body["higher_is_better"] = c.higher_is_better
+        with self._lock:
+            if self.training_info:
+                body["training"] = dict(self.training_info)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
         try:
-            status = self.send(c.url.rstrip("/") + "/v1/progress", json.dumps(body).encode(), headers, c.timeout_s)
+            sent = self.send(c.url.rstrip("/") + "/v1/progress", json.dumps(body).encode(), headers, c.timeout_s)
         except Exception as e:
-            status = 0
+            sent = 0
             log.warning("flowsched: progress not sent: %s", e)
+        status, reply = sent if isinstance(sent, tuple) else (sent, b"")
         if status == 200:
+            self._read_plan(reply)
             return True
         if status in (0, 429, 502, 503, 504):  # transient: put the points back, bounded
             with self._lock:
@@ -141,6 +206,17 @@ class Reporter:
             log.warning("flowsched: progress refused with HTTP %d; dropped %d points", status, len(batch))
             self.dropped += len(batch)
         return False
+
+
+    def _read_plan(self, reply: bytes) -> None:
+        if not reply:
+            return
+        try:
+            plan = json.loads(reply).get("plan")
+        except (ValueError, AttributeError):
+            return
+        if plan is None or isinstance(plan, dict):
+            self.plan = plan
 
 
 def _finite(x: float) -> float | None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
 
+from extender.api_docs import build_docs_router
 from extender.app import ExtenderApp, build_app
 from extender.auth import (
     Authenticator,
@@ -22,12 +23,15 @@ from extender.auth import (
 )
 from extender.control.runtime import Controllers, build_control_router, build_controllers
 from extender.convergence_loop import ConvergenceTracker
-from extender.metrics import Metrics, build_metrics
+from extender.job_reports import JobReportBook
+from extender.metrics import Metrics, build_metrics, watch_status
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.progress_store import ProgressStore, ProgressStoreSettings
 from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
+from extender.status_view import PHASES, job_phase_counts
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
+from extender.ui import build_ui_router
 from extender.watcher import Watcher, kube_api_client, start_watchers
 
 log = logging.getLogger("flowsched.service")
@@ -133,21 +137,33 @@ def build_service(settings: Settings) -> Service:
             log.info("stopped after %.0fs", time.monotonic() - started)
 
     store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
-    tracker = ConvergenceTracker(store, state, settings.convergence.to_policy(),
-                                 interval_s=settings.convergence.interval_s,
-                                 active_within_s=settings.convergence.active_within_s)
+    tracker = ConvergenceTracker(store, state, settings.convergence)
+    reports = JobReportBook()
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
-        ProgressApiSettings(convergence=settings.convergence.to_policy(),
+        ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes),
-        ProgressApiMetrics.build(metrics.registry),
+        ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.plan_of,
     )
-    control = build_controllers(settings, state, tracker, api_client, metrics.registry)
+    control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports)
     control_router = build_control_router(lambda: holder["svc"].control)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
                     routers=[progress, control_router])
     app.fastapi.router.lifespan_context = lifespan
+    _add_pages(app, settings, state, store, metrics, lambda: holder["svc"].control, control)
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
                   api_client=api_client, control=control)
     holder["svc"] = svc
     return svc
+
+
+def _add_pages(app: ExtenderApp, settings: Settings, state: ClusterState, store: ProgressStore, metrics: Metrics,
+               get_control: Callable[[], Controllers | None], control: Controllers | None) -> None:
+    """The status page (/ui), the API docs (/docs, /openapi.json) and the gauges they and the
+    Grafana dashboard read (jobs by phase, control-loop budgets)."""
+    app.fastapi.include_router(build_ui_router(state, store, settings.convergence, get_control,
+                                               settings.telemetry_stale_s))
+    app.fastapi.include_router(build_docs_router(app.fastapi, settings.prefix))
+    budgets = {lp.name: (lambda lp=lp: lp.budget.remaining(lp.clock())) for lp in control.loops} \
+        if control is not None else {}
+    watch_status(metrics, lambda: job_phase_counts(state), PHASES, budgets)

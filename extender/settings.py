@@ -8,47 +8,62 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.telemetry.config import TelemetryConfig
-from scoring.convergence import ConvergenceSettings
 from scoring.placement import PlacementSettings
+from scoring.settings import (
+    AdmissionLoopSettings,
+    CoreSettings,
+    ElasticLoopSettings,
+    MigratorLoopSettings,
+    ResizerLoopSettings,
+    SafetySettings,
+    TrackerSettings,
+)
+
+_SAFETY = SafetySettings()
+_CORE = CoreSettings()
 
 
-class PlacementConfig(BaseModel):
-    saturation_util_pct: float = Field(90.0, ge=0, le=100)
-    min_fb_free_mib: float = Field(0.0, ge=0)
-    weight_headroom: float = Field(1.0, ge=0)
-    weight_utilisation: float = Field(1.0, ge=0)
-    weight_convergence: float = Field(0.5, ge=0)
-    pack_gpus: bool = True
-    origin_penalty: float = Field(3.0, ge=0)
-
-    def to_policy(self) -> PlacementSettings:
-        return PlacementSettings(**self.model_dump())
+def _parsed(cls: type[Any]) -> Any:
+    """A scoring/ settings dataclass as pydantic parses it: same fields, same defaults, same
+    checks (its __post_init__), unknown keys refused. The result is a subclass of `cls`."""
+    return pydantic_dataclass(cls, config=ConfigDict(extra="forbid"), frozen=True)
 
 
-class ConvergenceConfig(BaseModel):
-    window_s: float = Field(30.0, ge=0)  # FlowCon's Δ
-    alpha: float = Field(0.15, gt=0)  # relative pace (growth) below this is slow growth
-    plateau_rel_tol: float = Field(0.05, gt=0, lt=1)
-    interval_s: float = Field(10.0, gt=0)  # how often phases are re-estimated
-    active_within_s: float = Field(3600.0, gt=0)  # jobs silent for longer are not re-estimated
-
-    def to_policy(self) -> ConvergenceSettings:
-        return ConvergenceSettings(window_s=self.window_s, alpha=self.alpha, plateau_rel_tol=self.plateau_rel_tol)
+# Every default of the control core lives in scoring/settings.py (and scoring.placement /
+# scoring.convergence); these are the same classes, made parseable.
+if TYPE_CHECKING:  # to the type checker they are scoring's classes, which they subclass
+    ConvergenceConfig = TrackerSettings
+    PlacementConfig = PlacementSettings
+    MigratorConfig = MigratorLoopSettings
+    ElasticConfig = ElasticLoopSettings
+    ResizerConfig = ResizerLoopSettings
+    AdmissionConfig = AdmissionLoopSettings
+else:
+    ConvergenceConfig = _parsed(TrackerSettings)
+    PlacementConfig = _parsed(PlacementSettings)
+    MigratorConfig = _parsed(MigratorLoopSettings)
+    ElasticConfig = _parsed(ElasticLoopSettings)
+    ResizerConfig = _parsed(ResizerLoopSettings)
+    AdmissionConfig = _parsed(AdmissionLoopSettings)
 
 
 class ControlConfig(BaseModel):
-    """Shared by every control loop (migrator, resizer, elastic). See docs/control-loops.md."""
+    """Shared by every control loop: the lease here, the safety rules in scoring.settings.SafetySettings
+    (flattened into this section for compatibility). See docs/control-loops.md."""
+
+    model_config = ConfigDict(extra="forbid")
 
     # Safety first: loops plan, log and show their plans at /debug/* but change nothing until an
     # operator sets dry_run=false (flag --act).
-    dry_run: bool = True
+    dry_run: bool = _SAFETY.dry_run
     lease_namespace: str = "flowsched"
     lease_name: str = "flowsched-controllers"
     identity: str | None = None  # default: $POD_NAME, else hostname-pid
@@ -58,8 +73,9 @@ class ControlConfig(BaseModel):
     permanent_backoff_s: float = Field(3600.0, ge=0)  # a key whose action failed for good is left alone
     retry_after_s: float = Field(30.0, ge=0)  # least wait after a refusal (429 from a PDB, 5xx)
     # Namespaces no loop ever touches; a namespace labelled opt_out_label="false" is skipped too.
-    excluded_namespaces: list[str] = ["kube-system"]
-    opt_out_label: str = "flowsched.io/migrate"
+    excluded_namespaces: list[str] = list(_SAFETY.excluded_namespaces)
+    opt_out_label: str = _SAFETY.opt_out_label
+    hold_s: float = Field(_SAFETY.hold_s, ge=0)  # composition: a job one loop changed is left to settle
 
     @model_validator(mode="after")
     def _ordered(self) -> ControlConfig:
@@ -67,57 +83,9 @@ class ControlConfig(BaseModel):
             raise ValueError("control: need retry_period_s < renew_deadline_s < lease_duration_s")
         return self
 
-
-class LoopConfig(BaseModel):
-    interval_s: float = Field(60.0, gt=0)
-    max_per_interval: int = Field(1, ge=0)
-    max_per_hour: int = Field(6, ge=0)
-
-
-class MigratorConfig(LoopConfig):
-    min_runtime_s: float = Field(600.0, ge=0)  # a job younger than this is never moved
-    max_migrations: int = Field(2, ge=0)  # per job
-    cooldown_s: float = Field(1800.0, ge=0)  # hysteresis: not moved again within this
-    min_remaining_s: float = Field(300.0, ge=0)  # a job predicted to end sooner frees its GPUs itself
-    restart_cost_s: float = Field(120.0, ge=0)  # estimated checkpoint + restart, reported with the plan
-    require_room_elsewhere: bool = True  # move only if the job itself fits on another node afterwards
-    origin_ttl_s: float = Field(3600.0, gt=0)  # how long the extender scores the origin node down
-    # "benefit": SpeCon, the move that serves most waiting GPUs. "attained": least attained service
-    # through eviction: only pods waiting >= wait_threshold_s call for a move, and the slow job with
-    # the most GPU-seconds since its pods started (>= min_attained_gpu_s) yields (docs/control-loops.md).
-    order: Literal["benefit", "attained"] = "benefit"
-    wait_threshold_s: float = Field(600.0, ge=0)
-    min_attained_gpu_s: float = Field(4 * 3600.0, ge=0)
-    slow_phases: list[Literal["watching", "completing"]] = ["completing"]
-
-
-class ResizerConfig(LoopConfig):
-    """In-place CPU resize of pods annotated flowsched.io/resizable: "true" (docs/resizer.md)."""
-
-    interval_s: float = Field(30.0, gt=0)  # FlowCon's window
-    max_per_interval: int = Field(4, ge=0)
-    max_per_hour: int = Field(60, ge=0)
-    beta: float = Field(2.0, gt=0)  # completing pods keep at least 1/(beta N) of the node's pool
-    min_step_m: float = Field(100.0, ge=0)  # smallest change made, millicores
-    hysteresis: float = Field(0.10, ge=0)  # ...and at least this fraction of the current request
-    cooldown_s: float = Field(120.0, ge=0)  # a pod is not resized again within this
-    min_cpu_m: float = Field(100.0, ge=0)  # absolute floor of any resized request
-    headroom_m: float = Field(0.0, ge=0)  # per node, kept out of the pool the resized pods share
-
-
-class ElasticConfig(LoopConfig):
-    """GPU counts (and batch sizes) for jobs annotated flowsched.io/elastic: "min-max" (docs/elastic.md)."""
-
-    interval_s: float = Field(30.0, gt=0)
-    max_per_interval: int = Field(4, ge=0)
-    max_per_hour: int = Field(30, ge=0)
-    restart_s: float = Field(120.0, ge=0)  # progress a job loses to a rescale (checkpoint + restart)
-    horizon_s: float = Field(1800.0, gt=0)  # how long a plan is expected to hold
-    min_gain: float = Field(0.10, ge=0)  # keep the current size unless a change gains more than this
-    cooldown_s: float = Field(300.0, ge=0)  # a job is not rescaled again within this
-    sync_fraction: float = Field(0.1, ge=0)  # prior: share of a 1-GPU step spent syncing (multi-GPU)
-    reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
-    patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)
+    def safety(self) -> SafetySettings:
+        return SafetySettings(dry_run=self.dry_run, excluded_namespaces=tuple(self.excluded_namespaces),
+                              opt_out_label=self.opt_out_label, hold_s=self.hold_s)
 
 
 class Settings(BaseSettings):
@@ -134,7 +102,7 @@ class Settings(BaseSettings):
     watch_timeout_s: int = Field(300, gt=0)
     backoff_max_s: float = Field(30.0, gt=0)
     telemetry_stale_s: float = Field(60.0, gt=0)
-    completing_horizon_s: float = Field(600.0, ge=0)
+    completing_horizon_s: float = Field(_CORE.completing_horizon_s, ge=0)
     debug_telemetry_injection: bool = False  # POST /debug/telemetry, for tests only
     log_level: str = "info"
     progress_db: str = "flowsched-progress.sqlite"  # SQLite file of training progress
@@ -146,12 +114,20 @@ class Settings(BaseSettings):
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
     # Control loops run in this process, each only while it holds the Lease (see ControlConfig).
-    controllers: list[Literal["migrator", "resizer", "elastic"]] = []
+    controllers: list[Literal["migrator", "resizer", "elastic", "admission"]] = []
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+
+    def core(self) -> CoreSettings:
+        """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""
+        return CoreSettings(convergence=self.convergence, placement=self.placement, safety=self.control.safety(),
+                            migrator=self.migrator, elastic=self.elastic, resizer=self.resizer,
+                            admission=self.admission,
+                            completing_horizon_s=self.completing_horizon_s)
 
     @property
     def prefix(self) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo, Resources
 from scoring.convergence import Phase
 from scoring.nodes import IntArray, NodeArrays
+from scoring.world import is_completing
 
 GPU_SLOTS = 8  # telemetry columns per node; wider nodes keep their first 8 GPUs' samples
 (_GPU_ALLOC, _GPU_USED, _CPU_ALLOC, _CPU_USED, _MEM_ALLOC, _MEM_USED, _SAMPLED_AT, _COMPLETING, _CONV_KNOWN) = range(9)
@@ -101,11 +102,7 @@ class ClusterState:
 
     def _is_completing(self, job: str) -> bool | None:
         c = self.convergence.get(job)
-        if c is None or c.phase == Phase.UNKNOWN:
-            return None
-        return c.phase == Phase.COMPLETING or (
-            bool(np.isfinite(c.remaining_s)) and c.remaining_s <= self.completing_horizon_s
-        )
+        return None if c is None else is_completing(c.phase, c.remaining_s, self.completing_horizon_s)
 
     def _account(self, pod: PodInfo, sign: float) -> None:
         i = self._slot.get(pod.node)
@@ -256,6 +253,24 @@ class ClusterState:
             self.convergence[job] = conv
             for p in members:
                 self._account(p, +1.0)
+
+    def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]:
+        """An immutable copy of what the control loops read (pods, schedulable nodes, migration
+        marks), taken under the lock, so no other module touches the lock or the live dicts."""
+        with self._lock:
+            pods = tuple(self.pods.values())
+            nodes = tuple(n for n in self.nodes.values() if n.ready and not n.unschedulable)
+            marks = {j: rec[0] for j, rec in self.migrations.items()}
+        return pods, nodes, marks
+
+    def pod(self, uid: str) -> PodInfo | None:
+        return self.pods.get(uid)
+
+    def plan_of(self, job: str) -> dict[str, Any] | None:
+        """The newest elastic plan on any of the job's pods (None: never planned)."""
+        with self._lock:
+            plans = [p.elastic_plan for u in self.jobs.get(job, ()) if (p := self.pods[u]).elastic_plan is not None]
+        return dict(max(plans, key=lambda x: float(x["at"]))) if plans else None
 
     # ---- request path ----
     def slot_of(self, name: str) -> int:

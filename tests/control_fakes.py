@@ -25,3 +25,27 @@ class FakeActions:
     def annotate_pod(self, ns: str, name: str, ann: dict[str, Any]) -> bool:
         self.annotations.append((ns, name, ann))
         return True
+
+
+def make_context(state: Any, tracker: Any, actions: Any, recorder: Any, *, settings: Any = None,
+                 namespace_labels: dict[str, dict[str, str]] | None = None, clock: Any = None) -> Any:
+    """A ControlContext over a fake tracker and actions: the real WorldBuilder and core settings."""
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.leader import AlwaysLeader
+    from extender.control.runtime import ControlContext
+    from extender.control.world_builder import WorldBuilder
+    from extender.settings import Settings
+
+    settings = settings or Settings(kube=False)
+    labels = namespace_labels if namespace_labels is not None else {}
+    world = WorldBuilder(tracker, lambda: labels)
+    extra = {"clock": clock} if clock is not None else {}
+    return ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
+                          actions=actions, recorder=recorder, registry=CollectorRegistry(), leader=AlwaysLeader(),
+                          identity="test", **extra)
+
+
+def plan_at(controller: Any, now: float, budget_left: int = 100) -> Any:
+    """What the ControlLoop does in one tick, minus acting: observe, then plan."""
+    return controller.plan(controller.observe(now), budget_left)

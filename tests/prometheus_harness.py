@@ -54,7 +54,8 @@ Target = tuple[str, Mapping[str, str]]  # ("host:port", extra labels)
 
 
 class PrometheusServer:
-    def __init__(self, binary: str, workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0) -> None:
+    def __init__(self, binary: str, workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
+                 other_jobs: Mapping[str, Sequence[Target]] | None = None) -> None:
         self.binary, self.workdir = binary, workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()  # kept across restarts, so clients keep one URL
@@ -66,7 +67,9 @@ class PrometheusServer:
             "scrape_configs": [{
                 "job_name": "dcgm-exporter",
                 "static_configs": [{"targets": [addr], "labels": dict(labels)} for addr, labels in targets],
-            }],
+            }] + [{"job_name": name, "static_configs": [{"targets": [addr], "labels": dict(labels)}
+                                                         for addr, labels in job_targets]}
+                  for name, job_targets in (other_jobs or {}).items()],
         }
         self.config_path = workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -1,4 +1,4 @@
-"""ControlLoop, ActionBudget and the kube error mapping, on a fake clock (no sleeping, no cluster)."""
+"""ControlLoop, the core Budget and the kube error mapping, on a fake clock (no sleeping, no cluster)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from collections.abc import Sequence
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.control.budget import ActionBudget
 from extender.control.errors import PermanentError, TemporaryError
 from extender.control.events import ObjectRef, event_body
 from extender.control.kube_actions import map_api_error
 from extender.control.loop import BACKOFF, BUDGET, DRY_RUN, FAILED, RETRY, Action, ControlLoop, ControlMetrics
 from extender.control.rest import ApiError
+from scoring.safety import Budget
 
 
 class Clock:
@@ -36,9 +36,14 @@ class FakeController:
         self.acted: list[str] = []
         self.raise_for: dict[str, Exception] = {}
         self.plans = 0
+        self.budget_seen = -1
 
-    def plan(self, now: float) -> Sequence[Action]:
+    def observe(self, now: float) -> float:
+        return now
+
+    def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
         self.plans += 1
+        self.budget_seen = budget_left
         return list(self.actions)
 
     def act(self, action: Action, now: float) -> str:
@@ -67,24 +72,20 @@ def count(reg: CollectorRegistry, outcome: str) -> float:
 
 
 def test_budget_interval_and_sliding_hour() -> None:
-    clock = Clock(0.0)
-    b = ActionBudget(per_interval=2, per_hour=3, clock=clock)
+    b = Budget(per_interval=2, per_hour=3)
     b.new_interval()
-    assert b.allows()
-    b.spend()
-    b.spend()
-    assert not b.allows()  # interval used up
-    clock.t = 100.0
+    assert b.allows(0.0) and b.left(0.0) == 2
+    b.spend(0.0)
+    b.spend(0.0)
+    assert not b.allows(0.0) and b.left(0.0) == 0  # interval used up
     b.new_interval()
-    assert b.allows()
-    b.spend()
+    assert b.allows(100.0) and b.left(100.0) == 1  # the hour has one left
+    b.spend(100.0)
     b.new_interval()
-    assert not b.allows()  # three in the last hour
-    clock.t = 3599.0
-    assert not b.allows()
-    clock.t = 3600.5  # the first two slid out of the window
-    assert b.allows()
-    assert b.remaining() == {"interval": 2, "hour": 2}
+    assert not b.allows(100.0)  # three in the last hour
+    assert not b.allows(3599.0)
+    assert b.allows(3600.5)  # the first two slid out of the window
+    assert b.remaining(3600.5) == {"interval": 2, "hour": 2}
 
 
 def test_not_leader_neither_plans_nor_acts() -> None:
@@ -110,7 +111,7 @@ def test_budget_limits_real_actions_per_interval_and_hour() -> None:
     ctrl = FakeController([act("a"), act("b")])
     loop, reg = make(ctrl, clock, Leader(), per_interval=1, per_hour=2)
     loop.run_once()
-    assert ctrl.acted == ["a"]
+    assert ctrl.acted == ["a"] and ctrl.budget_seen == 1  # the planner is told what is left
     clock.t += 10
     loop.run_once()
     assert ctrl.acted == ["a", "a"]  # the fake plans the same again; the hour budget is now 2/2
@@ -156,7 +157,7 @@ def test_leadership_lost_between_plan_and_act() -> None:
     leader = Leader()
 
     class Flip(FakeController):
-        def plan(self, now: float) -> Sequence[Action]:
+        def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
             leader.is_leader = False  # the Lease went away while planning
             return [act("a")]
 
@@ -168,13 +169,24 @@ def test_leadership_lost_between_plan_and_act() -> None:
 
 def test_planning_exception_is_counted_not_raised() -> None:
     class Broken(FakeController):
-        def plan(self, now: float) -> Sequence[Action]:
+        def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
             raise RuntimeError("snapshot torn")
 
     loop, reg = make(Broken([]), Clock(), Leader())
     tick = loop.run_once()
     assert "snapshot torn" in tick.error
     assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "fake", "result": "error"}) == 1
+
+
+def test_unreadable_world_skips_the_interval() -> None:
+    class Blind(FakeController):
+        def observe(self, now: float) -> float:
+            raise TemporaryError("list namespaces: 503", delay_s=30)
+
+    ctrl = Blind([act("a")])
+    loop, _ = make(ctrl, Clock(), Leader())
+    tick = loop.run_once()
+    assert ctrl.plans == 0 and ctrl.acted == [] and "namespaces" in tick.error
 
 
 @pytest.mark.parametrize(("status", "kind"), [

@@ -7,7 +7,8 @@ from pathlib import Path
 from extender.convergence_loop import ConvergenceTracker
 from extender.progress_store import ProgressPoint, ProgressStore, ProgressStoreSettings
 from extender.state import ClusterState
-from scoring.convergence import ConvergenceSettings, Phase
+from scoring.convergence import Phase
+from scoring.settings import TrackerSettings
 
 DAY = 86400.0
 
@@ -19,8 +20,8 @@ def test_silent_jobs_are_not_estimated_and_idle_ones_pruned_hourly(tmp_path: Pat
     fresh = [ProgressPoint(step=k, value=5.0 - 0.01 * k, timestamp=now[0] - 600 + 10 * k) for k in range(50)]
     store.add_points("ns", "old", flat)
     store.add_points("ns", "new", fresh)
-    tracker = ConvergenceTracker(store, ClusterState(), ConvergenceSettings(window_s=0.0, window_points=5),
-                                 active_within_s=3600, prune_every_s=3600, clock=lambda: now[0])
+    settings = TrackerSettings(window_s=0.0, window_points=5, active_within_s=3600)
+    tracker = ConvergenceTracker(store, ClusterState(), settings, prune_every_s=3600, clock=lambda: now[0])
     assert tracker.refresh_once() == 1  # the job silent for 8 days is not re-estimated
     assert tracker.phase_of("ns/new") == Phase.GROWING
     assert tracker.phase_of("ns/old") == Phase.UNKNOWN
@@ -36,10 +37,18 @@ def test_jobs_without_new_points_are_not_estimated_again(tmp_path: Path) -> None
     store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
     now = [1000.0]
     store.add_points("ns", "a", [ProgressPoint(step=k, value=5.0 - 0.01 * k, timestamp=10.0 * k) for k in range(60)])
-    tracker = ConvergenceTracker(store, ClusterState(), ConvergenceSettings(window_s=0.0, window_points=5),
+    tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(window_s=0.0, window_points=5),
                                  clock=lambda: now[0])
     assert tracker.refresh_once() == 1
     assert tracker.refresh_once() == 0 and tracker.skipped == 1
     store.add_points("ns", "a", [ProgressPoint(step=60, value=4.3, timestamp=600.0)])
     assert tracker.refresh_once() == 1
+    store.close()
+
+
+def test_too_few_points_stay_unknown(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
+    store.add_points("ns", "a", [ProgressPoint(step=k, value=5.0 - k, timestamp=10.0 * k) for k in range(3)])
+    tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(min_points=6), clock=lambda: 100.0)
+    assert tracker.refresh_once() == 0 and tracker.phase_of("ns/a") == Phase.UNKNOWN
     store.close()

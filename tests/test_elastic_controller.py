@@ -14,12 +14,11 @@ from extender.control.elastic import PLAN, REASON_PLAN, Elastic, parse_range
 from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import DRY_RUN, ControlLoop, ControlMetrics
-from extender.control.runtime import ControlContext
 from extender.k8s_objects import parse_node, parse_pod
-from extender.settings import ElasticConfig, Settings
+from extender.settings import ElasticConfig
 from extender.state import ClusterState
 from scoring.convergence import Phase
-from tests.control_fakes import FakeActions, FakeTracker
+from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 
@@ -44,10 +43,8 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est] | None = None, nodes: i
         state.upsert_pod(parse_pod(p))
     state.synced = {"nodes": True, "pods": True}
     actions, rec = FakeActions(), LogRecorder()
-    ctx = ControlContext(settings=Settings(kube=False), state=state, tracker=FakeTracker(est or {}),  # type: ignore[arg-type]
-                         actions=actions, recorder=rec, registry=CollectorRegistry(),  # type: ignore[arg-type]
-                         leader=AlwaysLeader(), identity="test")
-    return Elastic(ctx, ElasticConfig(**cfg)), actions, rec, state
+    ctx = make_context(state, FakeTracker(est or {}), actions, rec)
+    return Elastic(ctx, ElasticConfig(**{"las_power": 0.0, **cfg})), actions, rec, state
 
 
 def test_parse_range() -> None:
@@ -58,7 +55,7 @@ def test_parse_range() -> None:
 
 def test_lone_elastic_job_grows_into_free_gpus_and_the_plan_is_published() -> None:
     el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
-    acts = el.plan(1000.0)
+    acts = plan_at(el, 1000.0)
     assert len(acts) == 1 and acts[0].kind == "scale-up" and acts[0].detail["gpus"] == 8
     assert el.act(acts[0], 1000.0) == "planned"
     plans = [json.loads(a[2][PLAN]) for a in actions.annotations]
@@ -70,39 +67,43 @@ def test_lone_elastic_job_grows_into_free_gpus_and_the_plan_is_published() -> No
 def test_not_opted_in_is_never_planned_and_its_gpus_are_not_shared() -> None:
     pods = [worker("a", 0, "n0"), worker("b", 0, "n1", elastic=None, gpus=4)]
     el, *_ = make(pods)
-    acts = el.plan(0.0)
+    acts = plan_at(el, 0.0)
     assert [a.target for a in acts] == ["t/a"] and acts[0].detail["gpus"] == 4  # 8 GPUs - b's 4
     # Mixed annotations within one job: not elastic.
     el2, *_ = make([worker("c", 0, "n0"), worker("c", 1, "n0", elastic=None)])
-    assert el2.plan(0.0) == []
+    assert plan_at(el2, 0.0) == []
 
 
 def test_waiting_pods_are_reserved_and_running_jobs_shrink_for_them() -> None:
     pods = [worker("a", i, f"n{i // 4}") for i in range(8)]
     pods.append(worker("w", 0, None, elastic=None, gpus=4))  # a waiting 4-GPU pod
     el, *_ = make(pods)
-    acts = el.plan(0.0)
+    acts = plan_at(el, 0.0)
     assert len(acts) == 1 and acts[0].kind == "scale-down" and acts[0].detail["gpus"] == 4
     el_off, *_ = make(pods, reserve_pending=False)
-    assert el_off.plan(0.0) == []
+    assert plan_at(el_off, 0.0) == []
 
 
 def test_jobs_mid_change_or_in_cooldown_are_held() -> None:
     pods = [worker("a", 0, "n0"), worker("a", 1, None)]  # one pod still waiting
     el, *_ = make(pods)
-    assert el.plan(0.0) == []
-    el2, *_ = make([worker("a", 0, "n0"), worker("a", 1, "n0")], cooldown_s=300)
-    act = el2.plan(0.0)[0]
+    assert plan_at(el, 0.0) == []
+    pods2 = [worker("a", 0, "n0"), worker("a", 1, "n0")]
+    el2, actions, _, state = make(pods2, cooldown_s=300)
+    act = plan_at(el2, 0.0)[0]
     el2.act(act, 0.0)
-    assert el2.plan(100.0) == []  # within cooldown
-    assert el2.plan(400.0) != []  # the pods did not change (no job controller here): planned again
+    for p, (_, _, ann) in zip(pods2, actions.annotations, strict=True):  # what the pod watch brings back
+        p["metadata"].setdefault("annotations", {}).update(ann)
+        state.upsert_pod(parse_pod(p))
+    assert plan_at(el2, 100.0) == []  # within cooldown, read from the pods' plan annotation
+    assert plan_at(el2, 400.0) != []  # the pods did not change (no job controller here): planned again
 
 
 def test_convergence_weight_gives_gpus_to_the_growing_job() -> None:
     pods = [worker("g", i, "n0") for i in range(4)] + [worker("c", i, "n1") for i in range(4)]
     est = {"t/g": Est(Phase.GROWING), "t/c": Est(Phase.COMPLETING)}
     el, *_ = make(pods, est, min_gain=0.0, restart_s=0.0)
-    acts = {a.target: a.detail["gpus"] for a in el.plan(0.0)}
+    acts = {a.target: a.detail["gpus"] for a in plan_at(el, 0.0)}
     assert acts["t/g"] > 4 > acts["t/c"]
 
 
@@ -111,9 +112,9 @@ def test_measured_step_times_shape_the_plan() -> None:
     # once a second size shows it: with 2 GPUs the step took almost as long as with 4.
     pods = [worker("a", i, "n0") for i in range(4)]
     el, *_ = make(pods, {"t/a": Est(Phase.GROWING, step_rate=1.0)}, nodes=2)
-    el.samples["t/a"] = {2: 1.02}
-    acts = el.plan(0.0)  # records the 4-GPU sample (1.0 s/step)
-    assert el.samples["t/a"][4] == 1.0
+    el.ctx.world.step_samples["t/a"] = {2: 1.02}
+    acts = plan_at(el, 0.0)  # records the 4-GPU sample (1.0 s/step)
+    assert el.ctx.world.step_samples["t/a"][4] == 1.0
     assert acts == []  # 8 GPUs would not be faster by the margin a restart needs
 
 

@@ -60,7 +60,7 @@ def _state(n: int = 40) -> ClusterState:
 
 
 def test_prioritize_from_memo_equals_a_fresh_computation() -> None:
-    state, policy = _state(), Policy(Settings(kube=False).placement.to_policy(), 60.0)
+    state, policy = _state(), Policy(Settings(kube=False).placement, 60.0)
     names = [f"n{i}" for i in range(40)]
     for gpus in (1, 2, 4):
         raw = pod(f"p{gpus}", gpus=gpus)
@@ -75,7 +75,7 @@ def test_prioritize_from_memo_equals_a_fresh_computation() -> None:
 
 
 def test_memo_is_not_used_for_a_changed_pod_an_unknown_node_or_a_late_call() -> None:
-    state, policy = _state(), Policy(Settings(kube=False).placement.to_policy(), 60.0)
+    state, policy = _state(), Policy(Settings(kube=False).placement, 60.0)
     raw = pod("p", gpus=1)
     raw["metadata"]["resourceVersion"] = "1"
     memo = ScoreMemo(ttl_s=2.0)

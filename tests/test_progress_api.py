@@ -59,7 +59,7 @@ def report(namespace: str = "team-a", points: list[dict[str, Any]] | None = None
 def test_report_then_read_back(client: TestClient) -> None:
     r = client.post("/v1/progress", json=report(), headers=A)
     assert r.status_code == 200, r.text
-    assert r.json() == {"accepted": 20, "rejected": 0, "reasons": {}}
+    assert r.json() == {"accepted": 20, "rejected": 0, "reasons": {}, "plan": None}
     job = client.get("/v1/jobs/team-a/resnet", headers=A).json()
     assert job["points"] == 20 and job["last_step"] == 19 and job["phase"] != "unknown"
     assert job["progress"] is not None and job["step_rate"] == pytest.approx(0.2)
@@ -122,6 +122,7 @@ def test_nan_literals_are_rejected_per_point(client: TestClient) -> None:
         "accepted": 2,
         "rejected": 3,
         "reasons": {"loss_nan": 1, "loss_inf": 1, "loss_null": 1, "metric_not_finite": 1},
+        "plan": None,
     }
     job = client.get("/v1/jobs/team-a/resnet", headers=A).json()
     assert job["points"] == 2 and job["last_value"] == 0.5

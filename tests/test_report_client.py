@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from extender.auth import StaticTokenAuthenticator
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.progress_store import ProgressStore, ProgressStoreSettings
-from extender.report_client import Reporter, ReporterConfig
+from extender.report_client import Reporter, ReporterConfig, gradient_noise
 
 
 class FakeSend:
@@ -112,5 +112,65 @@ def test_client_output_is_accepted_by_the_server(tmp_path: Path) -> None:
     r = Reporter(config(flush_every=4), send=via_testclient)
     for step, loss in enumerate([1.0, 0.8, float("inf"), 0.5]):
         r.report(step, loss)
-    assert replies == [{"accepted": 3, "rejected": 1, "reasons": {"loss_null": 1}}]
+    assert replies == [{"accepted": 3, "rejected": 1, "reasons": {"loss_null": 1}, "plan": None}]
     store.close()
+
+
+def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Path) -> None:
+    from extender.job_reports import JobReportBook
+
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
+    book = JobReportBook()
+    plans = {"ns/j": {"gpus": 4, "replicas": 4, "batch_size": 1024, "at": 5.0, "reason": "r"}}
+    app = FastAPI()
+    app.include_router(build_progress_router(
+        store, StaticTokenAuthenticator({"tok": frozenset({"ns"})}), ProgressApiSettings(),
+        ProgressApiMetrics.build(CollectorRegistry()), reports=book, plan_of=plans.get,
+    ))
+    http = TestClient(app)
+
+    def via_testclient(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
+        resp = http.post("/v1/progress", content=body, headers=headers)
+        return int(resp.status_code), resp.content
+
+    r = Reporter(config(flush_every=2), send=via_testclient)
+    sqr, var = gradient_noise([[1.0, 2.0], [3.0, 2.0], [2.0, 5.0]])
+    r.training(batch_size=256, batch_min=64, batch_max=4096, grad_sqr=sqr, grad_var=var, max_steps=1000)
+    r.report(1, 1.0)
+    r.report(2, 0.9)
+    assert r.plan == plans["ns/j"] and r.planned_batch_size() == 1024  # read from the reply
+    got = book.get("ns/j")
+    assert got is not None and (got.batch_size, got.batch_min, got.batch_max, got.max_steps) == (256, 64, 4096, 1000)
+    job = book.job_reports()["ns/j"]
+    assert job.noise is not None and job.noise.base_batch == 64 and job.batch_range == (64, 4096)
+    assert abs(job.noise.grad_var - var * 256 / 64) < 1e-12  # scaled to the smallest batch
+    r.training(grad_var=10 * var)  # a later post changes one field, the others stay
+    r.report(3, 0.8)
+    r.report(4, 0.7)
+    got = book.get("ns/j")
+    assert got is not None and got.grad_var == 10 * var and got.batch_size == 256
+    summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
+    assert summary["training"]["batch_size"] == 256 and summary["plan"]["batch_size"] == 1024
+    bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
+                    json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
+                          "training": {"grad_var": -1.0}})
+    assert bad.status_code == 400 and "training.grad_var" in bad.json()["error"]
+    bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
+                    json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
+                          "training": {"batch_min": 512, "batch_max": 64}})
+    assert bad.status_code == 400 and "batch_min" in bad.json()["error"]
+    store.close()
+
+
+def test_gradient_noise_matches_its_definition() -> None:
+    # Three shares: mean (2, 3); share deviations (-1,-1), (1,-1), (0,2): sum of squares 8 over 2 = 4.
+    sqr, var = gradient_noise([[1.0, 2.0], [3.0, 2.0], [2.0, 5.0]])
+    assert var == 4.0 / 3 and abs(sqr - (13.0 - 4.0 / 3)) < 1e-12
+    identical = gradient_noise([[1.0, 1.0], [1.0, 1.0]])
+    assert identical == (2.0, 0.0)  # no noise: the whole signal is the mean
+    import pytest
+
+    with pytest.raises(ValueError):
+        gradient_noise([[1.0, 2.0]])
+    with pytest.raises(ValueError):
+        gradient_noise([[1.0], [1.0, 2.0]])

@@ -14,13 +14,12 @@ from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import ControlLoop, ControlMetrics
 from extender.control.resizer import CPU_ORIGINAL, RESIZABLE, RESIZED_AT, Resizer, pod_row, resize_pending
-from extender.control.runtime import ControlContext
 from extender.k8s_objects import parse_node, parse_pod
 from extender.settings import Settings
 from extender.state import ClusterState
 from scoring.convergence import Phase
 from scoring.resize import ResizeSettings
-from tests.control_fakes import FakeActions, FakeTracker
+from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 
@@ -45,16 +44,14 @@ def running(name: str, cpu: str, annotations: dict[str, str] | None = None, limi
 OPT = {RESIZABLE: "true", "flowsched.io/cpu-shrink": "true"}
 
 
-def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float]) -> tuple[Resizer, FakeActions,
-                                                                                       LogRecorder, ClusterState]:
+def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float],
+         labels: dict[str, dict[str, str]] | None = None) -> tuple[Resizer, FakeActions, LogRecorder, ClusterState]:
     state = ClusterState()
     state.upsert_node(parse_node(node("n1", gpus=4, cpu="16")))
     for p in pods:
         state.upsert_pod(parse_pod(p))
     actions, rec = FakeActions(), LogRecorder()
-    ctx = ControlContext(settings=Settings(kube=False), state=state, tracker=FakeTracker(est),  # type: ignore[arg-type]
-                         actions=actions, recorder=rec, registry=CollectorRegistry(),  # type: ignore[arg-type]
-                         leader=AlwaysLeader(), identity="test", clock=lambda: clock[0])
+    ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0], namespace_labels=labels)
     r = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
     r._patch_resize = lambda ns, name, body: r.__dict__.setdefault("patched", []).append((ns, name, body))  # type: ignore[method-assign]
     return r, actions, rec, state
@@ -64,7 +61,7 @@ def test_fast_job_up_plateaued_down_decreases_first_with_reasons() -> None:
     pods = [running("fast", "4", OPT), running("flat", "4", OPT), running("other", "4")]
     est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.COMPLETING, 0.001), "t/other": Est(Phase.GROWING, 1)}
     r, *_ = make(pods, est, [1000.0])
-    actions = r.plan(1000.0)
+    actions = plan_at(r, 1000.0)
     assert [a.target for a in actions] == ["t/flat", "t/fast"]  # down first, then up
     down, up = actions
     assert down.kind == "resize-down" and up.kind == "resize-up"
@@ -79,7 +76,7 @@ def test_act_annotates_patches_the_resize_subresource_and_records_an_event() -> 
     pods = [running("fast", "6", OPT, limit="12"), running("flat", "6", OPT)]
     est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.COMPLETING, 0.001)}
     r, fake, rec, _ = make(pods, est, [1000.0])
-    down, up = r.plan(1000.0)
+    down, up = plan_at(r, 1000.0)
     assert r.act(down, 1000.0) == "resized" and r.act(up, 1000.0) == "resized"
     patched = r.__dict__["patched"]
     assert patched[1][2] == {"spec": {"containers": [{"name": "main", "resources": {
@@ -115,7 +112,7 @@ def test_pending_resize_is_reported_once_and_the_pod_left_alone() -> None:
     est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.GROWING, 0.3)}
     r, _, rec, _ = make(pods, est, [1000.0])
     for t in (1000.0, 1030.0, 1060.0):
-        actions = r.plan(t)
+        actions = plan_at(r, t)
         assert "t/fast" not in {a.target for a in actions}
     assert [(e[1]) for e in rec.events] == ["FlowschedResizeInfeasible"]
     assert r.last_plan["nodes"]["n1"]["pods"]["t/fast"]["why"] == "NO_EVIDENCE"
@@ -145,6 +142,24 @@ def test_in_flight_resize_is_not_stacked() -> None:
     pods = [running("fast", "6", OPT, status_cpu="4"), running("flat", "4", OPT)]
     est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.COMPLETING, 0.001)}
     r, *_ = make(pods, est, [1000.0])
-    targets = {a.target for a in r.plan(1000.0)}
+    targets = {a.target for a in plan_at(r, 1000.0)}
     assert "t/fast" not in targets
     assert np.isclose(r.last_plan["nodes"]["n1"]["pods"]["t/fast"]["current_m"], 4000)
+
+
+def test_namespace_opt_outs_hold_for_the_resizer() -> None:
+    pods = [running("fast", "4", OPT), running("flat", "4", OPT)]
+    est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.COMPLETING, 0.001)}
+    r, *_ = make(pods, est, [1000.0], labels={"t": {"flowsched.io/migrate": "false"}})
+    assert plan_at(r, 1000.0) == []
+    r2, *_ = make(pods, est, [1000.0])
+    assert plan_at(r2, 1000.0) != []  # the same pods, the label gone: planned
+    settings = Settings(kube=False, control={"excluded_namespaces": ["t"]})
+    state = ClusterState()
+    state.upsert_node(parse_node(node("n1", gpus=4, cpu="16")))
+    for p in pods:
+        state.upsert_pod(parse_pod(p))
+    ctx = make_context(state, FakeTracker(est), FakeActions(), LogRecorder(), settings=settings)
+    r3 = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
+    assert plan_at(r3, 1000.0) == []
+    assert set(r3.observe(1000.0).nodes) == set()  # nothing observed to plan from

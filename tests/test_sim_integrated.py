@@ -4,7 +4,6 @@ and the demo's flowsched is not binpack."""
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from benchmarks.sim.engine import Engine, EngineSettings, SimJob
 from benchmarks.sim.entry import demo_main
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
 from benchmarks.sim.variants import INTEGRATED, build, loops_of, prepare
+from scoring.safety import SHRINKABLE
 
 PROFILES = calibrated_profiles()
 
@@ -31,37 +31,39 @@ def test_names() -> None:
 
 def test_integrated_runs_both_loops_and_they_do_not_fight() -> None:
     # Half the jobs (those that fit the 16 GPUs) are not elastic, so the migrator has work.
-    specs = prepare(generate(GeneratorSettings(jobs=40, hours=2.0, seed=2)), PROFILES)
-    specs = [replace(s, elastic_min=0, elastic_max=0) if i % 2 and s.replicas <= 16 else s
-             for i, s in enumerate(specs)]
+    specs = prepare(generate(GeneratorSettings(jobs=40, hours=2.0, seed=2)), PROFILES, "half")
     v = build("flowsched", PROFILES, 0)
-    assert v.elastic is not None and v.migrator is not None and v.coordination is not None
-    assert v.loops == [v.elastic, v.migrator]  # the optimizer acts before the migrator each round
-    coord = v.coordination
+    assert v.control is not None and v.settings is not None and v.control.loops == INTEGRATED
+    hold = v.settings.safety.hold_s
     eng = Engine(specs, PROFILES, v.policy, EngineSettings(cluster=ClusterSettings(nodes=4)), control_loops=v.loops)
+    resized_at: dict[int, float] = {}
+    evicted_at: dict[int, float] = {}
     bad: list[str] = []
-    on_evict, on_resize = coord.on_evict, coord.on_resize
+    real_evict, real_resize = eng.evict, eng.resize
 
-    def evict(job: SimJob, now: float) -> None:
-        t = coord.resized_at.get(job.idx)
-        if t is not None and now - t < coord.hold_s:
-            bad.append(f"evicted {job.spec.name} {now - t:.0f} s after a resize")
-        if job.spec.elastic_max > 0 and job.replicas > max(1, job.spec.elastic_min):
+    def evict(job: SimJob) -> bool:
+        t = resized_at.get(job.idx)
+        if t is not None and eng.now - t < hold:
+            bad.append(f"evicted {job.spec.name} {eng.now - t:.0f} s after a resize")
+        if job.spec.elastic_max > 0 and job.gpus > max(1, job.spec.elastic_min):
             bad.append(f"evicted {job.spec.name}, which the optimizer could shrink")
-        on_evict(job, now)
+        evicted_at[job.idx] = eng.now
+        return real_evict(job)
 
-    def resize(job: SimJob, now: float) -> None:
-        t = coord.evicted_at.get(job.idx)
-        if t is not None and now - t < coord.hold_s:
-            bad.append(f"resized {job.spec.name} {now - t:.0f} s after an eviction")
-        on_resize(job, now)
+    def resize(job: SimJob, replicas: int, batch_size: int | None = None) -> bool:
+        t = evicted_at.get(job.idx)
+        if t is not None and eng.now - t < hold:
+            bad.append(f"resized {job.spec.name} {eng.now - t:.0f} s after an eviction")
+        resized_at[job.idx] = eng.now
+        return real_resize(job, replicas, batch_size)
 
-    v.migrator.on_evict, v.elastic.on_resize = evict, resize
+    eng.evict, eng.resize = evict, resize  # type: ignore[method-assign]
     eng.run()
     assert all(j.completion is not None for j in eng.jobs)
-    assert v.elastic.stats.resizes > 0, "the optimizer never acted"
-    assert v.migrator.stats.migrations > 0, "the migrator never acted"
-    assert coord.migrator_skips_shrinkable > 0
+    stats = v.control.stats
+    assert stats.resizes > 0, "the optimizer never acted"
+    assert stats.migrations > 0, "the migrator never acted"
+    assert stats.refused.get(SHRINKABLE, 0) > 0  # the composition rule was exercised
     assert not bad, bad
     for j in eng.jobs:  # only opted-in jobs were touched
         if j.spec.elastic_max == 0:

@@ -10,8 +10,8 @@ from benchmarks.sim.cluster import ClusterSettings, Placement
 from benchmarks.sim.engine import Engine, EngineSettings, SimJob
 from benchmarks.sim.generator import calibrated_profiles
 from benchmarks.sim.policies import FlowschedScorer, make_policy
-from benchmarks.sim.telemetry import ConvergenceAdapter
 from benchmarks.sim.tiresias import TiresiasPolicy
+from benchmarks.sim.variants import build, completing_hook
 from benchmarks.sim.workload import JobSpec
 
 PROFILES = calibrated_profiles()
@@ -74,12 +74,13 @@ def test_flowsched_filter_rejects_saturated_gpus(monkeypatch: pytest.MonkeyPatch
     assert placed == [1]
 
 
-def test_convergence_adapter_gives_a_verdict_on_a_long_series() -> None:
+def test_the_placements_convergence_hook_is_the_services_tracker() -> None:
     spec = JobSpec("c", 0.0, "cifar10", 4, 2048)
     eng = Engine([spec], PROFILES, make_policy("fifo"), EngineSettings(cluster=ClusterSettings(nodes=1))).run()
-    adapter = ConvergenceAdapter(PROFILES)
+    hook = completing_hook(build("flowsched-placement", PROFILES), PROFILES)
+    assert hook is not None
     job = eng.jobs[0]
-    verdict = adapter(job)
-    assert verdict is True  # 100 epochs of an exponential approach end on a plateau
+    assert hook(job) is True  # 100 epochs of an exponential approach end on a plateau
     job.series = job.series[:3]
-    assert ConvergenceAdapter(PROFILES)(job) is None  # too few points: unknown, not "no"
+    hook = completing_hook(build("flowsched-placement", PROFILES), PROFILES)
+    assert hook is not None and hook(job) is None  # too few points: unknown, not "no"

@@ -128,6 +128,7 @@ class Engine:
         settings: EngineSettings,
         control_loops: Sequence[ControlLoop] = (),
         completing: CompletingFn | None = None,
+        gated: bool = False,
     ):
         self.settings = settings
         self.profiles = profiles
@@ -135,6 +136,11 @@ class Engine:
         self.control_loops = list(control_loops)
         self.completing = completing  # HOOK: scoring.convergence plugs in here (see telemetry.py)
         self.cluster = Cluster(settings.cluster)
+        # Scheduling gates (flowsched's admission): with `gated`, every job's pods arrive carrying
+        # the gate, as do the replacement pods of an evicted or rescaled job; kube-scheduler (the
+        # policy) does not see them until a control loop calls release(). job idx -> created at.
+        self.gate_pods = gated
+        self.gated: dict[int, float] = {}
         self.rng = np.random.default_rng(settings.seed)
         self.jobs: list[SimJob] = []
         for i, s in enumerate(sorted(specs, key=lambda s: s.arrival)):
@@ -192,7 +198,10 @@ class Engine:
                 job = self.jobs[nxt]
                 job.synced_at = t
                 self.active[job.idx] = job
-                self.policy.on_arrival(job, t)
+                if self.gate_pods:
+                    self.gated[job.idx] = job.spec.arrival
+                else:
+                    self.policy.on_arrival(job, t)
                 nxt += 1
             self.policy.schedule(self, t)
             for loop in self.control_loops:
@@ -313,11 +322,30 @@ class Engine:
         self._release(job, self.now)
 
     def evict(self, job: SimJob) -> bool:
-        """Control-loop eviction: only opted-in (checkpointable) jobs; kube requeues the pods."""
+        """Control-loop eviction: only opted-in (checkpointable) jobs; kube requeues the pods
+        (behind the scheduling gate again when pods are gated)."""
         if not job.spec.checkpointable or not job.placement:
             return False
         self.preempt(job)
-        self.policy.on_requeue(job, self.now)
+        self._requeue(job)
+        return True
+
+    def _requeue(self, job: SimJob) -> None:
+        if self.gate_pods:
+            self.gated[job.idx] = self.now
+        else:
+            self.policy.on_requeue(job, self.now)
+
+    def release(self, job: SimJob) -> bool:
+        """Remove the scheduling gate from a job's pods: kube-scheduler sees them from now on,
+        queued by when they were created. False when the job holds no gate."""
+        created = self.gated.pop(job.idx, None)
+        if created is None or job.completion is not None:
+            return False
+        if job.allocations == 0 and created == job.spec.arrival:
+            self.policy.on_arrival(job, self.now)
+        else:
+            self.policy.on_requeue(job, created)
         return True
 
     def resize(self, job: SimJob, replicas: int, batch_size: int | None = None) -> bool:
@@ -334,7 +362,7 @@ class Engine:
         job.atomic, job.accum = self.profiles.apps[s.app].batch_config(replicas, batch)
         job.batch_size = batch
         if running:
-            self.policy.on_requeue(job, self.now)
+            self._requeue(job)
         return True
 
     def set_cpu_speed(self, job: SimJob, speed: float) -> None:
@@ -348,6 +376,18 @@ class Engine:
         job.cpu_speed = speed
         if job.placement and job.completion is None:
             self._schedule_completion(job)
+
+    # -- what the control loops would see (benchmarks/sim/world.py) ----------------------
+    def sync(self, job: SimJob) -> None:
+        """Bring a job's progress and emitted series up to now (reading it changes nothing else)."""
+        self._sync(job, self.now)
+
+    def queue_time(self, job: SimJob) -> float:
+        """When the job's current pods were created: its arrival, or its last requeue."""
+        if job.idx in self.gated:
+            return self.gated[job.idx]
+        queued: dict[int, float] = getattr(self.policy, "queued_at", {})
+        return queued.get(job.idx, job.spec.arrival)
 
     # -- what the extender would see -----------------------------------------------------
     def gpu_util(self) -> FloatArray:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from benchmarks import data_paths
 from benchmarks.sim.cluster import ClusterSettings
-from benchmarks.sim.engine import CompletingFn, EngineSettings, InterferenceSettings
+from benchmarks.sim.engine import EngineSettings, InterferenceSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
+from benchmarks.sim.html_report import write_html_report
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.report import (
     RunMetrics,
@@ -24,12 +25,15 @@ from benchmarks.sim.report import (
     write_summary_csv,
 )
 from benchmarks.sim.variants import (
-    ASSUMPTION,
     BASELINES,
     DETERMINISTIC,
     FLOWSCHED_VARIANTS,
     INTEGRATED,
+    MIX_TEXT,
+    MIXES,
+    core_settings,
     known,
+    overrides_line,
     prepare,
     run_one,
 )
@@ -51,20 +55,20 @@ def run_matrix(
     policies: Sequence[str],
     seeds: Sequence[int],
     settings: EngineSettings,
-    completing: Callable[[], CompletingFn | None] = lambda: None,
+    mix: str = "all",
     log: Callable[[str], None] | None = None,
 ) -> MatrixResult:
     """Every policy (benchmarks.sim.variants names) on every workload; deterministic policies
-    (fifo, tiresias) run one seed. Workloads are marked as variants.prepare says (ASSUMPTION)."""
+    (fifo, tiresias) run one seed. Jobs are marked with the job mix (variants.prepare)."""
     runs: list[RunMetrics] = []
     traces: list[RunTrace] = []
     for wi, (wname, raw) in enumerate(workloads):
-        specs = prepare(raw, profiles)
+        specs = prepare(raw, profiles, mix)
         for policy in policies:
             for si, seed in enumerate(seeds):
                 if si > 0 and policy in DETERMINISTIC:  # no randomness in these
                     continue
-                m, tr, _ = run_one(specs, profiles, policy, seed, settings, wname, completing())
+                m, tr, _ = run_one(specs, profiles, policy, seed, settings, wname)
                 runs.append(m)
                 if wi == 0 and si == 0:
                     traces.append(tr)
@@ -85,7 +89,7 @@ def _common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart-penalty", type=float, default=30.0, help="seconds lost per (re)start")
     p.add_argument("--interference", type=float, default=0.0, help="throughput lost by co-located jobs (0..1)")
     p.add_argument("--interference-scope", choices=("distributed", "any"), default="distributed")
-    p.add_argument("--convergence", action="store_true", help="feed simulated loss series to scoring.convergence")
+    p.add_argument("--mix", choices=MIXES, default="all", help="job mix: which jobs are elastic (all checkpointable)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--progress", action="store_true", help="progress bar on stderr")
     p.add_argument("--verbose", action="store_true", help="one line per run on stderr")
@@ -114,9 +118,14 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(result.runs)
+    notes = [f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control core, scoring/control.py); "
+             f"job mix: {MIX_TEXT[a.mix]}; the baselines ignore the marks",
+             overrides_line(core_settings(_settings(a), INTEGRATED))]
+    table = format_table(summary)
     print(title)
-    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (benchmarks/sim/variants.py); {ASSUMPTION}")
-    print(format_table(summary))
+    for n in notes:
+        print(n)
+    print(table)
     write_csv(out / "runs.csv", result.runs)
     write_summary_csv(out / "summary.csv", summary)
     written = [out / "runs.csv", out / "summary.csv"]
@@ -125,16 +134,9 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
             written += plot(out, result.traces)
         except ImportError:
             print("matplotlib not installed: no plots (pip install 'flowsched[plots]')", file=sys.stderr)
+    written.append(write_html_report(out / "report.html", title, notes, summary, table, written))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
-
-
-def _adapter(profiles: ProfileSet, on: bool) -> Callable[[], CompletingFn | None]:
-    if not on:
-        return lambda: None
-    from benchmarks.sim.telemetry import ConvergenceAdapter
-
-    return lambda: ConvergenceAdapter(profiles)
 
 
 def simulate_main(argv: list[str]) -> int:
@@ -158,7 +160,7 @@ def simulate_main(argv: list[str]) -> int:
     policies = _policies(a)
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
-    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), _adapter(profiles, a.convergence), log)
+    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log)
     title = f"{len(files)} workload(s) x {len(seeds)} seed(s), load {a.load}x, {a.nodes}x{a.gpus_per_node} GPUs"
     return _finish(a, result, title)
 
@@ -182,7 +184,7 @@ def demo_main(argv: list[str]) -> int:
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
     t0 = time.perf_counter()
-    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), _adapter(profiles, a.convergence), log)
+    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log)
     title = (
         f"flowsched demo: {len(workloads)} generated workload(s) of {a.jobs} jobs over {a.hours:g} h "
         f"(calibrated from the Pollux artifact's profiles), {a.nodes}x{a.gpus_per_node} GPUs, "

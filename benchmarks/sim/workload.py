@@ -20,6 +20,7 @@ class JobSpec:
     checkpointable: bool = True  # flowsched.io/checkpointable: may be evicted and resumed
     elastic_min: int = 0  # 0 = not elastic (flowsched.io/elastic absent)
     elastic_max: int = 0
+    namespace: str = "default"  # as the job's pods would be; the safety rules read it
 
 
 def read_workload(path: Path) -> list[JobSpec]:

@@ -62,7 +62,6 @@ class KubeActions:
     def __init__(self, api_client: Any, retry_s: float = 30.0) -> None:
         self.api_client = api_client
         self.retry_s = retry_s
-        self._ns_labels: dict[str, dict[str, str]] = {}
 
     def evict(self, namespace: str, name: str, uid: str = "") -> str:
         """policy/v1 Eviction (PodDisruptionBudgets apply). With uid, only that incarnation of
@@ -93,17 +92,26 @@ class KubeActions:
             raise map_api_error(e, f"annotate {namespace}/{name}", self.retry_s) from e
         return True
 
-    def namespace_labels(self, namespace: str, refresh: bool = False) -> dict[str, str]:
-        """The namespace's labels (cached; refresh=True re-reads). Unreadable -> TemporaryError."""
-        if refresh or namespace not in self._ns_labels:
-            try:
-                obj = kube_request(self.api_client, "GET", f"/api/v1/namespaces/{namespace}", timeout_s=10)
-            except Exception as e:
-                if _status(e) == 404:
-                    return {}
-                raise map_api_error(e, f"read namespace {namespace}", self.retry_s) from e
-            self._ns_labels[namespace] = dict((obj.get("metadata") or {}).get("labels") or {})
-        return self._ns_labels[namespace]
+    def set_scheduling_gates(self, namespace: str, name: str, gates: list[str]) -> bool:
+        """Leave the pod with exactly these scheduling gates (gates can only be removed, which is
+        all this is used for). False when the pod is gone."""
+        body = {"spec": {"schedulingGates": [{"name": g} for g in gates] or None}}
+        try:
+            kube_request(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body,
+                         content_type=MERGE_PATCH)
+        except Exception as e:
+            if _status(e) == 404:
+                return False
+            raise map_api_error(e, f"remove the scheduling gate of {namespace}/{name}", self.retry_s) from e
+        return True
 
-    def forget_namespaces(self) -> None:
-        self._ns_labels.clear()
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Every namespace's labels, read now (one LIST). Unreadable -> TemporaryError: the
+        loops then plan nothing this interval rather than guess which namespaces opted out."""
+        from extender.control.world_builder import labels_from_namespace_list
+
+        try:
+            body = kube_request(self.api_client, "GET", "/api/v1/namespaces", timeout_s=10)
+        except Exception as e:
+            raise map_api_error(e, "list namespaces", self.retry_s) from e
+        return labels_from_namespace_list(body)

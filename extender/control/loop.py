@@ -1,17 +1,21 @@
 """ControlLoop: runs one controller every interval, only while this replica holds the Lease.
 
-A controller is two methods (see `Controller`): `plan(now)` returns the actions it would take
-(pure decision, from the snapshot), `act(action, now)` performs one and returns an outcome label
-or raises TemporaryError / PermanentError. The loop owns everything around them:
+A controller is three methods (see `Controller`): `observe(now)` gathers what it decides from
+(the shell's reads: snapshot, namespaces, pods), `plan(observed, budget_left)` returns the
+actions (a call into the pure control core, scoring.control), `act(action, now)` performs one
+and returns an outcome label or raises TemporaryError / PermanentError. The loop owns
+everything around them:
 
 - leadership: no plan, no action unless `leader.is_leader` (checked again before each action);
 - dry run: actions are planned, budgeted, logged and kept for /debug, never performed;
-- budgets: at most per_interval actions a tick and per_hour in any sliding hour;
+- budgets (scoring.safety.Budget): at most per_interval actions a tick and per_hour in any
+  sliding hour; the planner is told how many are left;
 - back-off: a TemporaryError(delay) parks that action's key for delay seconds, a PermanentError
   for permanent_backoff_s; a key in back-off is reported as such, not retried;
 - metrics: flowsched_control_actions_total{loop,action,outcome}, flowsched_control_ticks_total
-  {loop,result}, flowsched_control_leader{loop}; an exception in plan() is logged and counted,
-  the loop goes on.
+  {loop,result}, flowsched_control_leader{loop}; an exception in observe() or plan() is logged
+  and counted, the loop goes on (a TemporaryError from observe(), e.g. namespaces unreadable,
+  just skips the interval).
 
 Time comes from `clock` (wall seconds), so tests drive `run_once()` with a fake clock.
 """
@@ -28,8 +32,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from extender.control.budget import ActionBudget
 from extender.control.errors import PermanentError, TemporaryError
+from scoring.safety import Budget
 
 log = logging.getLogger("flowsched.control")
 
@@ -57,7 +61,9 @@ class Action:
 class Controller(Protocol):
     name: str
 
-    def plan(self, now: float) -> Sequence[Action]: ...
+    def observe(self, now: float) -> Any: ...
+
+    def plan(self, observed: Any, budget_left: int) -> Sequence[Action]: ...
 
     def act(self, action: Action, now: float) -> str: ...
 
@@ -128,7 +134,7 @@ class ControlLoop:
         self.interval_s, self.dry_run = interval_s, dry_run
         self.permanent_backoff_s = permanent_backoff_s
         self.clock = clock
-        self.budget = ActionBudget(per_interval, per_hour, clock=clock)
+        self.budget = Budget(per_interval, per_hour)
         self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
         self.history: deque[Tick] = deque(maxlen=history)
         self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
@@ -149,7 +155,14 @@ class ControlLoop:
         self.budget.new_interval()
         self.backoff = {k: v for k, v in self.backoff.items() if v[0] > now}
         try:
-            planned = list(self.controller.plan(now))
+            observed = self.controller.observe(now)
+            planned = list(self.controller.plan(observed, self.budget.left(now)))
+        except TemporaryError as e:
+            log.info("%s: interval skipped: %s", self.name, e)
+            tick.error = str(e)[:300]
+            self.metrics.ticks.labels(self.name, "error").inc()
+            self.history.append(tick)
+            return tick
         except Exception as e:
             log.exception("%s: planning failed", self.name)
             tick.error = f"{type(e).__name__}: {e}"[:300]
@@ -168,10 +181,10 @@ class ControlLoop:
         parked = self.backoff.get(action.key)
         if parked is not None:
             out = Outcome(action, BACKOFF, f"until {parked[0]:.0f}: {parked[1]}")
-        elif not self.budget.allows():
-            out = Outcome(action, BUDGET, f"budget left {self.budget.remaining()}")
+        elif not self.budget.allows(now):
+            out = Outcome(action, BUDGET, f"budget left {self.budget.remaining(now)}")
         elif self.dry_run:
-            self.budget.spend()
+            self.budget.spend(now)
             out = Outcome(action, DRY_RUN)
             log.info("%s (dry run) would %s %s: %s", self.name, action.kind, action.target, action.reason)
         elif not self.leader.is_leader:
@@ -192,7 +205,7 @@ class ControlLoop:
                 self.backoff[action.key] = (now + self.permanent_backoff_s, repr(e))
                 out = Outcome(action, FAILED, f"{type(e).__name__}: {e}"[:300])
             else:
-                self.budget.spend()
+                self.budget.spend(now)
                 out = Outcome(action, result)
                 self.performed.append(out)
         self._count(action, out.outcome)
@@ -221,6 +234,7 @@ class ControlLoop:
 
     def status(self) -> dict[str, Any]:
         last = self.history[-1].as_dict() if self.history else None
-        return {"interval_s": self.interval_s, "dry_run": self.dry_run, "budget_left": self.budget.remaining(),
+        return {"interval_s": self.interval_s, "dry_run": self.dry_run,
+                "budget_left": self.budget.remaining(self.clock()),
                 "backoff": {k: {"until": v[0], "why": v[1]} for k, v in self.backoff.items()},
                 "last_planned_tick": last, "performed": [o.as_dict() for o in self.performed]}

@@ -1,15 +1,17 @@
 """The resizer: FlowCon's elastic CPU configuration of co-located opted-in jobs, applied with
 the pod `resize` subresource (Kubernetes 1.33+; in-place, no restart). See docs/resizer.md.
 
-Per interval, for every node with opted-in pods (`flowsched.io/resizable: "true"`):
-read those pods (one LIST per node, fieldSelector spec.nodeName: the snapshot does not keep
-annotations or per-container resources), build the planner's rows (scoring.resize) from the
-convergence tracker's phase and progress, plan, and return one Action per changed pod,
-decreases first so the node has room for the raises. `act` writes the pod's original request
-and the time into annotations (once / each time), then PATCHes pods/{name}/resize, and records a
-FlowschedResized Event. A resize the kubelet reports as PodResizePending (Infeasible or
-Deferred; `status.resize` before 1.33) is reported once with an Event and a metric, and that pod
-is left alone while the condition stands: never retried in a loop. GPUs are never resized.
+Per interval, observe(): for every node with opted-in pods (`flowsched.io/resizable: "true"`)
+in namespaces the safety rules allow (scoring.safety: excluded namespaces and the opt-out
+label, read fresh each interval), read those pods (one LIST per node, fieldSelector
+spec.nodeName: the snapshot does not keep annotations or per-container resources) into the
+planner's rows. plan(): scoring.resize over the rows with the convergence tracker's phase and
+progress, one Action per changed pod, decreases first so the node has room for the raises.
+`act` writes the pod's original request and the time into annotations (once / each time), then
+PATCHes pods/{name}/resize, and records a FlowschedResized Event. A resize the kubelet reports
+as PodResizePending (Infeasible or Deferred; `status.resize` before 1.33) is reported once with
+an Event and a metric, and that pod is left alone while the condition stands: never retried in
+a loop. GPUs are never resized.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from extender.control.kube_actions import map_api_error
 from extender.control.loop import Action
 from extender.control.rest import kube_request
 from extender.control.runtime import ControlContext
-from extender.k8s_objects import ObjectError, parse_quantity
+from extender.k8s_objects import ObjectError, PodInfo, parse_quantity
 from scoring.convergence import Phase
 from scoring.resize import NodeRows, ResizeSettings, Why, growth_efficiency, plan_node
+from scoring.safety import namespace_refusal
 
 log = logging.getLogger("flowsched.resizer")
 
@@ -79,6 +82,23 @@ class Row:
     since_resize_s: float
     in_flight: bool  # spec and status differ, or a resize is pending: leave it alone
     pending: tuple[str, str] | None  # (reason, message) of PodResizePending / status.resize
+    had_original: bool = False  # flowsched already recorded its original request
+
+
+@dataclass(frozen=True)
+class NodeObserved:
+    node: str
+    allocatable_m: float
+    others_m: float  # CPU requested by the node's pods outside the plan
+    rows: list[Row]
+    skipped: dict[str, str]  # pod -> why it is not a row
+
+
+@dataclass(frozen=True)
+class Observed:
+    now: float
+    nodes: list[NodeObserved]
+    estimates: dict[str, Any]
 
 
 def resize_pending(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -142,7 +162,7 @@ def pod_row(pod: Mapping[str, Any], job: str, now: float) -> Row | str:
         original_m=original if original is not None else spec_req,
         min_m=lo or 0.0, max_m=hi if hi is not None else math.inf,
         may_shrink=str(ann.get(CPU_SHRINK, "")).lower() == "true",
-        since_resize_s=since, in_flight=in_flight, pending=pending,
+        since_resize_s=since, in_flight=in_flight, pending=pending, had_original=CPU_ORIGINAL in ann,
     )
 
 
@@ -190,35 +210,35 @@ class Resizer:
             raise map_api_error(e, f"list pods on {node}") from e
         return items
 
-    # ---- planning ----
-    def _nodes_with_candidates(self) -> list[str]:
-        state = self.ctx.state
-        known = self.ctx.tracker.snapshot()
+    # ---- observing (the shell's reads) ----
+    def _nodes_with_candidates(self, pods: tuple[PodInfo, ...], known: Mapping[str, Any]) -> list[str]:
         # Only nodes holding an opted-in pod are listed: one LIST per such node per interval.
-        nodes = {p.node for p in list(state.pods.values())
-                 if p.node and p.resizable and p.phase == "Running" and not p.terminating and p.job in known}
-        return sorted(nodes)
+        return sorted({p.node for p in pods
+                       if p.node and p.resizable and p.phase == "Running" and not p.terminating and p.job in known})
 
-    def plan(self, now: float) -> Sequence[Action]:
+    def observe(self, now: float) -> Observed:
+        """Per node with candidates: its pods as the API has them (annotations and per-container
+        resources are not in the snapshot), each pod's job, the CPU the other pods request."""
         assert self.pods_on is not None
         estimates = self.ctx.tracker.snapshot()
-        state = self.ctx.state
-        downs: list[Action] = []
-        ups: list[Action] = []
-        debug: dict[str, Any] = {}
-        for node_name in self._nodes_with_candidates():
-            node = state.nodes.get(node_name)
+        pods, nodes, _ = self.ctx.state.control_view()
+        by_name = {n.name: n for n in nodes}
+        labels = self.ctx.world.namespace_labels()
+        out: list[NodeObserved] = []
+        for node_name in self._nodes_with_candidates(pods, estimates):
+            node = by_name.get(node_name)
             if node is None:
                 continue
-            pods = self.pods_on(node_name)
-            job_of = {p.uid: p.job for p in list(state.pods.values()) if p.node == node_name}
+            on_node = [p for p in pods if p.node == node_name]
             rows: list[Row] = []
             skipped: dict[str, str] = {}
-            for pod in pods:
+            for pod in self.pods_on(node_name):
                 meta = pod.get("metadata") or {}
                 uid = str(meta.get("uid") or "")
                 key = f"{meta.get('namespace')}/{meta.get('name')}"
-                r = pod_row(pod, job_of.get(uid, ""), now)
+                refused = namespace_refusal(str(meta.get("namespace") or "default"), labels, self.ctx.core.safety)
+                job = next((p.job for p in on_node if p.uid == uid), "")
+                r: Row | str = refused if refused is not None else pod_row(pod, job, now)
                 if isinstance(r, str):
                     skipped[key] = r
                     continue
@@ -226,12 +246,21 @@ class Resizer:
                 rows.append(r)
             if not rows:
                 continue
-            # Pool: allocatable minus every other pod's request on the node (the snapshot's sum
-            # includes our rows' spec requests; take those back out), minus headroom.
             ours = {r.uid for r in rows}
-            others = sum(p.requests.cpu_m for p in list(state.pods.values())
-                         if p.node == node_name and p.holds_resources and p.uid not in ours)
-            pool = node.allocatable.cpu_m - others - self.headroom_m
+            others = sum(p.requests.cpu_m for p in on_node if p.holds_resources and p.uid not in ours)
+            out.append(NodeObserved(node_name, node.allocatable.cpu_m, others, rows, skipped))
+        return Observed(now, out, dict(estimates))
+
+    # ---- planning (pure: scoring.resize over the observed rows) ----
+    def plan(self, observed: Observed, budget_left: int) -> Sequence[Action]:
+        estimates = observed.estimates
+        downs: list[Action] = []
+        ups: list[Action] = []
+        debug: dict[str, Any] = {}
+        for nd in observed.nodes:
+            rows, node_name = nd.rows, nd.node
+            # Pool: allocatable minus every other pod's request on the node, minus headroom.
+            pool = nd.allocatable_m - nd.others_m - self.headroom_m
             cur = np.array([r.request_m for r in rows])
             phase = np.array([int(estimates[r.job].phase) if r.job in estimates else int(Phase.UNKNOWN)
                               for r in rows], dtype=np.int64)
@@ -244,7 +273,7 @@ class Resizer:
                 max_m=[r.max_m for r in rows], may_shrink=[r.may_shrink for r in rows],
                 since_resize_s=[r.since_resize_s for r in rows],
             ), self.settings)
-            node_debug: dict[str, Any] = {"pool_m": pool, "skipped": skipped, "pods": {}}
+            node_debug: dict[str, Any] = {"pool_m": pool, "skipped": nd.skipped, "pods": {}}
             for i, r in enumerate(rows):
                 why = Why(int(plan.why[i])).name
                 self.metrics.planned.labels(why.lower()).inc()
@@ -266,20 +295,12 @@ class Resizer:
                                 target=f"{r.namespace}/{r.name}", reason=reason,
                                 detail={"uid": r.uid, "container": r.container, "from_m": float(cur[i]),
                                         "to_m": new, "limit_ratio": r.limit_ratio, "original_m": r.original_m,
-                                        "had_original": self._has_original(pods, r.uid), "node": node_name})
+                                        "had_original": r.had_original, "node": node_name})
                 (ups if new > cur[i] else downs).append(action)
             self.metrics.cpu_requested.labels(node_name).set(float(plan.new_m.sum()))
             debug[node_name] = node_debug
-        self.last_plan = {"at": now, "nodes": debug}
+        self.last_plan = {"at": observed.now, "nodes": debug}
         return [*downs, *ups]
-
-    @staticmethod
-    def _has_original(pods: list[dict[str, Any]], uid: str) -> bool:
-        for p in pods:
-            meta = p.get("metadata") or {}
-            if meta.get("uid") == uid:
-                return CPU_ORIGINAL in (meta.get("annotations") or {})
-        return False
 
     def _report_pending(self, r: Row) -> None:
         """One Event and one count per pod and pending reason; nothing is retried meanwhile."""

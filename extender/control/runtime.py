@@ -1,9 +1,9 @@
 """Builds the leader elector and the enabled loops for the service, and the /debug routes.
 
 Controllers are found by name in FACTORIES ("module:function"); a factory takes a
-ControlContext and returns a Controller. Adding a loop = one line here, a LoopConfig-derived
-settings field named like the controller (optional: LoopConfig() defaults otherwise), and the
-name in Settings.controllers' Literal.
+ControlContext and returns a Controller. Adding a loop = one line here, a settings class in
+scoring/settings.py (a LoopSettings) with a field of CoreSettings named like the controller, and
+the name in Settings.controllers' Literal.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ from extender.control.events import EventRecorder, LogRecorder, Recorder
 from extender.control.kube_actions import KubeActions
 from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
 from extender.control.loop import Controller, ControlLoop, ControlMetrics, Leadership
+from extender.control.world_builder import WorldBuilder
 from extender.convergence_loop import ConvergenceTracker
-from extender.settings import LoopConfig, Settings
+from extender.job_reports import JobReportBook
+from extender.settings import Settings
 from extender.state import ClusterState
+from scoring.settings import CoreSettings
 
 log = logging.getLogger("flowsched.control")
 
@@ -35,6 +38,7 @@ FACTORIES: dict[str, str] = {
     "migrator": "extender.control.migrator:build",
     "resizer": "extender.control.resizer:build",
     "elastic": "extender.control.elastic:build",
+    "admission": "extender.control.admission:build",
 }
 
 
@@ -43,6 +47,8 @@ class ControlContext:
     """What a controller factory gets. `actions` is None without a cluster (loops are then dry-run)."""
 
     settings: Settings
+    core: CoreSettings
+    world: WorldBuilder
     state: ClusterState
     tracker: ConvergenceTracker
     actions: KubeActions | None
@@ -98,12 +104,13 @@ class Controllers:
     def status(self) -> dict[str, Any]:
         leader = self.elector.status() if self.elector is not None else {"is_leader": True, "lease": None}
         return {"leader": leader, "loops": {lp.name: {"interval_s": lp.interval_s, "dry_run": lp.dry_run,
-                                                      "budget_left": lp.budget.remaining()}
+                                                      "budget_left": lp.budget.remaining(lp.clock())}
                                             for lp in self.loops}}
 
 
 def build_controllers(settings: Settings, state: ClusterState, tracker: ConvergenceTracker, api_client: Any,
-                      registry: CollectorRegistry, clock: Callable[[], float] = time.time) -> Controllers | None:
+                      registry: CollectorRegistry, clock: Callable[[], float] = time.time,
+                      reports: JobReportBook | None = None) -> Controllers | None:
     """None when no controller is enabled. Raises ValueError for an unknown or missing one."""
     if not settings.controllers:
         return None
@@ -125,14 +132,17 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     else:
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
-    ctx = ControlContext(settings=settings, state=state, tracker=tracker, actions=actions, recorder=recorder,
+    world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict,
+                         reports.job_reports if reports is not None else None, gate=settings.admission.gate)
+    ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
+                         actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock)
     metrics = ControlMetrics.build(registry)
     loops: list[ControlLoop] = []
     made: dict[str, Controller] = {}
     for name in dict.fromkeys(settings.controllers):
         controller = _factory(name)(ctx)
-        cfg: LoopConfig = getattr(settings, name, None) or LoopConfig()
+        cfg = ctx.core.loop(name)
         made[name] = controller
         loops.append(ControlLoop(controller, leader, metrics, interval_s=cfg.interval_s, dry_run=dry_run,
                                  per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
@@ -179,6 +189,10 @@ def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
     @router.get("/debug/resizes")
     async def debug_resizes() -> Response:
         return loop_view("resizer")
+
+    @router.get("/debug/admission")
+    async def debug_admission() -> Response:
+        return loop_view("admission")
 
     @router.get("/debug/elastic")
     async def debug_elastic() -> Response:

@@ -83,12 +83,14 @@ class FlowschedService:
         r.raise_for_status()
 
 
-def acting_loop_config(workdir: Path, controller: str, loop: dict[str, Any]) -> Path:
+def acting_loop_config(workdir: Path, controller: str, loop: dict[str, Any],
+                       extra: dict[str, Any] | None = None) -> Path:
     """A config file for a flowsched that runs one control loop for real (not dry-run) on a
     Lease of its own, with the short intervals an e2e test needs; returns its path."""
     workdir.mkdir(exist_ok=True)
     cfg = workdir / "flowsched.yaml"
     cfg.write_text(yaml.safe_dump({
+        **(extra or {}),
         "progress_db": str(workdir / "progress.sqlite"),
         "convergence": {"interval_s": 0.5, "window_s": 30.0},
         "controllers": [controller],

@@ -28,6 +28,7 @@ from tests.cluster.scenario import Scenario, gpu_pod
 pytestmark = pytest.mark.cluster
 
 KF_LABEL = "training.kubeflow.org/job-name"
+TOKEN = "e2e-elastic-progress-token"
 PLAN = "flowsched.io/elastic-plan"
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -57,8 +58,11 @@ def elastic_flowsched(control_plane: ControlPlane, deploy_rbac: None, kube: Kube
 
     wait_until(established, 30, interval_s=0.2, what="the PyTorchJob CRD established")
     workdir = control_plane.workdir / "flowsched-elastic"
+    workdir.mkdir(exist_ok=True)
+    (workdir / "tokens").write_text(f"{TOKEN} *\n")
     cfg = acting_loop_config(workdir, "elastic",
-                             {"interval_s": 0.5, "max_per_interval": 4, "max_per_hour": 100, "cooldown_s": 2.0})
+                             {"interval_s": 0.5, "max_per_interval": 4, "max_per_hour": 100, "cooldown_s": 2.0},
+                             {"progress_auth": "static", "static_tokens_file": str(workdir / "tokens")})
     svc = FlowschedService(workdir, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
     svc.start()
     try:
@@ -81,6 +85,17 @@ def es(kube: Kube, emulator: KubeletEmulator, elastic_flowsched: FlowschedServic
 
 def pytorchjob_path(ns: str, name: str = "") -> str:
     return f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs" + (f"/{name}" if name else "")
+
+
+def create_pytorchjob(s: Scenario, workers: int = 2) -> None:
+    """PyTorchJob "pt": 1-GPU workers, elastic 1-8 (the operator's part is `reconcile`)."""
+    s.kube.create(pytorchjob_path(s.ns), {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
+        "spec": {"elasticPolicy": {"minReplicas": 1, "maxReplicas": 8, "rdzvBackend": "c10d"},
+                 "pytorchReplicaSpecs": {"Worker": {"replicas": workers, "template": {"spec": {"containers": [
+                     {"name": "pytorch", "image": "registry.invalid/e2e/train:0",
+                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}},
+    })
 
 
 def workers(s: Scenario) -> int:
@@ -127,13 +142,7 @@ def test_pytorchjob_replicas_follow_the_plan_as_jobs_arrive_and_finish(es: Scena
     s = es
     s.add_nodes("el-n1", gpus=4)
     s.add_nodes("el-n2", gpus=4)
-    s.kube.create(pytorchjob_path(s.ns), {
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
-        "spec": {"elasticPolicy": {"minReplicas": 1, "maxReplicas": 8, "rdzvBackend": "c10d"},
-                 "pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
-                     {"name": "pytorch", "image": "registry.invalid/e2e/train:0",
-                      "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}},
-    })
+    create_pytorchjob(s)
     # Alone on 8 GPUs: scaled out to all of them.
     follow(s, 8, 60, "the PyTorchJob scaled out to 8 workers")
     job = s.kube.get(pytorchjob_path(s.ns, "pt"))
@@ -157,3 +166,53 @@ def test_pytorchjob_replicas_follow_the_plan_as_jobs_arrive_and_finish(es: Scena
     assert any("Worker replicas -> 8" in m for m in msgs) and any("Worker replicas -> 4" in m for m in msgs), msgs
     metrics = s.flowsched.http.get("/metrics").text
     assert 'flowsched_elastic_plans_total{outcome="scaled"}' in metrics
+
+
+def test_the_planned_batch_follows_the_reported_gradient_noise(es: Scenario) -> None:
+    """The job reports its batch range and gradient noise with its progress; the plan it reads
+    back (reply and annotation) carries a batch size that grows when the noise grows."""
+    s = es
+    s.add_nodes("bt-n1", gpus=4)
+    create_pytorchjob(s)
+    follow_pods(s)
+    step = [0]
+
+    def post(grad_var: float, batch: int) -> dict[str, Any]:
+        points = [{"step": step[0] + k, "loss": 5.0 / (1 + 0.01 * (step[0] + k))} for k in range(20)]
+        step[0] += 20
+        r = s.flowsched.http.post("/v1/progress", headers={"Authorization": f"Bearer {TOKEN}"}, json={
+            "namespace": s.ns, "job": "pt", "points": points,
+            "training": {"batch_size": batch, "batch_min": 64, "batch_max": 4096, "grad_sqr": 1.0,
+                         "grad_var": grad_var}})
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+    def planned_batch() -> int | None:
+        ann = (s.kube.get(pytorchjob_path(s.ns, "pt"))["metadata"].get("annotations") or {}).get(PLAN)
+        b = json.loads(ann).get("batch_size") if ann else None
+        return int(b) if b else None
+
+    post(0.001, 256)  # little gradient noise: large batches waste samples
+    wait_until(lambda: (reconcile(s), planned_batch())[1] is not None, 30, interval_s=0.3,
+               what="a plan with a batch size for the quiet job")
+    quiet = planned_batch()
+    assert quiet is not None and quiet < 256
+    reply = post(0.001, quiet)
+    assert reply["plan"] is not None and reply["plan"]["batch_size"] == quiet  # the job reads it back
+    post(1000.0, quiet)  # much noisier gradients: larger batches are as efficient and run faster
+    wait_until(lambda: (reconcile(s), (planned_batch() or 0) > quiet)[1], 30, interval_s=0.3,
+               what="the planned batch growing with the reported gradient noise")
+    noisy = planned_batch()
+    assert noisy is not None and noisy > 256
+    job = s.flowsched.http.get(f"/v1/jobs/{s.ns}/pt", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert job["training"]["grad_var"] == 1000.0 and job["plan"]["batch_size"] == noisy
+    print(f"planned batch: {quiet} with grad_var 0.001, {noisy} with grad_var 1000 (reported at batch 64-4096)")
+
+
+def follow_pods(s: Scenario) -> None:
+    def ok() -> bool:
+        reconcile(s)
+        return running(s, f"{KF_LABEL}=pt") == workers(s)
+
+    wait_until(ok, 30, interval_s=0.3, what="the PyTorchJob's workers running")

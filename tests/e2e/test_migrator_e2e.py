@@ -234,6 +234,37 @@ def test_pdb_blocks_eviction_and_the_migrator_backs_off(scenario: Scenario, migr
     s.wait_event("guarded-0", "FlowschedMigrated")
 
 
+def test_namespace_opt_out_label_set_and_removed_at_run_time(scenario: Scenario, migrators: Migrators) -> None:
+    """The label is read every interval: set at run time it holds the migrator back from the next
+    interval on, removed it lets the migrator act, without a restart of flowsched."""
+    s = scenario
+    s.add_nodes("ns-n1", gpus=4)
+    s.add_nodes("ns-n2", gpus=2)
+    slow = pod_on(s, "optout-0", "ns-n1", 2, "optout", checkpointable=True)
+    s.wait_running("optout-0")
+    leader = migrators.leader()
+    job = f"{s.ns}/optout"
+    s.kube.merge_patch(f"/api/v1/namespaces/{s.ns}", {"metadata": {"labels": {"flowsched.io/migrate": "false"}}})
+    migrators.post_progress(s.ns, "optout", flattening_curve(time.time()))
+    s.create_pod("big-0", gpus=4, labels={JOB_LABEL: "big"})
+
+    def decision() -> str:
+        jobs = migrators.plan(leader).get("controller", {}).get("last_plan", {}).get("jobs", {})
+        return str((jobs.get(job) or {}).get("decision", ""))
+
+    wait_until(lambda: decision() == "namespace opted out", 10, interval_s=0.2,
+               what="the migrator seeing the namespace's opt-out label")
+    time.sleep(2.5)  # two more intervals: still not touched
+    assert alive(s, "optout-0", slow["metadata"]["uid"]) and decision() == "namespace opted out"
+    labelled_off = time.monotonic()
+    s.kube.merge_patch(f"/api/v1/namespaces/{s.ns}", {"metadata": {"labels": {"flowsched.io/migrate": None}}})
+    wait_until(lambda: not alive(s, "optout-0", slow["metadata"]["uid"]), 10, interval_s=0.1,
+               what="optout-0 evicted once the label is gone")
+    took = time.monotonic() - labelled_off
+    print(f"label removed -> evicted in {took:.2f} s (migrator interval 1 s)")
+    s.wait_event("optout-0", "FlowschedMigrated")
+
+
 def test_leader_fails_over_and_only_the_new_leader_acts(scenario: Scenario, migrators: Migrators) -> None:
     first = migrators.leader()
     first.stop()  # releases the Lease on the way out

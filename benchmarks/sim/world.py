@@ -1,0 +1,165 @@
+"""The simulator shell's half of the control core: the engine -> scoring.world.World.
+
+It reports what the service's World builder reads from a real cluster, no more: nodes and the
+GPUs their pods hold, each job's pods (bound or waiting, in kube-scheduler's queue order with
+the time each was created), its opt-ins (JobSpec.checkpointable, elastic_min/max), the marks
+the loops leave on pods (migration count and time, the elastic plan's time), its convergence
+estimate from the points it would post to /v1/progress (scoring.tracker, the service's
+tracker), and, as a job reporting through the progress API's optional fields would, its batch
+size, batch range, gradient noise and measured step times. Not its remaining work.
+
+Step times: the engine's profile (the Pollux artifact's measured placements) at the core's
+candidate batches, i.e. what the job measures once it has run at a size (Pollux's agent fits
+the same). The service has only the sizes a job actually ran at and a prior for the others.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.sim.engine import Engine, SimJob
+from benchmarks.sim.jobmodel import AppModel
+from benchmarks.sim.policies import pod_sizes
+from scoring.control import batch_grid
+from scoring.convergence import ConvergenceEstimate
+from scoring.elastic import GradientNoise
+from scoring.settings import CoreSettings
+from scoring.tracker import ConvergenceTracker
+from scoring.world import JobState, NodeState, PendingPod, Throughput, World
+
+NAMESPACE = "sim"
+
+
+def job_key(job: SimJob) -> str:
+    return f"{job.spec.namespace}/{job.spec.name}"
+
+
+@dataclass
+class Marks:
+    """What the loops write on pods (the service reads them back from its pod watch)."""
+
+    migrations: dict[int, int] = field(default_factory=dict)
+    migrated_at: dict[int, float] = field(default_factory=dict)
+    # GPU-seconds the job had attained when a loop last restarted it (evicted or rescaled), and when.
+    attained: dict[int, float] = field(default_factory=dict)
+    attained_at: dict[int, float] = field(default_factory=dict)
+    scaled_at: dict[int, float] = field(default_factory=dict)
+
+
+def node_name(k: int) -> str:
+    return f"node-{k:03d}"
+
+
+@dataclass
+class SimWorldBuilder:
+    settings: CoreSettings
+    tracker: ConvergenceTracker
+    marks: Marks = field(default_factory=Marks)
+    namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
+
+    def estimate(self, engine: Engine, job: SimJob) -> ConvergenceEstimate | None:
+        engine.sync(job)  # its series up to now, as the job would have posted it
+        n = len(job.series)
+        if n == 0:
+            return None
+        pts = np.asarray(job.series, dtype=np.float64)
+        if engine.now - float(pts[-1, 0]) > self.settings.convergence.active_within_s:
+            return self.tracker.get(job_key(job))  # the service re-estimates only jobs that reported lately
+        app = engine.profiles.apps[job.spec.app]
+        return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
+                                   higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])))
+
+    def throughput(self, engine: Engine, job: SimJob, hi: int) -> Throughput:
+        app = engine.profiles.apps[job.spec.app]
+        grid = batch_grid(int(app.init_batch_size), int(getattr(app, "max_batch_size", app.init_batch_size)),
+                          self.settings.elastic.batch_points)
+        batches = tuple(sorted({*grid.tolist(), int(job.batch_size)}))
+        key = (job.spec.app, hi, batches)
+        hit = self._tables.get(key)
+        if hit is None:
+            hit = measured_throughput(app, hi, engine.cluster.settings.gpus_per_node, np.array(batches))
+            self._tables[key] = hit
+        return hit
+
+    def build(self, engine: Engine, now: float) -> World:
+        c = engine.cluster
+        nodes = tuple(NodeState(node_name(k), float(c.gpu_alloc[k]), float(c.gpu_used[k]))
+                      for k in range(c.gpu_alloc.shape[0]))
+        per_node = c.settings.gpus_per_node
+        active = [j for j in engine.active.values() if j.completion is None]
+        pending: list[PendingPod] = []
+        for j in sorted((j for j in active if not j.placement and j.idx not in engine.gated),
+                        key=lambda j: (-j.spec.priority, engine.queue_time(j), j.idx)):
+            waited = now - engine.queue_time(j)
+            for i, g in enumerate(pod_sizes(j.replicas, per_node)):
+                pending.append(PendingPod(f"{job_key(j)}-{i}", job_key(j), float(g), waited))
+        jobs = tuple(sorted((self._job(engine, j, now) for j in active), key=lambda s: s.key))
+        return World(now, nodes, jobs, tuple(pending), self.namespace_labels)
+
+    def _job(self, engine: Engine, j: SimJob, now: float) -> JobState:
+        s = j.spec
+        app = engine.profiles.apps[s.app]
+        placed = bool(j.placement)
+        gpus_on: dict[str, float] = {}
+        for node, g in j.placement:
+            gpus_on[node_name(node)] = gpus_on.get(node_name(node), 0.0) + g
+        elastic = (max(1, s.elastic_min), min(s.elastic_max, engine.cluster.total_gpus)) if s.elastic_max > 0 else None
+        m = self.marks
+        noise = None
+        batch_range = None
+        throughput = None
+        if elastic is not None:
+            sqr, var = app.grad_stats(j.batch_size, epoch_of(app, j.progress))
+            noise = GradientNoise(sqr, var, int(app.init_batch_size))
+            batch_range = (int(app.init_batch_size), int(getattr(app, "max_batch_size", app.init_batch_size)))
+            throughput = self.throughput(engine, j, elastic[1])
+        before = m.attained.get(j.idx, 0.0)
+        since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
+        gated = j.idx in engine.gated
+        return JobState(
+            key=job_key(j), namespace=s.namespace, gpus_on=gpus_on,
+            live_gpus=j.gpus if placed else j.replicas,
+            # An elastic job's workers are 1-GPU pods kube-scheduler packs; other jobs' pods are per node.
+            per_pod=1 if elastic is not None else max(pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node)),
+            checkpointable=s.checkpointable, elastic=elastic,
+            running=placed and now >= j.restart_until, settling=not placed,
+            runtime_s=now - j.seg_start if placed else math.nan,
+            attained_gpu_s=before + ((now - since) * j.gpus if placed else 0.0),
+            estimate=self.estimate(engine, j) if placed or j.series else None,
+            migrations=m.migrations.get(j.idx, 0),
+            since_migration_s=now - m.migrated_at[j.idx] if j.idx in m.migrated_at else math.inf,
+            since_scaled_s=now - m.scaled_at[j.idx] if j.idx in m.scaled_at else math.inf,
+            batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
+            gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
+            if gated else (),
+            wait_s=math.nan if placed else now - engine.queue_time(j),
+        )
+
+
+def epoch_of(app: AppModel, progress: float) -> int:
+    e = int(np.searchsorted(app.progress_at, progress * (1 + 1e-12), side="right")) - 1
+    return min(max(e, 0), app.max_epochs - 1)
+
+
+def measured_throughput(app: AppModel, max_gpus: int, gpus_per_node: int, batches: np.ndarray) -> Throughput:
+    """Seconds per step and the batch actually run at (g, b), from the profile: the packed
+    placement kube-scheduler's pod split gives, with the artifact's batch_config (micro-batch
+    and gradient accumulation)."""
+    g_n = max_gpus + 1
+    realised = np.full((g_n, batches.size), np.nan)
+    step_s = np.full((g_n, batches.size), np.nan)
+    min_local = int(getattr(app, "min_local_bsz", 1))
+    for g in range(1, g_n):
+        placement = pod_sizes(g, gpus_per_node)
+        for i, b in enumerate(batches):
+            if b < g * min_local:
+                continue  # fewer samples per GPU than the model's smallest profiled batch
+            atomic, accum = app.batch_config(g, int(b))
+            step, sync = app.throughput(placement, atomic)
+            realised[g, i] = g * atomic * (accum + 1)
+            step_s[g, i] = step + (step - sync) * accum
+    return Throughput(batches.astype(np.int64), step_s, realised)

@@ -1,0 +1,122 @@
+"""The admission loop: releases gated jobs (pods carrying the scheduling gate
+`flowsched.io/admission`) in the control core's order, a whole gang at a time, and preempts
+checkpointable jobs of later queues for long-waiting work. See docs/admission.md.
+
+observe(): the World (extender/control/world_builder.py). plan(): scoring.admission.
+plan_admission_for, the function the simulator runs. act(): an "admit" removes the gate from every
+gated pod of the job (a merge-patch of spec.schedulingGates keeping any other gate) and records a
+FlowschedAdmitted Event per pod; a "preempt" goes through the migrator's eviction path
+(extender/control/eviction.py: opt-in re-checked, PodDisruptionBudgets, the eviction mark with the
+job's attained service, a FlowschedPreempted Event), within its own budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from prometheus_client import Counter
+
+from extender.control.errors import PermanentError
+from extender.control.events import ObjectRef
+from extender.control.eviction import evict_job
+from extender.control.kube_actions import EVICTED
+from extender.control.loop import Action
+from extender.control.runtime import ControlContext
+from extender.control.world_builder import Observed, observe
+from scoring.admission import Admit, Preempt, plan_admission_for
+from scoring.safety import Budget
+
+log = logging.getLogger("flowsched.admission")
+
+ADMITTED = "FlowschedAdmitted"
+PREEMPTED = "FlowschedPreempted"
+
+
+class Admission:
+    name = "admission"
+
+    def __init__(self, ctx: ControlContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.core.admission
+        self.preempt_budget = Budget(self.cfg.max_preemptions_per_interval, self.cfg.max_preemptions_per_hour)
+        self.admitted = Counter("flowsched_admitted_pods", "Pods released from flowsched's scheduling gate",
+                                ["namespace"], registry=ctx.registry)
+        self.preempted = Counter("flowsched_preemptions", "Jobs evicted by admission for long-waiting work",
+                                 ["namespace"], registry=ctx.registry)
+        self.last: dict[str, Any] = {}
+
+    def observe(self, now: float) -> Observed | None:
+        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False)
+        if observed is None:
+            self.last = {"at": now, "skipped": "snapshot not synced yet"}
+        return observed
+
+    def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
+        if observed is None:
+            return []
+        world = observed.world
+        now = self.ctx.clock()
+        self.preempt_budget.new_interval()
+        plan = plan_admission_for(world, self.ctx.core, max_admits=budget_left,
+                                  max_preempts=self.preempt_budget.left(now))
+        self.last = plan.describe(world.now)
+        # Preemptions first: they free what the waiting job needs for the next interval.
+        return [*(self._preempt(p, observed) for p in plan.preempts), *(self._admit(a, observed) for a in plan.admits)]
+
+    def _admit(self, a: Admit, observed: Observed) -> Action:
+        gate = self.cfg.gate
+        pods = [p for p in observed.pods_of.get(a.job, []) if gate in p.scheduling_gates and not p.terminating]
+        return Action(key=a.job, kind="admit", target=a.job, reason=a.reason, detail={
+            "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid,
+                      "gates": [g for g in p.scheduling_gates if g != gate]} for p in pods]})
+
+    def _preempt(self, p: Preempt, observed: Observed) -> Action:
+        pods = [x for x in observed.pods_of.get(p.job, []) if x.node]
+        origin = max(((x.node, x.requests.gpus) for x in pods), key=lambda t: t[1], default=("", 0.0))[0]
+        return Action(key=p.job, kind="preempt", target=p.job, reason=p.reason, detail={
+            "for": p.for_job, "origin": origin,
+            "attained": round(p.attained_gpu_s, 3) if math.isfinite(p.attained_gpu_s) else None,
+            "pods": [{"namespace": x.namespace, "name": x.name, "uid": x.uid, "node": x.node} for x in pods]})
+
+    def act(self, action: Action, now: float) -> str:
+        if action.kind == "preempt":
+            return self._act_preempt(action, now)
+        actions = self.ctx.actions
+        if actions is None:
+            raise PermanentError("no cluster: admission can only plan")
+        released = 0
+        for p in action.detail["pods"]:
+            if actions.set_scheduling_gates(p["namespace"], p["name"], p["gates"]):
+                released += 1
+                self.ctx.recorder.record(ObjectRef(p["namespace"], p["name"], p["uid"]), ADMITTED,
+                                         f"Scheduling gate {self.cfg.gate} removed: {action.reason}", action="Admit")
+        if not released:
+            return "gone"
+        self.admitted.labels(action.key.split("/", 1)[0]).inc(released)
+        log.info("admitted %s (%d pods): %s", action.key, released, action.reason)
+        return "admitted"
+
+    def _act_preempt(self, action: Action, now: float) -> str:
+        d = action.detail
+        mark = {"from": d["origin"], "at": round(now, 3), "count": 1, "attained": d.get("attained"),
+                "preempted_for": d["for"]}
+        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
+                            action.reason, PREEMPTED, f"for {d['for']}")
+        if not evicted:
+            return "gone"
+        self.preempt_budget.spend(now)
+        self.preempted.labels(evicted[0].namespace).inc()
+        log.info("preempted %s for %s: %s", action.key, d["for"], action.reason)
+        return EVICTED
+
+    def describe(self) -> dict[str, Any]:
+        return {"last_plan": self.last, "settings": asdict(self.cfg),
+                "preemption_budget_left": self.preempt_budget.remaining(self.ctx.clock())}
+
+
+def build(ctx: ControlContext) -> Admission:
+    return Admission(ctx)

@@ -1,0 +1,62 @@
+"""Evicting a whole job, the one way the control loops stop running work (the migrator's moves
+and admission's preemptions alike): re-check every pod's opt-in, mark the pods (the
+flowsched.io/migration annotation every replica's pod watch turns into the job's record: origin,
+count, attained service), evict through policy/v1 Eviction (PodDisruptionBudgets apply; a 429 is
+a TemporaryError, never forced), withdraw the mark when refused, one Event per evicted pod."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from extender.control.errors import PermanentError, TemporaryError
+from extender.control.events import ObjectRef, Recorder
+from extender.control.kube_actions import EVICTED, KubeActions
+from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
+
+log = logging.getLogger("flowsched.eviction")
+
+GONE = "gone"
+
+
+def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: str,
+              pods: Sequence[Mapping[str, Any]], mark: Mapping[str, Any], reason: str, event_reason: str,
+              message: str) -> list[PodInfo]:
+    """The pods evicted (empty: the job was already gone). Raises TemporaryError/PermanentError."""
+    if actions is None:
+        raise PermanentError("no cluster: the loop can only plan")
+    targets: list[PodInfo] = []
+    for ref in pods:
+        current = state.pod(ref["uid"])
+        # The last line of defence: never evict a pod that has not opted in, whatever the plan.
+        if current is None:
+            continue
+        if not current.checkpointable:
+            raise PermanentError(f"{current.key} is not annotated flowsched.io/checkpointable=true")
+        if current.terminating:
+            continue
+        targets.append(current)
+    if not targets:
+        return []
+    text = json.dumps(dict(mark))
+    evicted: list[PodInfo] = []
+    for p in targets:
+        if not actions.annotate_pod(p.namespace, p.name, {MIGRATION: text, EVICTED_FROM: p.node}):
+            continue
+        try:
+            outcome = actions.evict(p.namespace, p.name, p.uid)
+        except (TemporaryError, PermanentError):
+            try:  # refused (a PDB, ...): withdraw the mark so cooldown and counts stay true
+                actions.annotate_pod(p.namespace, p.name, {MIGRATION: None, EVICTED_FROM: None})
+            except (TemporaryError, PermanentError) as e2:
+                log.warning("could not withdraw the migration mark of %s: %s", p.key, e2)
+            if evicted:
+                log.warning("%s: evicted %d of %d pods before a refusal", key, len(evicted), len(targets))
+            raise
+        if outcome == EVICTED:
+            evicted.append(p)
+            recorder.record(ObjectRef(p.namespace, p.name, p.uid), event_reason,
+                            f"Evicted from {p.node} {message}: {reason}", action="Evict")
+    return evicted

@@ -1,0 +1,184 @@
+"""The service shell's half of the control core: the watched snapshot -> scoring.world.World.
+
+Reads (never writes): the ClusterState's immutable control view (pods, schedulable nodes,
+migration marks), the convergence tracker's estimates, the progress store's latest batch and
+gradient statistics per job (when jobs report them), and the namespaces' labels, listed fresh
+every time a World is built, so a namespace labelled `flowsched.io/migrate: "false"` at run
+time is honoured at the next interval without a restart.
+
+The one thing it remembers is each elastic job's measured step time per GPU count (a job
+running steadily at one size tells its step time there), which the core's throughput prior
+is scaled to.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo
+from scoring.convergence import ConvergenceEstimate
+from scoring.elastic import GradientNoise
+from scoring.world import JobState, NodeState, PendingPod, World
+
+log = logging.getLogger("flowsched.control")
+
+
+class EstimateSource(Protocol):
+    def snapshot(self) -> Mapping[str, ConvergenceEstimate]: ...
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What a job reported about its batch beyond loss points (the progress API's optional fields)."""
+
+    batch_size: int = 0
+    batch_range: tuple[int, int] | None = None
+    noise: GradientNoise | None = None
+
+
+NamespaceLabels = Callable[[], Mapping[str, Mapping[str, str]]]
+JobReports = Callable[[], Mapping[str, JobReport]]
+
+
+def parse_range(value: str | None) -> tuple[int, int] | None:
+    """`"min-max"` GPUs -> (min, max) with 1 <= min <= max; anything else -> None (not elastic)."""
+    if value is None:
+        return None
+    lo_s, sep, hi_s = value.strip().partition("-")
+    if not sep or not lo_s.strip().isdigit() or not hi_s.strip().isdigit():
+        return None
+    lo, hi = int(lo_s), int(hi_s)
+    return (lo, hi) if 1 <= lo <= hi else None
+
+
+@dataclass
+class WorldBuilder:
+    estimates: EstimateSource
+    namespace_labels: NamespaceLabels  # raises when the namespaces cannot be read: no World, no plan
+    job_reports: JobReports | None = None
+    gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
+    step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
+
+    def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
+              now: float) -> World:
+        names = {n.name for n in nodes}
+        used: dict[str, float] = {}
+        by_job: dict[str, list[PodInfo]] = {}
+        pending: list[tuple[int, float, PendingPod]] = []
+        for p in pods:
+            if p.node and p.holds_resources:
+                used[p.node] = used.get(p.node, 0.0) + p.requests.gpus
+            if p.phase in ("Succeeded", "Failed") or p.requests.gpus <= 0:
+                continue
+            by_job.setdefault(p.job, []).append(p)
+            if not p.node and not p.terminating and not p.scheduling_gates:
+                created = p.created_at if p.created_at is not None else math.nan
+                # kube-scheduler's order: priority, then when the pod was created.
+                pending.append((-p.priority, created if math.isfinite(created) else 0.0,
+                                PendingPod(p.key, p.job, p.requests.gpus, now - created)))
+        pending.sort(key=lambda x: (x[0], x[1]))
+        estimates = self.estimates.snapshot()
+        reports = self.job_reports() if self.job_reports is not None else {}
+        jobs = tuple(self._job(key, ps, names, marks.get(key), estimates.get(key), reports.get(key), now)
+                     for key, ps in sorted(by_job.items()))
+        node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0))
+                            for n in sorted(nodes, key=lambda n: n.name))
+        labels = self.namespace_labels()
+        return World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
+
+    def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
+             est: ConvergenceEstimate | None, report: JobReport | None, now: float) -> JobState:
+        gpus_on: dict[str, float] = {}
+        for p in ps:
+            if p.node in nodes and p.holds_resources:
+                gpus_on[p.node] = gpus_on.get(p.node, 0.0) + p.requests.gpus
+        starts = [p.started_at for p in ps if p.node and p.holds_resources]
+        known = bool(starts) and all(s is not None for s in starts)
+        ranges = {parse_range(p.elastic) for p in ps}
+        elastic = next(iter(ranges)) if len(ranges) == 1 else None
+        settling = any(p.terminating or not p.node or p.phase != "Running" for p in ps)
+        held = int(sum(gpus_on.values()))
+        if elastic is not None and est is not None and not settling and held > 0 and \
+                math.isfinite(est.step_rate) and est.step_rate > 0:
+            self.step_samples.setdefault(key, {})[held] = 1.0 / est.step_rate
+        plan_at = [p.elastic_plan_at for p in ps if p.elastic_plan_at is not None]
+        report = report or JobReport()
+        return JobState(
+            key=key, namespace=ps[0].namespace, gpus_on=gpus_on,
+            live_gpus=int(sum(p.requests.gpus for p in ps if not p.terminating)),
+            per_pod=max(1, int(max(p.requests.gpus for p in ps))),
+            checkpointable=all(p.checkpointable for p in ps),
+            elastic=elastic,
+            running=all(bool(p.node) and p.phase == "Running" and not p.terminating for p in ps),
+            settling=settling,
+            runtime_s=now - max(s for s in starts if s is not None) if known else math.nan,
+            attained_gpu_s=attained(ps, mark, now) if known or not starts else math.nan,
+            estimate=est,
+            migrations=mark.count if mark else 0,
+            since_migration_s=now - mark.at if mark else math.inf,
+            since_scaled_s=now - max(plan_at) if plan_at else math.inf,
+            batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
+            step_samples=dict(self.step_samples.get(key, {})),
+            gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
+            wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
+                                                       and p.created_at is not None]) else math.nan,
+        )
+
+
+def attained(ps: list[PodInfo], mark: MigrationMark | None, now: float) -> float:
+    """GPU-seconds of service: what the job had when a loop last restarted it (the eviction mark's
+    or the elastic plan's "attained", whichever is newer) plus its bound pods' time since then."""
+    prev, since = 0.0, -math.inf
+    if mark is not None and math.isfinite(mark.attained_gpu_s):
+        prev, since = mark.attained_gpu_s, mark.at
+    for p in ps:
+        plan = p.elastic_plan
+        a = plan.get("attained") if plan is not None else None
+        if plan is None or not isinstance(a, int | float) or not (math.isfinite(a) and a >= 0):
+            continue
+        if float(plan["at"]) > since:
+            prev, since = float(a), float(plan["at"])
+    return prev + sum(p.requests.gpus * (now - max(p.started_at, since)) for p in ps
+                      if p.started_at is not None and p.node and p.holds_resources)
+
+
+def labels_from_namespace_list(body: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """GET /api/v1/namespaces -> name -> labels."""
+    out: dict[str, dict[str, str]] = {}
+    for item in body.get("items") or []:
+        meta = item.get("metadata") or {}
+        if isinstance(meta.get("name"), str):
+            out[meta["name"]] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return out
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one interval of a loop decides from: the World and each job's live pods (to name
+    them in the actions the shell sends)."""
+
+    world: World
+    pods_of: dict[str, list[PodInfo]]
+
+
+class ControlView(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]: ...
+
+
+def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool) -> Observed | None:
+    """None until the snapshot has synced (a half-listed cluster is no basis for a plan)."""
+    if not state.ready:
+        return None
+    pods, nodes, marks = state.control_view()
+    pods_of: dict[str, list[PodInfo]] = {}
+    for p in pods:
+        if p.phase not in ("Succeeded", "Failed") and (p.requests.gpus > 0 or not gpu_pods_only):
+            pods_of.setdefault(p.job, []).append(p)
+    return Observed(builder.build(pods, nodes, marks, now), pods_of)

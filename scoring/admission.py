@@ -1,0 +1,213 @@
+"""Admission: which gated jobs kube-scheduler may see now, in which order, and which running
+jobs yield to them. Pure; the shells remove the gates (service) or release the job (simulator).
+
+flowsched changes the order of work only through scheduling gates and evictions, as it can in a
+real cluster (DESIGN §7): a job's pods carry the gate `flowsched.io/admission` (from the user's
+template or flowsched's webhook) and kube-scheduler ignores them until the gate is removed.
+
+Per interval:
+1. The order: Tiresias' discretised least attained service. A job's queue is the number of
+   `queue_thresholds_gpu_s` its attained GPU-seconds have passed (a job evicted earlier keeps
+   what it had attained); lower queues first, then the job whose pods have waited longest. A job
+   waiting longer than `starvation_factor` x max(attained, 1 GPU-hour) goes ahead of all queues.
+2. Gangs: the pods kube-scheduler already sees (ungated pending pods) are placed best-fit on the
+   free GPUs first; then each gated job in order is admitted only if *all* its pods fit what is
+   left (no partial gang ever holds GPUs); a job that does not fit is skipped and later, smaller
+   ones may go (as Tiresias admits), unless it is starving: then nothing behind it is admitted
+   and the GPUs it needs are kept for it.
+3. Preemption (DynamoML): the first job in order that has waited `preempt_after_s` and does not
+   fit may have running jobs of a *later* queue evicted for it (checkpointable, namespace
+   allowed, running at least `min_runtime_s`), most attained service first, only as many as its
+   pods need to fit, and only if they then do. The evicted jobs' replacement pods carry the gate
+   again and are ordered by what they had attained.
+4. Namespaces flowsched must not touch (excluded or labelled out) are never held: their gated
+   jobs are admitted at once, whatever fits.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scoring.migration import place
+from scoring.safety import namespace_refusal
+from scoring.settings import CoreSettings
+from scoring.world import JobState, World
+
+_ONE_GPU_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Admit:
+    job: str
+    pods: int  # gated pods released together
+    gpus: float
+    queue: int
+    reason: str
+    kind: str = "admit"
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """Evict `job` (every pod) so that `for_job` fits; carried out like a migration."""
+
+    job: str
+    for_job: str
+    freed_gpus: float
+    attained_gpu_s: float
+    reason: str
+    kind: str = "preempt"
+
+
+@dataclass(frozen=True)
+class AdmissionPlan:
+    admits: tuple[Admit, ...]
+    preempts: tuple[Preempt, ...]
+    order: tuple[tuple[str, int, float, str], ...]  # (job, queue, wait_s, decision) of every gated job
+
+    def describe(self, now: float) -> dict[str, Any]:
+        return {"at": now, "queue": [{"job": j, "queue": q, "wait_s": w if math.isfinite(w) else None,
+                                      "decision": d} for j, q, w, d in self.order],
+                "admit": [a.job for a in self.admits], "preempt": [p.job for p in self.preempts]}
+
+
+def queue_of(attained_gpu_s: float, thresholds: tuple[float, ...]) -> int:
+    a = attained_gpu_s if math.isfinite(attained_gpu_s) else 0.0
+    return bisect.bisect_right(list(thresholds), a)
+
+
+def starving(job: JobState, factor: float) -> bool:
+    att = job.attained_gpu_s if math.isfinite(job.attained_gpu_s) else 0.0
+    return factor > 0 and math.isfinite(job.wait_s) and job.wait_s > factor * max(att, _ONE_GPU_HOUR)
+
+
+@dataclass
+class _Room:
+    """Free GPUs per node as the plan goes, and what has been promised."""
+
+    names: list[str]
+    free: np.ndarray
+
+    def fits(self, pods: tuple[float, ...], extra: np.ndarray | None = None) -> bool:
+        left = self.free + extra if extra is not None else self.free
+        where, _ = place(left, np.asarray(pods, dtype=np.float64), np.full(len(pods), -1, dtype=np.int64))
+        return bool((where >= 0).all())
+
+    def take(self, pods: tuple[float, ...]) -> None:
+        _, self.free = place(self.free, np.asarray(pods, dtype=np.float64), np.full(len(pods), -1, dtype=np.int64))
+
+
+@dataclass
+class _Budget:
+    admits: int
+    preempts: int
+    used_admits: int = 0
+    used_preempts: int = 0
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int | None = None,
+                       max_preempts: int | None = None) -> AdmissionPlan:
+    s = settings.admission
+    names = world.node_names
+    col = {n: k for k, n in enumerate(names)}
+    room = _Room(names, np.maximum(world.free_gpus(), 0.0))
+    # What kube-scheduler sees already goes first: its queue takes GPUs before any admission.
+    ungated = tuple(p.gpus for p in world.pending)
+    if ungated:
+        room.take(ungated)
+    budget = _Budget(s.max_per_interval if max_admits is None else max_admits,
+                     s.max_preemptions_per_interval if max_preempts is None else max_preempts)
+    gated = [j for j in world.jobs if j.gated_pods]
+    open_ns = [j for j in gated if namespace_refusal(j.namespace, world.namespace_labels, settings.safety) is None]
+    closed = [j for j in gated if j not in open_ns]
+
+    def key(j: JobState) -> tuple[int, int, float, str]:
+        q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
+        wait = j.wait_s if math.isfinite(j.wait_s) else 0.0
+        return (0 if starving(j, s.starvation_factor) else 1, q, -wait, j.key)
+
+    admits: list[Admit] = []
+    preempts: list[Preempt] = []
+    order: list[tuple[str, int, float, str]] = []
+    for j in closed:  # flowsched may not hold these
+        q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
+        admits.append(Admit(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
+                            "namespace not managed by flowsched: released at once"))
+        order.append((j.key, q, j.wait_s, "released: namespace not managed"))
+    blocked = False
+    preempted_for: str | None = None
+    running = [r for r in world.jobs if r.held_gpus > 0]
+    for j in sorted(open_ns, key=key):
+        q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
+        starve = starving(j, s.starvation_factor)
+        if blocked:
+            order.append((j.key, q, j.wait_s, "held: a starving job ahead keeps the GPUs it needs"))
+            continue
+        if room.fits(j.gated_pods):
+            if budget.used_admits >= budget.admits:
+                order.append((j.key, q, j.wait_s, "fits, admission budget spent"))
+                continue
+            room.take(j.gated_pods)
+            budget.used_admits += 1
+            why = "starving: ahead of every queue" if starve else f"queue {q}"
+            admits.append(Admit(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
+                                f"{why}, waited {j.wait_s:.0f}s, attained {_h(j.attained_gpu_s)} GPU-h; "
+                                f"all {len(j.gated_pods)} pod(s) ({sum(j.gated_pods):g} GPUs) fit now"))
+            order.append((j.key, q, j.wait_s, "admitted"))
+            continue
+        decision = "waits: its pods do not all fit"
+        if s.preempt and preempted_for is None and math.isfinite(j.wait_s) and j.wait_s >= s.preempt_after_s:
+            victims = _victims(j, q, running, world, settings, room, col)
+            if victims and len(victims) <= budget.preempts - budget.used_preempts:
+                preempted_for = j.key
+                budget.used_preempts += len(victims)
+                for v in victims:
+                    vq = queue_of(v.attained_gpu_s, s.queue_thresholds_gpu_s)
+                    preempts.append(Preempt(v.key, j.key, v.held_gpus, v.attained_gpu_s,
+                                            f"preempted for {j.key} (queue {q}, waited {j.wait_s:.0f}s): {v.key} is "
+                                            f"in queue {vq} with {_h(v.attained_gpu_s)} GPU-h attained; frees "
+                                            f"{v.held_gpus:g} GPUs"))
+                decision = f"waits: preempting {len(victims)} job(s) for it"
+        if starve:
+            blocked = True  # nothing behind a starving job takes the GPUs it waits for
+            decision += "; starving: nothing behind it is admitted"
+        order.append((j.key, q, j.wait_s, decision))
+    return AdmissionPlan(tuple(admits), tuple(preempts), tuple(order))
+
+
+def _victims(job: JobState, q: int, running: list[JobState], world: World, settings: CoreSettings,
+             room: _Room, col: dict[str, int]) -> list[JobState]:
+    """The fewest running jobs of later queues (most attained first) whose GPUs let `job` fit."""
+    s = settings.admission
+    cands = []
+    for r in running:
+        rq = queue_of(r.attained_gpu_s, s.queue_thresholds_gpu_s)
+        if rq <= q or not r.checkpointable or not r.running:
+            continue
+        if namespace_refusal(r.namespace, world.namespace_labels, settings.safety) is not None:
+            continue
+        if not (math.isfinite(r.runtime_s) and r.runtime_s >= s.min_runtime_s):
+            continue
+        if r.since_migration_s < settings.safety.hold_s or r.since_scaled_s < settings.safety.hold_s:
+            continue
+        cands.append(r)
+    cands.sort(key=lambda r: (-(r.attained_gpu_s if math.isfinite(r.attained_gpu_s) else 0.0), r.key))
+    extra = np.zeros_like(room.free)
+    chosen: list[JobState] = []
+    for r in cands:
+        for node, g in r.gpus_on.items():
+            if node in col:
+                extra[col[node]] += g
+        chosen.append(r)
+        if room.fits(job.gated_pods, extra):
+            return chosen
+    return []
+
+
+def _h(gpu_s: float) -> str:
+    return f"{gpu_s / 3600.0:.1f}" if math.isfinite(gpu_s) else "unknown"

@@ -1,0 +1,321 @@
+"""The control core: each loop's plan from a World, and how the loops compose.
+
+    plan_migrations_for(world, settings, max_moves=..., elastic_on=...) -> MigratorPlan
+    plan_elastic_for(world, settings, migrator_on=...) -> ElasticLoopPlan
+
+Both shells (the service's extender/control/, the simulator's benchmarks/sim/) call exactly
+these, with the same CoreSettings, and carry out the actions they return; neither filters or
+reorders them. The safety rules (scoring.safety) are applied here, once, to every loop.
+
+Composition (both loops on): the elastic optimizer plans first in a round and the migrator sees
+the result; the migrator never evicts an elastic job the optimizer can still shrink, nor one it
+rescaled within hold_s; the optimizer leaves a job the migrator moved alone for hold_s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from scoring.convergence import Phase
+from scoring.elastic import (
+    ElasticJob,
+    ElasticPlan,
+    ElasticSettings,
+    StepTimeModel,
+    WeightSettings,
+    convergence_weight,
+    fit_step_time,
+    plan_elastic,
+)
+from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, plan_migrations
+from scoring.safety import NOT_CHECKPOINTABLE, elastic_refusal, migrator_refusal
+from scoring.settings import CoreSettings, ElasticLoopSettings
+from scoring.world import IntArray, JobState, Throughput, World
+
+# Within a round: the optimizer sizes jobs, admission releases gated ones (the optimizer's new pods
+# among them) in least-attained-service order, the migrator sees the result.
+LOOP_ORDER = ("elastic", "admission", "migrator")
+
+
+def _fmt(x: float, spec: str = ".3g") -> str:
+    return format(x, spec) if math.isfinite(x) else "unknown"
+
+
+# -- actions ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evict:
+    """Evict every pod of `job` (it restarts from its checkpoint wherever kube-scheduler puts it)."""
+
+    job: str
+    origin: str  # the node it holds most GPUs on (scored down for its replacement)
+    count: int  # this job's migrations including this one
+    freed_gpus: float
+    benefit_gpus: float
+    served: tuple[str, ...]  # pending pods that fit once it is gone
+    relocation: tuple[str | None, ...]
+    reason: str
+    kind: str = "evict"
+    attained_gpu_s: float = math.nan  # the job's attained service now (recorded in its eviction mark)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Run `job` at `gpus` GPUs (`gpus // per_pod` pods) and global batch `batch_size`."""
+
+    job: str
+    gpus: int
+    from_gpus: int
+    batch_size: int  # 0: the job's own
+    from_batch: int
+    per_pod: int
+    lo: int
+    hi: int
+    reason: str
+    attained_gpu_s: float = math.nan  # the job's attained service at the plan (recorded with it)
+
+    @property
+    def kind(self) -> str:
+        return "scale-up" if self.gpus > self.from_gpus else ("scale-down" if self.gpus < self.from_gpus
+                                                              else "rebatch")
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // max(1, self.per_pod)
+
+
+# -- migrator -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MigratorPlan:
+    actions: tuple[Evict, ...]
+    jobs: tuple[str, ...]  # the rows the planner saw (jobs holding GPUs)
+    arrays: JobArrays
+    plan: MigrationPlan
+    refusals: dict[str, str]  # job -> the safety rule that kept it out
+    unmet: tuple[str, ...]
+
+    def describe(self, world: World) -> dict[str, Any]:
+        j = self.arrays
+
+        def num(x: float) -> float | None:
+            return float(x) if math.isfinite(x) else None
+
+        return {
+            "at": world.now,
+            "unmet_demands": list(self.unmet),
+            "free_gpus": dict(zip(world.node_names, world.free_gpus().tolist(), strict=True)),
+            "jobs": {key: {
+                "decision": self.refusals.get(key) or WHY_TEXT[Why(int(self.plan.why[r]))],
+                "checkpointable": bool(j.opted_in[r]), "phase": Phase(int(j.phase[r])).name.lower(),
+                "growth_efficiency": num(float(j.growth[r])), "remaining_s": num(float(j.remaining_s[r])),
+                "runtime_s": num(float(j.runtime_s[r])), "migrations": int(j.migrations[r]),
+                "attained_gpu_s": num(float(j.attained_gpu_s[r])) if j.attained_gpu_s is not None else None,
+                "gpus": float(j.gpus_on[r].sum())} for r, key in enumerate(self.jobs)},
+        }
+
+
+def migration_arrays(world: World, settings: CoreSettings, elastic_on: bool
+                     ) -> tuple[list[JobState], JobArrays, dict[str, str]]:
+    """The planner's arrays: one row per job holding GPUs, one column per schedulable node."""
+    col = {n: k for k, n in enumerate(world.node_names)}
+    rows = [j for j in world.jobs if j.held_gpus > 0]
+    gpus_on = np.zeros((len(rows), len(col)))
+    refusals: dict[str, str] = {}
+    allowed = np.ones(len(rows), dtype=bool)
+    for r, job in enumerate(rows):
+        for node, g in job.gpus_on.items():
+            if node in col:
+                gpus_on[r, col[node]] += g
+        why = migrator_refusal(job, world, settings.safety, elastic_on)
+        if why is not None and why != NOT_CHECKPOINTABLE:
+            allowed[r] = False
+            refusals[job.key] = why
+    est = [j.estimate for j in rows]
+    growth = [e.growth_efficiency if e is not None and math.isfinite(e.growth_efficiency)
+              else (e.progress if e is not None else math.nan) for e in est]
+    arrays = JobArrays(
+        opted_in=np.array([j.checkpointable for j in rows], dtype=bool),
+        allowed=allowed,
+        running=np.array([j.running for j in rows], dtype=bool),
+        runtime_s=np.array([j.runtime_s for j in rows], dtype=np.float64),
+        phase=np.array([int(j.phase) for j in rows], dtype=np.int64),
+        growth=np.array(growth, dtype=np.float64),
+        # The job's end is unknown: its convergence plateau is not the end of its training.
+        remaining_s=np.full(len(rows), math.nan),
+        migrations=np.array([j.migrations for j in rows], dtype=np.int64),
+        since_migration_s=np.array([j.since_migration_s for j in rows], dtype=np.float64),
+        gpus_on=gpus_on,
+        attained_gpu_s=np.array([j.attained_gpu_s for j in rows], dtype=np.float64),
+    )
+    return rows, arrays, refusals
+
+
+def plan_migrations_for(world: World, settings: CoreSettings, *, max_moves: int | None = None,
+                        elastic_on: bool = False) -> MigratorPlan:
+    """SpeCon's moves for this World; at most `max_moves` (default: the per-interval budget)."""
+    ms = settings.migrator
+    rows, arrays, refusals = migration_arrays(world, settings, elastic_on)
+    demands = Demands.pending(np.array([p.gpus for p in world.pending], dtype=np.float64),
+                              np.array([p.wait_s for p in world.pending], dtype=np.float64))
+    planner = ms.planner()
+    if max_moves is not None:
+        planner = replace(planner, max_moves=max(0, max_moves))
+    if planner.max_moves <= 0:
+        plan = MigrationPlan((), np.full(len(rows), int(Why.MOVE_LIMIT), dtype=np.int64), ())
+    else:
+        plan = plan_migrations(arrays, world.free_gpus(), demands, planner)
+    names = world.node_names
+    pend = [p.key for p in world.pending]
+    actions = []
+    alpha = settings.convergence.alpha
+    for m in plan.moves:
+        job = rows[m.job]
+        origin = names[int(np.argmax(arrays.gpus_on[m.job]))]
+        served = tuple(pend[d] for d in m.served)
+        plateau = job.estimate.remaining_seconds if job.estimate is not None else math.nan
+        count = job.migrations + 1
+        reason = (f"phase {job.phase.name.lower()}, growth efficiency {_fmt(float(arrays.growth[m.job]))} < alpha "
+                  f"{alpha:g}, time to plateau {_fmt(plateau, '.0f')}s, running {_fmt(job.runtime_s, '.0f')}s, "
+                  f"migration {count}/{ms.max_migrations}: frees {m.freed_gpus:g} GPUs on {origin} for "
+                  f"{len(served)} waiting pod(s) needing {m.benefit_gpus:g} GPUs "
+                  f"({', '.join(served[:3])}{', ...' if len(served) > 3 else ''}); "
+                  f"estimated restart cost {ms.restart_cost_s:.0f}s")
+        actions.append(Evict(job.key, origin, count, m.freed_gpus, m.benefit_gpus, served,
+                             tuple(names[k] if k >= 0 else None for k in m.relocation), reason,
+                             attained_gpu_s=job.attained_gpu_s))
+    unmet = tuple(pend[d] for d in plan.unmet_before)
+    return MigratorPlan(tuple(actions), tuple(j.key for j in rows), arrays, plan, refusals, unmet)
+
+
+# -- elastic optimizer --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ElasticLoopPlan:
+    actions: tuple[Scale, ...]
+    jobs: tuple[JobState, ...]
+    options: tuple[ElasticJob, ...]
+    plan: ElasticPlan | None
+    accounting: dict[str, float]
+    refusals: dict[str, str] = field(default_factory=dict)
+
+    def describe(self, world: World) -> dict[str, Any]:
+        out: dict[str, Any] = {"at": world.now, **self.accounting, "refused": dict(self.refusals)}
+        if self.plan is None:
+            return {**out, "jobs": {}}
+        out.update(feasible=self.plan.feasible, objective=self.plan.total_value)
+        out["jobs"] = {j.key: {"range": list(j.elastic or ()), "per_pod": j.per_pod, "live_gpus": j.live_gpus,
+                               "held_gpus": j.held_gpus, "settling": j.settling, "weight": e.weight,
+                               "planned_gpus": d.gpus, "planned_batch": d.batch_size,
+                               "measured_step_s": dict(j.step_samples)}
+                       for j, e, d in zip(self.jobs, self.options, self.plan.decisions, strict=True)}
+        return out
+
+
+def batch_grid(lo: int, hi: int, points: int) -> IntArray:
+    """Candidate global batch sizes: geometric from the job's smallest to its largest."""
+    if hi <= lo:
+        return np.array([lo], dtype=np.int64)
+    return np.unique(np.round(np.geomspace(lo, hi, max(2, points))).astype(np.int64))
+
+
+def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int) -> Throughput:
+    """Step time at each GPU count (and candidate batch, when the job reports its batch range)
+    when the job reports nothing but its step rate: a linear model (per-sample compute + a sync
+    share) scaled to the measured step times, fitted when more than one size was measured."""
+    prior = StepTimeModel(0.0, 1.0 / nominal, s.sync_fraction, 0.0)
+    model = prior
+    if job.step_samples:
+        g = np.array(sorted(job.step_samples), dtype=np.float64)
+        t = np.array([job.step_samples[int(x)] for x in g])
+        scale = float(t[0] / prior.step_time(g[0], nominal))
+        scaled = StepTimeModel(0.0, prior.per_sample_s * scale, prior.sync_s * scale, 0.0)
+        model = fit_step_time(g, np.full_like(g, nominal), t, prior=scaled) or scaled
+    batches = np.array([nominal], dtype=np.int64)
+    if job.batch_range is not None and s.adapt_batch and job.noise is not None:
+        batches = np.union1d(batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), batches)
+    gs = np.arange(hi + 1, dtype=np.float64)[:, None]
+    step = model.step_time(np.maximum(gs, 1.0), batches[None, :].astype(np.float64))
+    realised = np.broadcast_to(batches[None, :].astype(np.float64), step.shape).copy()
+    return Throughput(batches, np.asarray(step, dtype=np.float64), realised)
+
+
+def elastic_job(job: JobState, world: World, s: ElasticLoopSettings) -> ElasticJob:
+    assert job.elastic is not None
+    lo, hi = job.elastic
+    hi = max(hi, lo)
+    nominal = job.batch_size if job.batch_size > 0 else hi * 1024
+    tp = job.throughput or prior_throughput(job, s, hi, nominal)
+    g_max = min(hi, tp.step_s.shape[0] - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = tp.realised[: g_max + 1] / tp.step_s[: g_max + 1]
+    if job.noise is not None:
+        rate = rate * job.noise.efficiency(np.nan_to_num(tp.realised[: g_max + 1], nan=1.0))
+    rate = np.array(rate, dtype=np.float64)
+    g = np.arange(g_max + 1)
+    rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
+    rate[0] = 0.0
+    cur = job.live_gpus if job.held_gpus > 0 else 0
+    top = g_max
+    if cur and (job.settling or job.since_scaled_s < s.cooldown_s):
+        lo = top = cur  # mid-change or just rescaled: hold it where it is
+        if cur > g_max:
+            rate = np.vstack([rate, np.full((cur - g_max, rate.shape[1]), np.nan)])
+            rate[cur] = 1.0
+    cur_batch = (job.batch_size if job.batch_size > 0 else nominal) if cur else 0
+    min_b = max_b = 0
+    if not s.adapt_batch or job.noise is None or job.batch_range is None:
+        min_b = max_b = job.batch_size if job.batch_size > 0 else nominal
+    elif job.batch_range is not None:
+        min_b, max_b = job.batch_range
+    weight = convergence_weight(job.estimate, WeightSettings(s.growing_weight, s.watching_weight,
+                                                             s.completing_weight))
+    if s.las_power > 0 and math.isfinite(job.attained_gpu_s):
+        weight *= (1.0 + max(0.0, job.attained_gpu_s) / 3600.0) ** -s.las_power
+    return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight)
+
+
+def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool = False) -> ElasticLoopPlan:
+    s = settings.elastic
+    mine: list[JobState] = []
+    refusals: dict[str, str] = {}
+    other_held = 0.0
+    for job in world.jobs:
+        why = elastic_refusal(job, world, settings.safety, migrator_on)
+        if why is None:
+            mine.append(job)
+        else:
+            if job.elastic is not None:
+                refusals[job.key] = why
+            other_held += job.held_gpus
+    waiting_mine = {j.key for j in mine}
+    other_waiting = sum(p.gpus for p in world.pending if p.job not in waiting_mine)
+    total = world.total_gpus()
+    reserve = other_waiting if s.reserve_pending else 0.0
+    capacity = int(max(0.0, total - other_held - reserve))
+    accounting = {"allocatable_gpus": total, "held_by_others": other_held, "reserved_for_waiting": reserve,
+                  "capacity": float(capacity)}
+    if not mine:
+        return ElasticLoopPlan((), (), (), None, accounting, refusals)
+    options = [elastic_job(j, world, s) for j in mine]
+    floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
+    plan = plan_elastic(options, max(capacity, floor), ElasticSettings(s.restart_s, s.horizon_s, s.min_gain))
+    actions: list[Scale] = []
+    if plan.feasible:
+        for job, d in zip(mine, plan.decisions, strict=True):
+            assert job.elastic is not None
+            new_batch = d.batch_size if job.batch_size > 0 else 0
+            if d.gpus == 0 or (d.gpus == job.live_gpus and (new_batch == job.batch_size or new_batch == 0)):
+                continue
+            reason = (f"elastic plan {job.live_gpus} -> {d.gpus} GPUs"
+                      + (f", batch {job.batch_size} -> {new_batch}" if new_batch and new_batch != job.batch_size
+                         else "")
+                      + f" (range {job.elastic[0]}-{job.elastic[1]}, {job.per_pod} per pod): "
+                      f"{plan.gpus_used}/{plan.capacity} GPUs planned over {len(mine)} elastic job(s), "
+                      f"objective {plan.total_value:.3g}; restart cost {s.restart_s:.0f}s over "
+                      f"{s.horizon_s:.0f}s, min gain {s.min_gain:.0%}")
+            actions.append(Scale(job.key, d.gpus, job.live_gpus, new_batch, job.batch_size, job.per_pod,
+                                 job.elastic[0], job.elastic[1], reason, job.attained_gpu_s))
+    actions.sort(key=lambda a: a.gpus - a.from_gpus)  # shrink first: their GPUs go to the growing ones
+    return ElasticLoopPlan(tuple(actions), tuple(mine), tuple(options), plan, accounting, refusals)

@@ -1,0 +1,259 @@
+"""Every default of flowsched's control core, once.
+
+Frozen dataclasses, validated in __post_init__. `extender/settings.py` parses environment, file
+and flags into these same classes (it wraps them for pydantic; it holds no default of its
+own), and the simulator starts from `CoreSettings()` and names every override it makes, so a
+figure it prints is the service's unless its header says otherwise.
+
+Placement and convergence settings live with their policies (scoring.placement,
+scoring.convergence); this module adds the control loops and the rules shared by all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Literal
+
+from scoring.convergence import ConvergenceSettings, Phase
+from scoring.migration import MigrationSettings
+from scoring.placement import PlacementSettings
+from scoring.resize import ResizeSettings
+
+
+def _require(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ValueError(msg)
+
+
+def _non_negative(obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        _require(isinstance(v, int | float) and not math.isnan(v) and v >= 0, f"{n} must be >= 0, got {v!r}")
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        _require(isinstance(v, int | float) and v > 0, f"{n} must be > 0, got {v!r}")
+
+
+@dataclass(frozen=True)
+class TrackerSettings(ConvergenceSettings):
+    """The estimator's settings plus how the shared tracker runs it."""
+
+    interval_s: float = 10.0  # the service re-estimates jobs with new points this often
+    active_within_s: float = 3600.0  # jobs silent for longer are not re-estimated
+    min_points: int = 6  # fewer points: no estimate (unknown, neutral)
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "active_within_s", "alpha")
+        _non_negative(self, "window_s", "min_points")
+        _require(0 < self.plateau_rel_tol < 1, "plateau_rel_tol must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    interval_s: float = 60.0
+    max_per_interval: int = 1
+    max_per_hour: int = 6
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s")
+        _non_negative(self, "max_per_interval", "max_per_hour")
+
+
+@dataclass(frozen=True)
+class MigratorLoopSettings(LoopSettings):
+    min_runtime_s: float = 600.0  # a job younger than this is never moved
+    max_migrations: int = 2  # per job
+    cooldown_s: float = 1800.0  # hysteresis: not moved again within this
+    min_remaining_s: float = 300.0  # a job predicted to end sooner frees its GPUs itself
+    restart_cost_s: float = 120.0  # estimated checkpoint + restart, reported with the plan
+    # False: a slow job may go back to the queue when nothing else has room for it (when pods
+    # wait the cluster is usually full, so True makes the migrator inert exactly when it is needed).
+    require_room_elsewhere: bool = False
+    origin_ttl_s: float = 3600.0  # how long the extender scores the origin node down
+    # "benefit": SpeCon, the move that serves most waiting GPUs. "attained": least attained service
+    # through eviction (docs/control-loops.md).
+    order: Literal["benefit", "attained"] = "benefit"
+    wait_threshold_s: float = 600.0
+    min_attained_gpu_s: float = 4 * 3600.0
+    slow_phases: tuple[Literal["watching", "completing"], ...] = ("completing",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _non_negative(self, "min_runtime_s", "max_migrations", "cooldown_s", "min_remaining_s", "restart_cost_s",
+                      "wait_threshold_s", "min_attained_gpu_s")
+        _positive(self, "origin_ttl_s")
+        _require(self.order in ("benefit", "attained"), f"order must be benefit or attained, got {self.order!r}")
+        _require(all(p in ("watching", "completing") for p in self.slow_phases),
+                 f"slow_phases from watching, completing; got {self.slow_phases!r}")
+
+    def planner(self) -> MigrationSettings:
+        return MigrationSettings(min_runtime_s=self.min_runtime_s, max_migrations=self.max_migrations,
+                                 cooldown_s=self.cooldown_s, min_remaining_s=self.min_remaining_s,
+                                 require_room_elsewhere=self.require_room_elsewhere,
+                                 max_moves=max(1, self.max_per_interval),
+                                 slow_phases=tuple(Phase[x.upper()] for x in self.slow_phases),
+                                 order=self.order, wait_threshold_s=self.wait_threshold_s,
+                                 min_attained_gpu_s=self.min_attained_gpu_s)
+
+
+@dataclass(frozen=True)
+class ElasticLoopSettings(LoopSettings):
+    """GPU counts and batch sizes for jobs annotated flowsched.io/elastic: "min-max" (docs/elastic.md)."""
+
+    interval_s: float = 30.0
+    # A rescale restarts a job that opted in to exactly that; with every job elastic it is the
+    # normal way capacity moves, so the budget is wide (30/h held flowsched at 4137 s against
+    # 3390 s on the Pollux workloads 1-2, docs/elastic.md). It still caps a runaway plan.
+    max_per_interval: int = 16
+    max_per_hour: int = 300
+    restart_s: float = 120.0  # progress a job loses to a rescale (checkpoint + restart)
+    horizon_s: float = 1800.0  # how long a plan is expected to hold
+    min_gain: float = 0.10  # keep the current size unless a change gains more than this
+    cooldown_s: float = 300.0  # a job is not rescaled again within this
+    sync_fraction: float = 0.1  # prior: share of a 1-GPU step spent syncing (multi-GPU)
+    reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
+    # Least attained service through the weights: a job's weight x (1 + attained GPU-hours)^-las_power
+    # (0 = off; 0.5 chosen on the Pollux workloads 1-2, docs/elastic.md).
+    las_power: float = 0.5
+    adapt_batch: bool = True  # choose the batch size too when the job reports its gradient noise
+    batch_points: int = 8  # candidate batch sizes, geometric over the job's batch range
+    patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)
+    growing_weight: float = 1.0
+    watching_weight: float = 0.75
+    completing_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power",
+                      "growing_weight", "watching_weight", "completing_weight")
+        _positive(self, "horizon_s", "batch_points")
+
+
+@dataclass(frozen=True)
+class ResizerLoopSettings(LoopSettings):
+    """In-place CPU resize of pods annotated flowsched.io/resizable: "true" (docs/resizer.md)."""
+
+    interval_s: float = 30.0  # FlowCon's window
+    max_per_interval: int = 4
+    max_per_hour: int = 60
+    beta: float = 2.0  # completing pods keep at least 1/(beta N) of the node's pool
+    min_step_m: float = 100.0  # smallest change made, millicores
+    hysteresis: float = 0.10  # ...and at least this fraction of the current request
+    cooldown_s: float = 120.0  # a pod is not resized again within this
+    min_cpu_m: float = 100.0  # absolute floor of any resized request
+    headroom_m: float = 0.0  # per node, kept out of the pool the resized pods share
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _non_negative(self, "min_step_m", "hysteresis", "cooldown_s", "min_cpu_m", "headroom_m")
+        _positive(self, "beta")
+
+    def planner(self) -> ResizeSettings:
+        return ResizeSettings(beta=self.beta, min_step_m=self.min_step_m, hysteresis=self.hysteresis,
+                              cooldown_s=self.cooldown_s, min_cpu_m=self.min_cpu_m)
+
+
+@dataclass(frozen=True)
+class AdmissionLoopSettings(LoopSettings):
+    """The order of gated jobs (pods carrying the scheduling gate `gate`): docs/admission.md."""
+
+    interval_s: float = 30.0
+    max_per_interval: int = 64  # gangs released per interval
+    max_per_hour: int = 100_000
+    gate: str = "flowsched.io/admission"
+    # Tiresias' discretised least-attained-service: a job's queue is the number of thresholds its
+    # attained GPU-seconds have passed; lower queues first, then the older pods first.
+    queue_thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
+    # Starvation bound: a job waiting longer than this x max(its attained service in GPU-seconds,
+    # 1 GPU-hour) goes ahead of every queue.
+    starvation_factor: float = 4.0
+    # DynamoML: work that has waited this long may preempt checkpointable training in a lower
+    # queue, through the migrator's eviction path (opt-ins, PDBs, budgets, Events).
+    preempt: bool = True
+    preempt_after_s: float = 60.0
+    max_preemptions_per_interval: int = 2
+    max_preemptions_per_hour: int = 30
+    min_runtime_s: float = 300.0  # a job is not preempted within this of its start
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _non_negative(self, "starvation_factor", "preempt_after_s", "max_preemptions_per_interval",
+                      "max_preemptions_per_hour", "min_runtime_s")
+        _require(bool(self.gate), "gate must be a non-empty name")
+        _require(list(self.queue_thresholds_gpu_s) == sorted(self.queue_thresholds_gpu_s),
+                 "queue_thresholds_gpu_s must be ascending")
+
+
+@dataclass(frozen=True)
+class SafetySettings:
+    """Rules applied once, to every loop (scoring.safety)."""
+
+    dry_run: bool = True  # plan, log and show plans; change nothing until an operator sets false (--act)
+    # Namespaces no loop ever touches; a namespace labelled opt_out_label="false" is skipped too.
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    opt_out_label: str = "flowsched.io/migrate"
+    # Composition: a job one loop changed is left alone by the other loops for this long.
+    hold_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "hold_s")
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    convergence: TrackerSettings = field(default_factory=TrackerSettings)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    safety: SafetySettings = field(default_factory=SafetySettings)
+    migrator: MigratorLoopSettings = field(default_factory=MigratorLoopSettings)
+    elastic: ElasticLoopSettings = field(default_factory=ElasticLoopSettings)
+    resizer: ResizerLoopSettings = field(default_factory=ResizerLoopSettings)
+    admission: AdmissionLoopSettings = field(default_factory=AdmissionLoopSettings)
+    completing_horizon_s: float = 600.0  # a job predicted to plateau within this counts as finishing soon
+
+    def loop(self, name: str) -> LoopSettings:
+        s = getattr(self, name, None)
+        if not isinstance(s, LoopSettings):
+            raise ValueError(f"unknown control loop {name!r}")
+        return s
+
+
+def differences(actual: Any, reference: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted field name -> (actual, reference) for every field that differs, recursively."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for f in fields(reference):
+        a, r = getattr(actual, f.name), getattr(reference, f.name)
+        name = f"{prefix}{f.name}"
+        if is_dataclass(r) and not isinstance(r, type) and is_dataclass(a):
+            out.update(differences(a, r, name + "."))
+        elif a != r:
+            out[name] = (a, r)
+    return out
+
+
+def with_overrides(settings: Any, overrides: dict[str, str]) -> Any:
+    """`settings` with dotted fields set from strings ("elastic.horizon_s": "600"), each parsed as
+    the field's current value's type (tuples: comma lists). Unknown names are an error."""
+    from dataclasses import replace
+
+    for dotted, text in overrides.items():
+        head, _, rest = dotted.partition(".")
+        names = {f.name for f in fields(settings)}
+        if head not in names:
+            raise ValueError(f"unknown setting {dotted!r}; known here: {', '.join(sorted(names))}")
+        current = getattr(settings, head)
+        if rest:
+            value = with_overrides(current, {rest: text})
+        elif isinstance(current, bool):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(f"{dotted}: expected true or false, got {text!r}")
+            value = text.lower() == "true"
+        elif isinstance(current, tuple):
+            value = tuple(x.strip() for x in text.split(",") if x.strip())
+        else:
+            value = type(current)(text)
+        settings = replace(settings, **{head: value})
+    return settings

@@ -1,0 +1,121 @@
+"""The World: everything the control loops decide from, as plain values.
+
+Two shells build it: `extender/control/world_builder.py` from the watched snapshot and the
+progress store, `benchmarks/sim/world.py` from the simulator's engine. The core
+(scoring.control) plans from it alone; it never calls back into either shell.
+
+Times are ages in seconds relative to `now` (NaN unknown, inf never), so nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.elastic import GradientNoise
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    name: str
+    gpus: float  # allocatable
+    used_gpus: float  # requested by pods holding resources there
+
+    @property
+    def free_gpus(self) -> float:
+        return self.gpus - self.used_gpus
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Seconds per step of a job at g GPUs (row g, 0..G) and candidate global batch b (column),
+    and the batch it actually runs there (micro-batches x accumulation); NaN where infeasible.
+    The simulator measures it from its profiles; the service fits it to reported step times."""
+
+    batches: IntArray  # (B,)
+    step_s: FloatArray  # (G+1, B)
+    realised: FloatArray  # (G+1, B)
+
+
+@dataclass(frozen=True)
+class JobState:
+    key: str  # namespace/job
+    namespace: str
+    gpus_on: Mapping[str, float]  # node -> GPUs its bound pods hold
+    live_gpus: int  # GPUs of all its live pods, bound or waiting
+    per_pod: int  # GPUs per pod (the granularity of a rescale)
+    checkpointable: bool  # every pod annotated flowsched.io/checkpointable: "true"
+    elastic: tuple[int, int] | None  # flowsched.io/elastic range on every pod; None: not elastic
+    running: bool  # every pod bound and Running, none terminating or restarting
+    settling: bool  # some pod terminating or waiting: the job is mid-change
+    runtime_s: float  # since its latest pod started; NaN unknown
+    # GPU-seconds of service: since its pods started, plus what it had attained when flowsched last
+    # evicted it (recorded in its eviction mark); NaN unknown.
+    attained_gpu_s: float
+    estimate: ConvergenceEstimate | None = None
+    migrations: int = 0
+    since_migration_s: float = math.inf
+    since_scaled_s: float = math.inf  # since the elastic optimizer last changed it
+    batch_size: int = 0  # global batch it runs at; 0 unknown
+    batch_range: tuple[int, int] | None = None  # batches the job accepts (reported); None: its own only
+    noise: GradientNoise | None = None  # reported gradient statistics
+    throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
+    step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
+    wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
+
+    @property
+    def held_gpus(self) -> float:
+        return float(sum(self.gpus_on.values()))
+
+    @property
+    def phase(self) -> Phase:
+        return self.estimate.phase if self.estimate is not None else Phase.UNKNOWN
+
+
+@dataclass(frozen=True)
+class PendingPod:
+    """A GPU pod kube-scheduler has not bound, in kube-scheduler's queue order."""
+
+    key: str  # namespace/pod
+    job: str
+    gpus: float
+    wait_s: float  # since it was created (a replacement pod waits afresh); NaN unknown
+
+
+@dataclass(frozen=True)
+class World:
+    now: float
+    nodes: tuple[NodeState, ...]  # schedulable ones (ready, not cordoned)
+    jobs: tuple[JobState, ...]  # every job with a live GPU pod, sorted by key
+    pending: tuple[PendingPod, ...]  # kube-scheduler's queue order
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def job(self, key: str) -> JobState | None:
+        return next((j for j in self.jobs if j.key == key), None)
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def free_gpus(self) -> FloatArray:
+        return np.array([n.free_gpus for n in self.nodes], dtype=np.float64)
+
+    def total_gpus(self) -> float:
+        return float(sum(n.gpus for n in self.nodes))
+
+
+def is_completing(phase: Phase, remaining_s: float, horizon_s: float) -> bool | None:
+    """The placement's "finishing soon": COMPLETING, or predicted at its plateau within horizon_s.
+    None when nothing is known (neutral). Both shells count a node's completing GPUs with this."""
+    if phase == Phase.UNKNOWN:
+        return None
+    return phase == Phase.COMPLETING or (math.isfinite(remaining_s) and remaining_s <= horizon_s)

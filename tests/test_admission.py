@@ -1,0 +1,89 @@
+"""The admission plan on Worlds built directly: gangs, least-attained-service order, the
+starvation bound, preemption for long-waiting work, and namespaces flowsched may not hold."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from scoring.admission import plan_admission_for, queue_of
+from scoring.settings import CoreSettings
+from scoring.world import JobState, NodeState, PendingPod, World
+
+S = CoreSettings()
+H = 3600.0
+
+
+def gated(key: str, pods: tuple[float, ...], wait_s: float, attained: float = 0.0) -> JobState:
+    return JobState(key=key, namespace=key.split("/")[0], gpus_on={}, live_gpus=int(sum(pods)), per_pod=1,
+                    checkpointable=True, elastic=None, running=False, settling=True, runtime_s=math.nan,
+                    attained_gpu_s=attained, gated_pods=pods, wait_s=wait_s)
+
+
+def running(key: str, node: str, gpus: float, attained: float, runtime_s: float = 2 * H, **kw: object) -> JobState:
+    base = JobState(key=key, namespace=key.split("/")[0], gpus_on={node: gpus}, live_gpus=int(gpus), per_pod=1,
+                    checkpointable=True, elastic=None, running=True, settling=False, runtime_s=runtime_s,
+                    attained_gpu_s=attained)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def world(*jobs: JobState, free: tuple[float, float] = (4, 4), pending: tuple[PendingPod, ...] = (),
+          labels: dict[str, dict[str, str]] | None = None) -> World:
+    nodes = (NodeState("n0", 4, 4 - free[0]), NodeState("n1", 4, 4 - free[1]))
+    return World(0.0, nodes, tuple(sorted(jobs, key=lambda j: j.key)), pending, labels or {})
+
+
+def test_a_gang_is_released_only_when_all_its_pods_fit() -> None:
+    big = gated("a/big", (1.0, 1.0, 1.0, 1.0), wait_s=100)
+    assert [a.job for a in plan_admission_for(world(big, free=(2, 1)), S).admits] == []
+    assert [(a.job, a.pods) for a in plan_admission_for(world(big, free=(2, 2)), S).admits] == [("a/big", 4)]
+    # Pods kube-scheduler already sees go first: a waiting ungated pod takes 2 of the 4.
+    seen = (PendingPod("a/other-0", "a/other", 2.0, 500.0),)
+    assert plan_admission_for(world(big, free=(2, 2), pending=seen), S).admits == ()
+
+
+def test_least_attained_service_first_then_the_longest_waiting() -> None:
+    old = gated("a/old", (4.0,), wait_s=900, attained=20 * H)  # queue 1: it ran before
+    new1 = gated("a/new1", (4.0,), wait_s=100)
+    new2 = gated("a/new2", (4.0,), wait_s=300)
+    assert queue_of(20 * H, S.admission.queue_thresholds_gpu_s) == 1 and queue_of(0.0, (16 * H,)) == 0
+    plan = plan_admission_for(world(old, new1, new2, free=(4, 4)), S)
+    assert [a.job for a in plan.admits] == ["a/new2", "a/new1"]  # room for two: queue 0, oldest first
+    assert [o[0] for o in plan.order] == ["a/new2", "a/new1", "a/old"]
+
+
+def test_a_smaller_job_goes_ahead_of_one_that_does_not_fit_unless_that_one_starves() -> None:
+    big = gated("a/big", (4.0, 4.0), wait_s=600)
+    small = gated("a/small", (2.0,), wait_s=60)
+    assert [a.job for a in plan_admission_for(world(big, small, free=(4, 2)), S).admits] == ["a/small"]
+    starving = replace(big, wait_s=5 * H)  # > 4 x max(attained, 1 GPU-hour)
+    plan = plan_admission_for(world(starving, small, free=(4, 2)), S)
+    assert plan.admits == () and "held" in dict((j, d) for j, _, _, d in plan.order)["a/small"]
+
+
+def test_long_waiting_work_preempts_checkpointable_jobs_of_later_queues_only() -> None:
+    waiting = gated("a/new", (4.0,), wait_s=120)
+    served = running("a/served", "n0", 4, attained=30 * H)  # queue 1
+    young = running("a/young", "n1", 4, attained=1 * H)  # queue 0: same as the waiting job
+    plan = plan_admission_for(world(waiting, served, young, free=(0, 0)), S)
+    assert [(p.job, p.for_job) for p in plan.preempts] == [("a/served", "a/new")]
+    assert plan.admits == ()  # admitted once the GPUs are free, next interval
+    assert plan_admission_for(world(replace(waiting, wait_s=10), served, young, free=(0, 0)), S).preempts == ()
+    fixed = replace(served, checkpointable=False)
+    assert plan_admission_for(world(waiting, fixed, young, free=(0, 0)), S).preempts == ()
+    fresh = replace(served, runtime_s=60.0)  # just started: not preempted yet
+    assert plan_admission_for(world(waiting, fresh, young, free=(0, 0)), S).preempts == ()
+    off = replace(S, admission=replace(S.admission, preempt=False))
+    assert plan_admission_for(world(waiting, served, young, free=(0, 0)), off).preempts == ()
+    # Never more victims than the budget allows, and none in a namespace flowsched may not touch.
+    assert plan_admission_for(world(waiting, served, young, free=(0, 0)), S, max_preempts=0).preempts == ()
+    other = replace(served, key="kube-system/served", namespace="kube-system")
+    assert plan_admission_for(world(waiting, other, young, free=(0, 0)), S).preempts == ()
+
+
+def test_namespaces_flowsched_may_not_touch_are_never_held() -> None:
+    held = gated("frozen/job", (4.0, 4.0, 4.0), wait_s=5)
+    plan = plan_admission_for(world(held, free=(0, 0), labels={"frozen": {"flowsched.io/migrate": "false"}}), S)
+    assert [a.job for a in plan.admits] == ["frozen/job"]
+    assert [a.job for a in plan_admission_for(world(replace(held, key="kube-system/j", namespace="kube-system"),
+                                                     free=(0, 0)), S).admits] == ["kube-system/j"]

@@ -1,0 +1,108 @@
+"""The control core on Worlds built directly: every loop honours both namespace opt-outs, the
+composition rules hold, and the reported gradient noise moves the planned batch size."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from scoring.control import plan_elastic_for, plan_migrations_for
+from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.elastic import GradientNoise
+from scoring.safety import (
+    EXCLUDED,
+    HELD_MIGRATED,
+    HELD_SCALED,
+    OPTED_OUT,
+    SHRINKABLE,
+    elastic_refusal,
+    migrator_refusal,
+    resizer_refusal,
+)
+from scoring.settings import CoreSettings
+from scoring.world import JobState, NodeState, PendingPod, World
+
+S = CoreSettings()
+LABELS = {"frozen": {"flowsched.io/migrate": "false"}, "open": {"flowsched.io/migrate": "true"}}
+
+
+def est(phase: Phase, growth: float) -> ConvergenceEstimate:
+    return ConvergenceEstimate(phase=phase, low_count=2, progress=growth, growth_efficiency=math.nan,
+                               remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=2.0, points_used=50,
+                               last_step=500.0)
+
+
+def job(key: str, node: str = "n0", gpus: float = 2, **kw: object) -> JobState:
+    ns = key.split("/")[0]
+    base = JobState(key=key, namespace=ns, gpus_on={node: gpus}, live_gpus=int(gpus), per_pod=1, checkpointable=True,
+                    elastic=None, running=True, settling=False, runtime_s=7200.0, attained_gpu_s=7200.0 * gpus,
+                    estimate=est(Phase.COMPLETING, 0.01))
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def world(*jobs: JobState, pending: tuple[PendingPod, ...] = ()) -> World:
+    nodes = (NodeState("n0", 4, sum(j.gpus_on.get("n0", 0) for j in jobs)),
+             NodeState("n1", 4, sum(j.gpus_on.get("n1", 0) for j in jobs)))
+    return World(0.0, nodes, tuple(sorted(jobs, key=lambda j: j.key)), pending, LABELS)
+
+
+BIG = (PendingPod("open/big-0", "open/big", 4.0, 3600.0),)
+
+
+@pytest.mark.parametrize(("ns", "why"), [("kube-system", EXCLUDED), ("frozen", OPTED_OUT)])
+def test_every_loop_honours_both_namespace_opt_outs(ns: str, why: str) -> None:
+    j = job(f"{ns}/a", elastic=(1, 4))
+    w = world(j)
+    assert migrator_refusal(j, w, S.safety, elastic_on=True) == why
+    assert elastic_refusal(j, w, S.safety, migrator_on=True) == why
+    assert resizer_refusal(ns, w, S.safety) == why
+    # Through the plans: a slow job holding the GPUs a waiting pod needs is not moved, and the
+    # optimizer does not plan for it (its GPUs are not capacity either).
+    mw = world(job(f"{ns}/a", gpus=4), job("open/b", node="n1", gpus=4, estimate=est(Phase.GROWING, 1.0)),
+               pending=BIG)
+    plan = plan_migrations_for(mw, S)
+    assert plan.actions == () and plan.refusals[f"{ns}/a"] == why
+    ep = plan_elastic_for(w, S)
+    assert ep.actions == () and ep.refusals == {f"{ns}/a": why}
+    # The same job in an open namespace is moved / planned.
+    assert [a.job for a in plan_migrations_for(replace(mw, jobs=tuple(
+        replace(x, key=x.key.replace(ns, "open"), namespace="open") for x in mw.jobs)), S).actions] == ["open/a"]
+
+
+def test_composition_the_migrator_leaves_shrinkable_and_recently_scaled_jobs_to_the_optimizer() -> None:
+    shrinkable = job("open/e", gpus=4, elastic=(1, 4))
+    w = world(shrinkable, job("open/busy", node="n1", gpus=4, estimate=est(Phase.GROWING, 1.0)), pending=BIG)
+    assert migrator_refusal(shrinkable, w, S.safety, elastic_on=True) == SHRINKABLE
+    assert migrator_refusal(shrinkable, w, S.safety, elastic_on=False) is None  # no optimizer: it may move it
+    assert plan_migrations_for(w, S, elastic_on=True).actions == ()
+    assert [a.job for a in plan_migrations_for(w, S, elastic_on=False).actions] == ["open/e"]
+    scaled = job("open/s", elastic=(2, 4), since_scaled_s=60.0)
+    assert migrator_refusal(scaled, world(scaled), S.safety, elastic_on=True) == HELD_SCALED
+    moved = job("open/m", elastic=(1, 4), since_migration_s=60.0)
+    assert elastic_refusal(moved, world(moved), S.safety, migrator_on=True) == HELD_MIGRATED
+    assert elastic_refusal(moved, world(moved), S.safety, migrator_on=False) is None
+
+
+def test_budget_left_caps_the_migrators_moves() -> None:
+    w = world(job("open/a", gpus=4), job("open/b", node="n1", gpus=4),
+              pending=(*BIG, PendingPod("open/big-1", "open/big", 4.0, 3600.0)))
+    assert len(plan_migrations_for(w, S, max_moves=2).actions) == 2
+    assert len(plan_migrations_for(w, S, max_moves=1).actions) == 1
+    assert plan_migrations_for(w, S, max_moves=0).actions == ()
+
+
+def test_reported_gradient_noise_moves_the_planned_batch() -> None:
+    def planned(grad_var: float) -> tuple[int, int]:
+        j = job("open/pt", gpus=2, elastic=(1, 4), checkpointable=False, estimate=est(Phase.GROWING, 1.0),
+                batch_size=256, batch_range=(64, 4096), noise=GradientNoise(1.0, grad_var * 256 / 64, 64),
+                step_samples={2: 0.5})
+        [a] = plan_elastic_for(world(j), S).actions
+        return a.gpus, a.batch_size
+
+    quiet, noisy = planned(0.001), planned(1000.0)
+    assert quiet[1] < 256 < noisy[1]  # more gradient noise: larger batches stay efficient
+    # Without a report the batch is the job's own and never changes.
+    plain = job("open/pt", gpus=2, elastic=(1, 4), checkpointable=False, estimate=est(Phase.GROWING, 1.0))
+    assert all(a.batch_size == 0 for a in plan_elastic_for(world(plain), S).actions)
