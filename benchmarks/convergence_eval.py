@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from benchmarks import data_paths
 from benchmarks.csv_rows import write_rows
 from benchmarks.remaining_bayes import bayes_remaining
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, Phase, clean_series, estimate, normalise
@@ -53,7 +54,7 @@ from scoring.remaining import RemainingDistribution
 
 FloatArray = npt.NDArray[np.float64]
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = data_paths.data_root()
 # Pollux validation metric per model: accuracy, F1 and hit rate go up; WER and loss go down.
 POLLUX_HIGHER_IS_BETTER = {"cifar10": True, "imagenet": True, "bert": True, "ncf": True,
                            "deepspeech2": False, "yolov3": False}
