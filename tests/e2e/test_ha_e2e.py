@@ -27,14 +27,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.cluster.controlplane import ControlPlane
+from tests.cluster.controlplane import ControlPlane, free_port
 from tests.cluster.flowsched_proc import FlowschedService
 from tests.cluster.kubeapi import Kube, pods_path
 from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import ManagedProcess, wait_until
 from tests.cluster.scenario import Scenario, gpu_pod
-from tests.cluster.tools import free_port, system_command
+from tests.cluster.tools import system_command
 from tests.prometheus_harness import PrometheusServer, running_prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
