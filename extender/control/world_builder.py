@@ -180,9 +180,14 @@ class ControlView(Protocol):
     def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]: ...
 
 
-def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool) -> Observed | None:
-    """None until the snapshot has synced (a half-listed cluster is no basis for a plan)."""
+def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool,
+            last: dict[str, Any] | None = None) -> Observed | None:
+    """None until the snapshot has synced (a half-listed cluster is no basis for a plan); then
+    `last` (a loop's /debug view of its latest plan) says so."""
     if not state.ready:
+        if last is not None:
+            last.clear()
+            last.update({"at": now, "skipped": "snapshot not synced yet"})
         return None
     pods, nodes, marks = state.control_view()
     pods_of: dict[str, list[PodInfo]] = {}
