@@ -7,19 +7,28 @@ no wall clock, so a constant time per step is assumed and time error equals step
 Offline truth from the full curve: orient (lower is better), median-filter (3), take the
 running best; the plateau starts at the first point whose running best is within
 plateau_rel_tol of the final best, relative to the whole improvement (worst - final best).
-Online: the estimator sees only the prefix up to each point.
-  - plateau detectors, per (curve, prefix): phase == COMPLETING (FlowCon), and the curve
-    fit saying 0 steps remain (Optimus); precision and recall against "prefix is past
-    the offline plateau".
-  - remaining time when the curve is 25/50/75 % of the way (in time) from its first point
-    to its offline plateau: median absolute percentage error of remaining_seconds against
-    the true time to the plateau; coverage = share of curves with a prediction.
+Online: the estimator sees only the prefix up to each point. Three remaining-time predictors,
+measured in the same run on the same prefixes:
+  - ensemble: the curve families' geometric mean (estimate()'s remaining_steps by default, as
+    before issue 21; also ensemble_remaining_steps);
+  - learned: scoring.remaining's model (estimate()'s learned_remaining_steps, the 80 % interval
+    remaining_*_low/high and plateau_probability; remaining_steps with remaining_model="learned"),
+    fit on the even LCBench tasks only by benchmarks/fit_remaining;
+  - bayes: candidate (a), a Bayesian average over the same families (benchmarks/remaining_bayes).
+  Per method: plateau precision and recall per (curve, prefix) against "prefix is past the
+  offline plateau" (ensemble: 0 steps left; learned: plateau_probability over the model's
+  threshold; bayes: over 1/2), and FlowCon's phase == COMPLETING beside them; remaining time
+  when the curve is 25/50/75 % of the way (in time) from its first point to its offline plateau:
+  median absolute percentage error of the predicted seconds against the true time to the
+  plateau (ans = share of curves with a prediction), and the share of those whose true time
+  lies in the 80 % interval.
 
-Split (to avoid tuning on what is reported): the remaining-time method and its parameters
-were chosen on the LCBench tasks with an even OpenML task id only (--split even); report
---split odd (held out) and --split all. Pollux was not used for choosing and is in every split.
+Split (to avoid tuning on what is reported): the learned model and every choice above were made
+on the LCBench tasks with an even OpenML task id only (--split even); report --split odd (held
+out) and --split all. Pollux was not used for fitting or choosing and is in every split.
 --max-steps: the estimator is told each curve's last step as the job's planned end (LCBench
 jobs run a fixed 52 epochs); without it the plateau is measured against the fitted asymptote.
+--data: the folder holding lcbench/curves.csv and pollux/traces/ (default: the shared data).
 
 Usage: python -m benchmarks.convergence_eval --out out/convergence [--limit N] [--split odd] [--max-steps]
 """
@@ -31,22 +40,26 @@ import csv
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from benchmarks import data_paths
 from benchmarks.csv_rows import write_rows
-from scoring.convergence import ConvergenceSettings, Phase, estimate
+from benchmarks.remaining_bayes import bayes_remaining
+from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, Phase, clean_series, estimate, normalise
+from scoring.remaining import RemainingDistribution
 
 FloatArray = npt.NDArray[np.float64]
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = data_paths.data_root()
 # Pollux validation metric per model: accuracy, F1 and hit rate go up; WER and loss go down.
 POLLUX_HIGHER_IS_BETTER = {"cifar10": True, "imagenet": True, "bert": True, "ncf": True,
                            "deepspeech2": False, "yolov3": False}
 FRACTIONS = (0.25, 0.5, 0.75)
+PLATEAU_PROBABILITY = 0.5  # candidate (a) says "at the plateau" from this probability on
 
 
 @dataclass(frozen=True)
@@ -132,14 +145,28 @@ class Counts:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else math.nan
 
 
+# The curve families' geometric mean (the estimator before), scoring.remaining's learnt model (what
+# estimate() reports now), and candidate (a), the Bayesian family average of benchmarks/remaining_bayes.
+METHODS = ("ensemble", "learned", "bayes")
+
+
+@dataclass
+class MethodResult:
+    """One remaining-time predictor on one dataset."""
+
+    plateau: Counts = field(default_factory=Counts)  # "at the plateau" per (curve, prefix)
+    ape: dict[float, list[float]] = field(default_factory=lambda: {f: [] for f in FRACTIONS})
+    asked: dict[float, int] = field(default_factory=lambda: dict.fromkeys(FRACTIONS, 0))
+    covered: dict[float, int] = field(default_factory=lambda: dict.fromkeys(FRACTIONS, 0))  # truth in the 80 % interval
+    intervals: dict[float, int] = field(default_factory=lambda: dict.fromkeys(FRACTIONS, 0))  # asked with an interval
+
+
 @dataclass
 class DatasetResult:
     curves: int = 0
     skipped_flat: int = 0
-    phase: Counts | None = None
-    fit: Counts | None = None
-    ape: dict[float, list[float]] | None = None  # fraction -> APEs of curves with a prediction
-    asked: dict[float, int] | None = None  # fraction -> curves evaluated at that fraction
+    phase: Counts = field(default_factory=Counts)
+    methods: dict[str, MethodResult] = field(default_factory=lambda: {m: MethodResult() for m in METHODS})
 
 
 def in_split(c: Curve, split: str) -> bool:
@@ -150,10 +177,36 @@ def in_split(c: Curve, split: str) -> bool:
     return odd if split == "odd" else not odd
 
 
+def _seconds(steps_left: float, rate: float) -> float:
+    return 0.0 if steps_left == 0.0 else (steps_left / rate if math.isfinite(rate) else math.nan)
+
+
+def predictions(
+    e: ConvergenceEstimate, bayes: RemainingDistribution
+) -> dict[str, tuple[float, float, float, bool]]:
+    """Per method: (remaining seconds, 80 % interval low, high, says "at the plateau")."""
+    rate = e.step_rate
+    ens = e.ensemble_remaining_steps
+    return {
+        "ensemble": (_seconds(ens, rate), math.nan, math.nan, ens == 0.0),
+        "learned": (_seconds(e.learned_remaining_steps, rate), e.remaining_seconds_low, e.remaining_seconds_high,
+                    e.plateaued),
+        "bayes": (_seconds(bayes.median, rate), _seconds(bayes.low, rate), _seconds(bayes.high, rate),
+                  bayes.plateau_probability >= PLATEAU_PROBABILITY),
+    }
+
+
+def bayes_prediction(c: Curve, m: int, s: ConvergenceSettings, planned: float | None) -> RemainingDistribution:
+    clean = clean_series(c.steps[:m], c.values[:m], c.timestamps[:m])
+    norm = normalise(clean.values, s.higher_is_better, s.median_points)
+    if norm is None:
+        return RemainingDistribution.unknown()
+    return bayes_remaining(clean.steps, norm, s, planned)
+
+
 def evaluate_curve(
-    c: Curve, settings: ConvergenceSettings, res: DatasetResult, max_steps: bool = False
+    c: Curve, settings: ConvergenceSettings, res: DatasetResult, max_steps: bool = False, bayes: bool = True
 ) -> list[dict[str, object]]:
-    assert res.phase is not None and res.fit is not None and res.ape is not None and res.asked is not None
     s = replace(settings, higher_is_better=c.higher_is_better)
     k_star = offline_plateau_index(c.values, c.higher_is_better, s.plateau_rel_tol)
     res.curves += 1
@@ -164,10 +217,13 @@ def evaluate_curve(
     planned = float(c.steps[-1]) if max_steps else None
     ests = {m: estimate(c.steps[:m], c.values[:m], c.timestamps[:m], s, max_steps=planned)
             for m in range(s.min_fit_points, n + 1)}
+    preds = {m: predictions(e, bayes_prediction(c, m, s, planned) if bayes else RemainingDistribution.unknown())
+             for m, e in ests.items()}
     for m, e in ests.items():
         truth = m - 1 >= k_star
         res.phase.add(e.phase == Phase.COMPLETING, truth)
-        res.fit.add(e.remaining_steps == 0.0, truth)
+        for method in METHODS:
+            res.methods[method].plateau.add(preds[m][method][3], truth)
     rows: list[dict[str, object]] = []
     t0, t_star = float(c.timestamps[0]), float(c.timestamps[k_star])
     for frac in FRACTIONS:
@@ -178,13 +234,20 @@ def evaluate_curve(
         truth_s = t_star - float(c.timestamps[m - 1])
         if not truth_s > 0:
             continue
-        res.asked[frac] += 1
-        pred = ests[m].remaining_seconds
-        ape = abs(pred - truth_s) / truth_s if math.isfinite(pred) else math.nan
-        if math.isfinite(ape):
-            res.ape[frac].append(ape)
-        rows.append({"dataset": c.dataset, "curve": c.name, "fraction": frac, "points_seen": m,
-                     "true_remaining_s": truth_s, "predicted_remaining_s": pred, "ape": ape})
+        row: dict[str, object] = {"dataset": c.dataset, "curve": c.name, "fraction": frac, "points_seen": m,
+                                  "true_remaining_s": truth_s}
+        for method in METHODS:
+            r = res.methods[method]
+            pred, lo, hi, _ = preds[m][method]
+            r.asked[frac] += 1
+            ape = abs(pred - truth_s) / truth_s if math.isfinite(pred) else math.nan
+            if math.isfinite(ape):
+                r.ape[frac].append(ape)
+            if math.isfinite(lo) and math.isfinite(hi):
+                r.intervals[frac] += 1
+                r.covered[frac] += int(lo <= truth_s <= hi)
+            row |= {f"{method}_s": pred, f"{method}_low_s": lo, f"{method}_high_s": hi, f"{method}_ape": ape}
+        rows.append(row)
     return rows
 
 
@@ -205,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=("all", "even", "odd"), default="all",
                     help="LCBench tasks by task-id parity; method chosen on even, report odd and all")
     ap.add_argument("--max-steps", action="store_true", help="tell the estimator each curve's planned last step")
+    ap.add_argument("--skip-bayes", action="store_true", help="leave out candidate (a) (about half the run time)")
     args = ap.parse_args(argv)
 
     settings = ConvergenceSettings(window_s=0.0, window_points=args.window_points, alpha=args.alpha,
@@ -220,46 +284,55 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[dict[str, object]] = []
     started = time.perf_counter()
     for name, load in sources.items():
-        res = DatasetResult(phase=Counts(), fit=Counts(), ape={f: [] for f in FRACTIONS},
-                            asked=dict.fromkeys(FRACTIONS, 0))
+        res = DatasetResult()
         for i, curve in enumerate(c for c in load() if in_split(c, args.split)):
             if args.limit and i >= args.limit:
                 break
-            detail.extend(evaluate_curve(curve, settings, res, args.max_steps))
-        assert res.phase is not None and res.fit is not None and res.ape is not None and res.asked is not None
-        row: dict[str, object] = {
-            "dataset": name, "curves": res.curves, "flat_skipped": res.skipped_flat,
-            "phase_precision": res.phase.precision, "phase_recall": res.phase.recall,
-            "fit_precision": res.fit.precision, "fit_recall": res.fit.recall,
-        }
-        for f in FRACTIONS:
-            apes = res.ape[f]
-            row[f"mdape_{int(f * 100)}"] = float(np.median(apes)) if apes else math.nan
-            row[f"n_{int(f * 100)}"] = res.asked[f]
-            row[f"coverage_{int(f * 100)}"] = len(apes) / res.asked[f] if res.asked[f] else math.nan
-        summary.append(row)
+            detail.extend(evaluate_curve(curve, settings, res, args.max_steps, bayes=not args.skip_bayes))
+        if args.skip_bayes:
+            del res.methods["bayes"]
+        summary.append({"dataset": name, "method": "flowcon_phase", "curves": res.curves,
+                        "flat_skipped": res.skipped_flat, "plateau_precision": res.phase.precision,
+                        "plateau_recall": res.phase.recall})
+        for method, mr in res.methods.items():
+            row: dict[str, object] = {"dataset": name, "method": method, "curves": res.curves,
+                                      "flat_skipped": res.skipped_flat, "plateau_precision": mr.plateau.precision,
+                                      "plateau_recall": mr.plateau.recall}
+            for f in FRACTIONS:
+                apes, pct = mr.ape[f], int(f * 100)
+                row[f"mdape_{pct}"] = float(np.median(apes)) if apes else math.nan
+                row[f"n_{pct}"] = mr.asked[f]
+                row[f"answered_{pct}"] = len(apes) / mr.asked[f] if mr.asked[f] else math.nan
+                row[f"interval80_coverage_{pct}"] = mr.covered[f] / mr.intervals[f] if mr.intervals[f] else math.nan
+            asked = sum(mr.intervals.values())
+            row["interval80_coverage"] = sum(mr.covered.values()) / asked if asked else math.nan
+            summary.append(row)
 
-    header = (f"{'dataset':28} {'curves':>6} {'det':>5} {'precision':>9} {'recall':>7} | "
-              + " | ".join(f"MdAPE@{int(f * 100)}% (n, cov)" for f in FRACTIONS))
     print(f"settings: window={args.window_points} points, alpha={args.alpha}, plateau tol={args.tol}, "
-          f"max_steps {'given' if args.max_steps else 'not given'}")
-    print(f"split: {args.split} (LCBench tasks by task-id parity; method tuned on even tasks only, "
-          f"odd = held out; pollux never used for tuning)")
+          f"max_steps {'given' if args.max_steps else 'not given'}; data {args.data}")
+    print(f"split: {args.split} (LCBench tasks by task-id parity; the learned model is fit on even tasks only, "
+          f"odd = held out; pollux never used for fitting or tuning)")
+    header = (f"{'dataset':26} {'method':13} {'curves':>6} {'prec':>6} {'recall':>6} | "
+              + " | ".join(f"MdAPE@{int(f * 100)}% (n, ans)" for f in FRACTIONS)
+              + " | 80% interval coverage (25/50/75, all)")
     print(header)
     print("-" * len(header))
     for r in summary:
-        cells = " | ".join(
-            f"{fmt(float(str(r[f'mdape_{int(f * 100)}']))):>7} ({r[f'n_{int(f * 100)}']}, "
-            f"{fmt(float(str(r[f'coverage_{int(f * 100)}'])))})"
-            for f in FRACTIONS
-        )
-        for det in ("phase", "fit"):
-            print(f"{r['dataset']!s:28} {r['curves']!s:>6} {det:>5} "
-                  f"{fmt(float(str(r[f'{det}_precision']))):>9} {fmt(float(str(r[f'{det}_recall']))):>7} | "
-                  + (cells if det == "phase" else ""))
+        line = (f"{r['dataset']!s:26} {r['method']!s:13} {r['curves']!s:>6} "
+                f"{fmt(float(str(r['plateau_precision']))):>6} {fmt(float(str(r['plateau_recall']))):>6} | ")
+        if r["method"] != "flowcon_phase":
+            line += " | ".join(
+                f"{fmt(float(str(r[f'mdape_{int(f * 100)}']))):>6} ({r[f'n_{int(f * 100)}']}, "
+                f"{fmt(float(str(r[f'answered_{int(f * 100)}'])))})"
+                for f in FRACTIONS
+            )
+            line += " | " + "/".join(fmt(float(str(r[f"interval80_coverage_{int(f * 100)}"]))) for f in FRACTIONS)
+            line += f", {fmt(float(str(r['interval80_coverage'])))}"
+        print(line.rstrip())
     print(f"({time.perf_counter() - started:.1f} s)")
 
-    write_rows(args.out / "summary.csv", summary)
+    keys = list(dict.fromkeys(k for r in summary for k in r))  # the phase rows have no remaining-time columns
+    write_rows(args.out / "summary.csv", [{k: r.get(k, "") for k in keys} for r in summary])
     if detail:
         write_rows(args.out / "remaining_time.csv", detail)
     return 0

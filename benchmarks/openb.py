@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import data_paths
 from extender.k8s_objects import parse_node, parse_pod
 from extender.state import ClusterState
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "alibaba-openb"
+DEFAULT_DIR = data_paths.openb_dir()
 
 
 @dataclass(frozen=True)

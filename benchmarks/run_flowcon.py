@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import data_paths
 from benchmarks.sim.cluster import ClusterSettings, GiB
 from benchmarks.sim.cpu_model import describe
 from benchmarks.sim.engine import Engine, EngineSettings, SimJob
@@ -35,7 +36,7 @@ from benchmarks.sim.resizer import SimResizer
 from benchmarks.sim.workload import JobSpec, read_workload
 from scoring.resize import ResizeSettings
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "pollux"
+DATA = data_paths.pollux_dir()
 # imagenet is left out of the one-node mix: ~150 h on one GPU would be the whole experiment.
 FLOWCON_MODELS = ("cifar10", "ncf", "deepspeech2", "yolov3", "bert")
 FLOWCON_NODE = ClusterSettings(nodes=1, gpus_per_node=10, cpu_per_node=40_000.0, mem_per_node=1024 * GiB,

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks import data_paths
 from benchmarks.sim import variants
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.engine import Engine, EngineSettings, TelemetrySettings
@@ -24,7 +25,8 @@ from benchmarks.sim.workload import ModelLimits, philly_jobs, read_philly
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/pollux"))
+    p.add_argument("--data", default=str(data_paths.pollux_dir()),
+                   help="the Pollux artifact folder (default: the shipped copy, or $FLOWSCHED_DATA/pollux)")
     p.add_argument("--policies", default="flowsched")
     p.add_argument("--nodes", type=int, default=500)
     p.add_argument("--limit", type=int, default=0, help="first N jobs only (0 = all)")
@@ -38,7 +40,14 @@ def main(argv: list[str]) -> int:
         n: ModelLimits(app.init_batch_size, app.max_batch_size, app.min_local_bsz)
         for n, app in profiles.app_objects().items()
     }
-    rows = read_philly(data / "traces" / "philly.csv")
+    philly = data / "traces" / "philly.csv"
+    if not philly.is_file():
+        # Not shipped (3.3 MiB): benchmarks/data/pollux/SOURCE.md.
+        print(f"{philly} not found: philly.csv is not shipped with flowsched; pass --data (or set "
+              "FLOWSCHED_DATA to a folder holding pollux/) to a full copy of the Pollux artifact's simulator/ "
+              "folder (petuum/adaptdl, branch osdi21-artifact)", file=sys.stderr)
+        return 2
+    rows = read_philly(philly)
     jobs, capped = philly_jobs(rows, limits, a.seed)
     if a.limit:
         jobs = jobs[: a.limit]

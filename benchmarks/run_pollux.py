@@ -2,7 +2,7 @@
 and every flowsched variant (benchmarks/sim/variants.py), means over workloads (and seeds for
 the randomised policies), ratios to each baseline and to the artifact's published Pollux.
 
-    .venv/bin/python -m benchmarks.run_pollux [--data ../shared/data/pollux] [--seeds 1] \\
+    .venv/bin/python -m benchmarks.run_pollux [--data benchmarks/data/pollux] [--seeds 1] \\
         [--loads 1.0,2.0] [--workloads 1-8] [--policies ...] [--procs 2] [--out DIR]
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import data_paths
 from benchmarks.sim.engine import EngineSettings
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.report import RunMetrics, aggregate, write_csv, write_summary_csv
@@ -89,7 +90,8 @@ def format_headline(summary: dict[str, dict[str, float]], loops: dict[str, dict[
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--data", default=str(Path(__file__).resolve().parents[1].parent / "shared/data/pollux"))
+    p.add_argument("--data", default=str(data_paths.pollux_dir()),
+                   help="the Pollux artifact folder (default: the shipped copy, or $FLOWSCHED_DATA/pollux)")
     p.add_argument("--seeds", type=int, default=1, help="seeds for the randomised policies (fifo, tiresias: one)")
     p.add_argument("--loads", default="1.0,2.0")
     p.add_argument("--workloads", default="1-8", help="range a-b or comma list")

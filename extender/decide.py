@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 import orjson
 
-from extender.k8s_objects import MIGRATED_FROM, ObjectError, PodInfo, job_key, pod_requests
+from extender.k8s_objects import (
+    MIGRATED_FROM,
+    WORKLOAD,
+    ObjectError,
+    PodInfo,
+    controller_kind,
+    job_key,
+    pod_requests,
+)
 from extender.state import ClusterState, NodeView
 from extender.wire import ExtenderArgs, PreemptionArgs, Victims, WireError
 from scoring.convergence import Phase
@@ -26,13 +34,17 @@ from scoring.placement import (
     MAX_SCORE,
     REJECT_TEXT,
     UNRESOLVABLE,
+    FilterVerdict,
     PlacementSettings,
     PodDemand,
     Reject,
+    ScoreTerms,
     filter_nodes,
     score_nodes,
 )
 from scoring.preemption import VictimArrays, preferred_candidates
+from scoring.sharing import SharedTerms, shared_gpu_terms, with_shared_utilisation
+from scoring.workload import WorkloadClass, never_a_victim, placement_for, workload_class
 
 NEUTRAL_SCORE = MAX_SCORE // 2
 
@@ -43,6 +55,68 @@ class Policy:
     stale_after_s: float
     gpu_resource: str = "nvidia.com/gpu"
     rank_margin: int = 0  # filter-only mode: nodes scored this far below the best still pass
+
+
+def _placement(cls: WorkloadClass, policy: Policy) -> PlacementSettings:
+    """The policy's placement settings for this workload class (inference spreads and keeps off
+    busy GPUs)."""
+    return placement_for(policy.placement, cls)
+
+
+@dataclass(frozen=True)
+class _Shared:
+    rows: IntArray  # rows of the view's known nodes that share GPUs
+    terms: SharedTerms
+
+
+def _shared(state: ClusterState, view: NodeView, cls: WorkloadClass, demand: PodDemand,
+            placement: PlacementSettings) -> _Shared | None:
+    """The physical-GPU terms of the candidate nodes that share GPUs (None when there are none,
+    at no cost on clusters without sharing)."""
+    if not state.shared or demand.gpus <= 0:
+        return None
+    rows, physical = [], []
+    known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
+    for r, name in enumerate(known):
+        sh = state.shared.get(name)
+        if sh is not None:
+            rows.append(r)
+            physical.append(float(sh.physical_gpus) if sh.physical_gpus else np.nan)
+    if not rows:
+        return None
+    ix = np.asarray(rows, dtype=np.int64)
+    fb_need = placement.min_fb_free_mib if placement.min_fb_free_mib > 0 else None
+    terms = shared_gpu_terms(view.arrays.gpu_util[ix], view.arrays.fb_free_mib[ix], np.asarray(physical),
+                             fb_need, placement.saturation_util_pct, strict=cls == WorkloadClass.INFERENCE,
+                             neutral=placement.neutral)
+    return _Shared(ix, terms)
+
+
+def _shared_verdict(verdict: FilterVerdict, shared: _Shared | None) -> FilterVerdict:
+    """On shared nodes the saturation and memory checks are the physical GPUs' (the generic ones
+    read replica columns that have no telemetry); the replica count check stays."""
+    if shared is None:
+        return verdict
+    reason = verdict.reason.copy()
+    sub = reason[shared.rows]
+    sub[(sub == Reject.GPU_SATURATED) | (sub == Reject.INSUFFICIENT_GPU_MEMORY)] = Reject.OK
+    sub[(sub == Reject.OK) & shared.terms.saturated] = Reject.GPU_SATURATED
+    sub[(sub == Reject.OK) & shared.terms.no_memory] = Reject.INSUFFICIENT_GPU_MEMORY
+    reason[shared.rows] = sub
+    return FilterVerdict(reason)
+
+
+def _shared_scores(terms: ScoreTerms, shared: _Shared | None, placement: PlacementSettings,
+                   rows: IntArray | None = None) -> ScoreTerms:
+    """terms with the shared nodes' utilisation term from their physical GPUs; rows: the known
+    rows terms were computed for (None: all of them)."""
+    if shared is None:
+        return terms
+    if rows is None:
+        return with_shared_utilisation(terms, shared.rows, shared.terms.idle, placement)
+    pos = np.searchsorted(rows, shared.rows)
+    hit = (pos < rows.shape[0]) & (rows[np.minimum(pos, rows.shape[0] - 1)] == shared.rows)
+    return with_shared_utilisation(terms, pos[hit], shared.terms.idle[hit], placement)
 
 
 def _demand(pod: PodInfo) -> PodDemand:
@@ -61,6 +135,13 @@ class PodAsk:
     demand: PodDemand
     migrated_from: str | None
     meta: Mapping[str, Any]
+
+    @property
+    def workload(self) -> WorkloadClass:
+        """Its flowsched.io/workload (annotation, else label), else its owner's default."""
+        ann, labels = self.meta.get("annotations") or {}, self.meta.get("labels") or {}
+        explicit = ann.get(WORKLOAD) or labels.get(WORKLOAD)
+        return workload_class(explicit if isinstance(explicit, str) else None, controller_kind(self.meta))
 
     def origin(self, state: ClusterState, now: float) -> str | None:
         """The pod's own annotation, else the migrator's record for its job (the replacement pod
@@ -173,7 +254,10 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     names = args.names
     view = state.view(names, now, policy.stale_after_s)
     demand = ask.demand
-    verdict = filter_nodes(view.arrays, demand, policy.placement)
+    cls = ask.workload
+    placement = _placement(cls, policy)
+    shared = _shared(state, view, cls, demand, placement)
+    verdict = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared)
     reasons = np.zeros(len(names), dtype=np.int64)
     known = view.idx >= 0
     reasons[known] = verdict.reason
@@ -183,7 +267,8 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     failed, unresolvable = _rejections(names, reasons, ok, rejected)
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
-        terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, ask.origin(state, now)))
+        terms = _shared_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, ask.origin(state, now))),
+                               shared, placement)
         scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
         scores[known] = terms.score
         memo.put(key, now, dict(zip(passed, scores[ok].tolist(), strict=True)))
@@ -208,9 +293,12 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     names = args.names
     view = state.view(names, now, policy.stale_after_s)
     demand = ask.demand
+    cls = ask.workload
+    placement = _placement(cls, policy)
+    shared = _shared(state, view, cls, demand, placement)
     known = view.idx >= 0
     reasons = np.zeros(len(names), dtype=np.int64)
-    known_reasons = filter_nodes(view.arrays, demand, policy.placement).reason
+    known_reasons = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared).reason
     reasons[known] = known_reasons
     ok = reasons == Reject.OK
     rejected = _rejected(reasons)
@@ -222,8 +310,9 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     rows = np.flatnonzero(known_reasons == Reject.OK)
     origin = _origin_mask(view, ask.origin(state, now))
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
-    scores[np.flatnonzero(known)[rows]] = score_nodes(
-        view.arrays.take(rows), demand, policy.placement, None if origin is None else origin[rows]).score
+    scores[np.flatnonzero(known)[rows]] = _shared_scores(score_nodes(
+        view.arrays.take(rows), demand, placement, None if origin is None else origin[rows]),
+        shared, placement, rows).score
     keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
     return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
 
@@ -253,7 +342,11 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
             return ScoreAnswer(names, remembered, 0)
     ask = ask_of(args.pod, policy.gpu_resource)
     view = state.view(names, now, policy.stale_after_s)
-    terms = score_nodes(view.arrays, ask.demand, policy.placement, _origin_mask(view, ask.origin(state, now)))
+    cls = ask.workload
+    placement = _placement(cls, policy)
+    terms = _shared_scores(
+        score_nodes(view.arrays, ask.demand, placement, _origin_mask(view, ask.origin(state, now))),
+        _shared(state, view, cls, ask.demand, placement), placement)
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
     scores[known] = terms.score
@@ -264,9 +357,15 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     """Keep kube-scheduler's candidate nodes whose victims are cheapest to disturb."""
     if not args.victims:
         return {}
-    nodes = list(args.victims)
-    node_ix, ckpt, growing, prio = [], [], [], []
     pods_by_uid = state.pods
+    # Inference pods are never victims of flowsched's preemption: drop the candidate nodes whose
+    # victim set holds one (flowsched may drop candidates, never edit a set).
+    nodes = [n for n in args.victims if not any(
+        (p := pods_by_uid.get(uid)) is not None and never_a_victim(workload_class(p.workload, p.owner_kind))
+        for uid in args.victims[n].uids)]
+    if not nodes:
+        return {}
+    node_ix, ckpt, growing, prio = [], [], [], []
     for j, node in enumerate(nodes):
         for uid in args.victims[node].uids:
             p = pods_by_uid.get(uid)
@@ -291,9 +390,12 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     """Per node: filter verdict and the score with its terms (for /debug/explain)."""
     view = state.view(names, now, policy.stale_after_s)
     demand = _demand(pod)
-    verdict = filter_nodes(view.arrays, demand, policy.placement)
+    cls = workload_class(pod.workload, pod.owner_kind)
+    placement = _placement(cls, policy)
+    shared = _shared(state, view, cls, demand, placement)
+    verdict = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared)
     origin = pod.migrated_from or state.migration_origin(pod.job, now)
-    terms = score_nodes(view.arrays, demand, policy.placement, _origin_mask(view, origin))
+    terms = _shared_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, origin)), shared, placement)
     out: list[dict[str, Any]] = []
     row = 0
     for name, i in zip(names, view.idx.tolist(), strict=True):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from extender.progress_sources.annotations import ProgressSpec, parse_progress_spec
+
 GPU_RESOURCE = "nvidia.com/gpu"
 JOB_LABEL = "flowsched.io/job"
 KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
@@ -177,6 +179,8 @@ class PodInfo:
     migration: MigrationMark | None = None
     elastic_plan: Mapping[str, Any] | None = None  # the elastic optimizer's latest plan for its job
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names: kube-scheduler ignores it while any
+    progress: ProgressSpec | None = None  # flowsched.io/progress: logs | prometheus (issue 17)
+    owner_kind: str = ""  # kind of the controlling ownerReference ("" none): workload class default
 
     @property
     def elastic_plan_at(self) -> float | None:
@@ -226,7 +230,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         priority=int(spec.get("priority") or 0),
         checkpointable=str(ann.get(CHECKPOINTABLE, "")).lower() == "true",
         elastic=ann.get(ELASTIC),
-        workload=ann.get(WORKLOAD),
+        workload=ann.get(WORKLOAD) or labels.get(WORKLOAD),
         migrated_from=ann.get(MIGRATED_FROM),
         terminating=bool(meta.get("deletionTimestamp")),
         resizable=str(ann.get(RESIZABLE, "")).lower() == "true",
@@ -237,7 +241,17 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         elastic_plan=parse_plan(ann.get(ELASTIC_PLAN)),
         scheduling_gates=tuple(str(g.get("name")) for g in spec.get("schedulingGates") or []
                                if isinstance(g, Mapping) and g.get("name")),
+        progress=parse_progress_spec(meta, spec, status),
+        owner_kind=controller_kind(meta),
     )
+
+
+def controller_kind(meta: Mapping[str, Any]) -> str:
+    """The kind of the controlling ownerReference; "" when none."""
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return str(ref.get("kind") or "")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -247,6 +261,9 @@ class NodeInfo:
     ready: bool
     unschedulable: bool
     labels: Mapping[str, str] = field(default_factory=dict)
+    # status.allocatable as served (raw quantities): extender/sharing.py reads the sharing
+    # resources (replicas, MIG slices, HAMi vGPU memory and cores) from it.
+    allocatable_raw: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> NodeInfo:
@@ -265,4 +282,5 @@ def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Node
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
         labels=dict(meta.get("labels") or {}),
+        allocatable_raw=dict(_dict(status, "allocatable")),
     )

@@ -45,6 +45,7 @@ from extender.job_reports import JobReportBook, TrainingReport
 from extender.progress_store import JobHistory, ProgressPoint, ProgressStore
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
+from scoring.remaining import evidence_weight
 
 log = logging.getLogger("flowsched.progress")
 
@@ -128,6 +129,11 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
                     headers=headers)
 
 
+def _interval_or_none(low: float, high: float) -> list[float] | None:
+    """[low, high] when both ends are known, else null (never a half-known interval)."""
+    return [low, high] if math.isfinite(low) and math.isfinite(high) else None
+
+
 def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -186,6 +192,7 @@ def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
 
 def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None) -> dict[str, Any]:
     s = replace(settings, higher_is_better=history.higher_is_better)
+    # The planned end the job reported (training.max_steps) bounds the prediction.
     est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s,
                                         max_steps=float(max_steps) if max_steps else None)
     last = history.count - 1
@@ -203,6 +210,10 @@ def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: i
         "growth_efficiency": _finite_or_none(est.growth_efficiency),
         "remaining_steps": _finite_or_none(est.remaining_steps),
         "remaining_seconds": _finite_or_none(est.remaining_seconds),
+        "remaining_steps_interval": _interval_or_none(est.remaining_steps_low, est.remaining_steps_high),
+        "remaining_seconds_interval": _interval_or_none(est.remaining_seconds_low, est.remaining_seconds_high),
+        "plateau_probability": _finite_or_none(est.plateau_probability),
+        "evidence_weight": evidence_weight(est.remaining_distribution()),
         "step_rate": _finite_or_none(est.step_rate),
         "restarts": est.restarts,
         "points_used": est.points_used,

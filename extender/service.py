@@ -28,7 +28,8 @@ from extender.convergence_loop import ConvergenceTracker
 from extender.job_reports import JobReportBook
 from extender.metrics import Metrics, build_metrics, watch_status
 from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
-from extender.progress_store import ProgressStore, ProgressStoreSettings
+from extender.progress_sources.runtime import ProgressSources, build_progress_store, start_progress_sources
+from extender.progress_store import ProgressStore
 from extender.settings import Settings, load_static_tokens
 from extender.state import ClusterState
 from extender.status_view import PHASES, job_phase_counts
@@ -52,6 +53,7 @@ class Service:
     api_client: Any = None
     telemetry: TelemetryRefresher | None = None
     control: Controllers | None = None  # the enabled control loops and their leader elector
+    sources: ProgressSources | None = None  # progress from logs / Prometheus gauges (issue 17)
     diagnoser: BottleneckDiagnoser | None = None  # per-job bottleneck diagnosis (settings.diagnosis)
 
     def status(self) -> dict[str, Any]:
@@ -60,6 +62,8 @@ class Service:
                "telemetry": tel, "progress_store": self.store.health()}
         if self.control is not None:
             out["control"] = self.control.status()
+        if self.sources is not None:
+            out["progress_sources"] = self.sources.status()
         if self.diagnoser is not None:
             out["diagnosis"] = self.diagnoser.describe()
         return out
@@ -78,6 +82,11 @@ class Service:
             stale_s, state = self.settings.telemetry_stale_s, self.state
             self.metrics.telemetry_unknown_nodes.set_function(
                 lambda: float(state.count_telemetry_unknown(time.time(), stale_s)))
+        # Only the Lease holder reads logs and gauges when loops run; a lone replica always does.
+        control = self.control
+        self.sources = start_progress_sources(
+            self.settings, self.state, self.store, self.api_client,
+            (lambda: control.leader.is_leader) if control is not None else (lambda: True))
         if not self.settings.kube:
             self.state.synced = {"nodes": True, "pods": True}
             log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")
@@ -95,6 +104,8 @@ class Service:
             w.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
+        if self.sources is not None:
+            self.sources.stop()
         if self.diagnoser is not None:
             self.diagnoser.stop()
         self.tracker.stop()
@@ -150,7 +161,7 @@ def build_service(settings: Settings) -> Service:
             svc.stop()
             log.info("stopped after %.0fs", time.monotonic() - started)
 
-    store = ProgressStore(ProgressStoreSettings(path=settings.progress_db))
+    store = build_progress_store(settings)
     tracker = ConvergenceTracker(store, state, settings.convergence)
     reports = JobReportBook()
     diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)

@@ -88,6 +88,35 @@ class ControlConfig(BaseModel):
                               opt_out_label=self.opt_out_label, hold_s=self.hold_s)
 
 
+class ProgressSourcesConfig(BaseModel):
+    """Progress without SDK posts (docs/progress-sources.md): container logs and Prometheus gauges,
+    for pods annotated flowsched.io/progress=logs|prometheus. Both run on the Lease holder only
+    when control loops are configured (else in the one replica)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    logs: bool = True  # follow the logs of pods annotated flowsched.io/progress=logs
+    log_max_streams: int = Field(100, ge=1)  # open pods/log streams at most
+    log_connects_per_s: float = Field(5.0, gt=0)  # new streams per second at most (token bucket)
+    log_min_point_interval_s: float = Field(1.0, ge=0)  # per stream, the newest point per window is kept
+    log_flush_s: float = Field(2.0, gt=0)  # points go to the store in batches this often
+    log_read_timeout_s: float = Field(60.0, gt=0)  # an idle stream is reopened after this
+    log_reconnect_max_s: float = Field(60.0, gt=0)  # back-off cap after a failed stream
+    reconcile_s: float = Field(5.0, gt=0)  # how often the wanted streams / queries are recomputed
+    prometheus: bool = True  # read flowsched.io/loss-metric gauges (needs prometheus_url)
+    prometheus_url: str = ""  # "" uses telemetry.prometheus_url
+    prometheus_interval_s: float = Field(15.0, gt=0)  # one query per job per interval
+    prometheus_lookback_s: float = Field(600.0, gt=0)  # first read of a job: this much history
+    prometheus_max_jobs: int = Field(1000, ge=1)  # jobs queried per round at most
+    # HA (docs/progress-sources.md): with a URL here, every progress point is remote-written to this
+    # Prometheus before it is acknowledged, and every replica reads job progress from it (the
+    # SQLite file is then a per-replica copy nobody reads). Needs --web.enable-remote-write-receiver.
+    shared_prometheus_url: str = ""
+    shared_remote_write_url: str = ""  # "" = <shared_prometheus_url>/api/v1/write
+    shared_history_window_s: float = Field(7 * 86400.0, gt=0)
+    shared_write_timeout_s: float = Field(5.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
@@ -126,6 +155,7 @@ class Settings(BaseSettings):
     # POST /webhook/gate (deploy/webhook.yaml) gates new pods whose schedulerName is one of these.
     webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
+    progress_sources: ProgressSourcesConfig = ProgressSourcesConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()  # per-job bottleneck diagnosis (docs/bottlenecks.md)
     # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
     # (of 10) below the best node still pass; 0 passes only the best-scored ones.

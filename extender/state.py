@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo, Resources
+from extender.sharing import Mode, NodeSharing, node_sharing
 from scoring.convergence import Phase
 from scoring.nodes import IntArray, NodeArrays
 from scoring.world import is_completing
@@ -65,6 +66,9 @@ class ClusterState:
         self._alloc(initial_capacity)
         self.version = 0
         self.synced: dict[str, bool] = {"nodes": False, "pods": False}
+        # Nodes that share GPUs (time-slicing, MPS, MIG, HAMi; extender/sharing.py): their
+        # telemetry columns are physical GPUs, not the replicas kube-scheduler counts.
+        self.shared: dict[str, NodeSharing] = {}
 
     # ---- columns ----
     # One row per node slot, all facts side by side, so a request gathers its candidate rows
@@ -137,12 +141,18 @@ class ClusterState:
             row[_GPU_ALLOC] = a.gpus if usable else 0.0
             row[_CPU_ALLOC] = a.cpu_m if usable else 0.0
             row[_MEM_ALLOC] = a.mem if usable else 0.0
+            sharing = node_sharing(node)
+            if sharing.mode != Mode.EXCLUSIVE:
+                self.shared[node.name] = sharing
+            else:
+                self.shared.pop(node.name, None)
 
     def delete_node(self, name: str) -> None:
         with self._lock:
             self.version += 1
             i = self._slot.pop(name, None)
             self.nodes.pop(name, None)
+            self.shared.pop(name, None)
             if i is not None:
                 self._clear_slot(i)
                 self._free_slots.append(i)

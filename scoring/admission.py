@@ -187,7 +187,7 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
     cands = []
     for r in running:
         rq = queue_of(r.attained_gpu_s, s.queue_thresholds_gpu_s)
-        if rq <= q or not r.checkpointable or not r.running:
+        if rq <= q or not r.checkpointable or not r.running or r.workload == "inference":
             continue
         if namespace_refusal(r.namespace, world.namespace_labels, settings.safety) is not None:
             continue

@@ -8,7 +8,8 @@ orient (lower is better) -> median filter -> normalise to [0, 1] by the observed
 (so everything is invariant to scaling and shifting the metric) -> FlowCon windows for
 progress P and growth efficiency G = P / share, and curve fits for the steps left to the
 plateau: Optimus' l(k) = 1/(b0*k + b1) + b2, an exponential and a power law, whose remaining
-steps are averaged geometrically.
+steps are averaged geometrically. scoring.remaining turns the same fits into a distribution of
+the steps left (80 % interval, probability of being at the plateau; curve_evidence feeds it).
 
 P is the relative pace: the improvement of the windowed mean between two consecutive
 windows, divided by the job's mean improvement per window so far (FlowCon divides by the
@@ -25,6 +26,9 @@ from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
+
+from scoring import remaining_params
+from scoring.remaining import CurveEvidence, RemainingDistribution, RemainingModel, predict
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -63,6 +67,17 @@ class ConvergenceSettings:
     fit_max_points: int = 256  # longer histories are binned to this many points for the fit
     rate_points: int = 20  # recent points of the current run used for the step rate
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
+    # What remaining_steps reports: "ensemble" = the curve families' geometric mean; "learned" =
+    # the median of scoring.remaining's distribution (fit on the even LCBench tasks). The learned
+    # median is better on held-out LCBench curves but learns their fixed 52-epoch horizon: it
+    # calls clean 1/x curves done early and is worse on Pollux's at 25 % and 75 % done
+    # (docs/progress-api.md), so it is opt-in. The interval and plateau probability are the
+    # learned model's in both cases.
+    remaining_model: str = "ensemble"
+
+    def __post_init__(self) -> None:
+        if self.remaining_model not in ("learned", "ensemble"):
+            raise ValueError(f"remaining_model must be 'learned' or 'ensemble', not {self.remaining_model!r}")
 
 
 @dataclass(frozen=True)
@@ -129,6 +144,21 @@ class ConvergenceEstimate:
     restarts: int = 0
     superseded: int = 0
     fit: CurveFit | None = None
+    # The distribution of steps left (scoring.remaining): the 80 % interval and P(at the plateau).
+    # NaN when unknown; the seconds at the step rate of the current run.
+    remaining_steps_low: float = math.nan
+    remaining_steps_high: float = math.nan
+    remaining_seconds_low: float = math.nan
+    remaining_seconds_high: float = math.nan
+    plateau_probability: float = math.nan
+    plateaued: bool = False  # plateau_probability at or above the model's threshold (precision first)
+    ensemble_remaining_steps: float = math.nan  # the curve families' geometric mean, whatever remaining_model
+    learned_remaining_steps: float = math.nan  # the learned distribution's median, whatever remaining_model
+
+    def remaining_distribution(self) -> RemainingDistribution:
+        """The learned steps-left distribution, e.g. for evidence_weight()."""
+        return RemainingDistribution(self.learned_remaining_steps, self.remaining_steps_low,
+                                     self.remaining_steps_high, self.plateau_probability, self.plateaued)
 
 
 def _as_float(a: npt.ArrayLike) -> FloatArray:
@@ -433,6 +463,101 @@ def remaining_steps_to_plateau(
     return left * fit.step_span
 
 
+def _recent_gain(steps: FloatArray, norm: FloatArray, last_share: float) -> float:
+    """Share of the observed improvement (running best, normalised 0..1) made in the last
+    last_share of the observed span."""
+    cut = steps[0] + (1.0 - last_share) * (steps[-1] - steps[0])
+    before = norm[steps <= cut]
+    if before.size == 0:
+        return math.nan
+    return float(np.min(before) - np.min(norm))
+
+
+def _planned_end(max_steps: float | None) -> float | None:
+    return max_steps if max_steps is not None and math.isfinite(max_steps) and max_steps > 0 else None
+
+
+def target_steps_left(fit: CurveFit, norm_target: float, last_norm: float) -> float:
+    """Steps from the last observed step until the fitted curve reaches norm_target (normalised,
+    lower is better): 0 when the smoothed last value is there already, inf when the fit's
+    asymptote never gets there."""
+    if last_norm <= norm_target:
+        return 0.0
+    gap = norm_target - fit.c
+    if not gap > 0:
+        return math.inf
+    x = fit.x_at_gap(gap)
+    if not math.isfinite(x):
+        return math.inf
+    return max(0.0, x - 1.0) * fit.step_span
+
+
+def normalised_target(values: FloatArray, target: float, settings: ConvergenceSettings) -> float:
+    """The job's target metric value in the units of normalise() (NaN when it cannot be placed)."""
+    if values.size == 0 or not math.isfinite(target):
+        return math.nan
+    oriented = -values if settings.higher_is_better else values
+    scale = float(np.max(np.abs(oriented)))
+    if scale == 0.0:
+        return math.nan
+    smooth = _median_filter(oriented / scale, settings.median_points)
+    lo, hi = float(smooth.min()), float(smooth.max())
+    if hi - lo < _FLAT_SPAN:
+        return math.nan
+    t = (-target if settings.higher_is_better else target) / scale
+    return (t - lo) / (hi - lo)
+
+
+def curve_evidence(
+    steps: FloatArray, norm: FloatArray, fits: list[CurveFit], settings: ConvergenceSettings,
+    max_steps: float | None = None, norm_target: float = math.nan,
+) -> CurveEvidence | None:
+    """The inputs of scoring.remaining's model for one cleaned, normalised prefix with its
+    family fits; None when there is nothing to extrapolate (no fit, no span)."""
+    if not fits or steps.size < 2:
+        return None
+    span = float(steps[-1] - steps[0])
+    if not span > 0 or not math.isfinite(span):
+        return None
+    planned = _planned_end(max_steps)
+    by_family = {f.family: f for f in fits}
+    left: list[float] = []
+    gap: list[float] = []
+    for fam in FAMILIES:
+        f = by_family.get(fam)
+        if f is None:
+            left.append(math.nan)
+            gap.append(math.nan)
+            continue
+        left.append(remaining_steps_to_plateau(f, settings.plateau_rel_tol, settings.max_horizon_factor, planned))
+        g_end = float(f.predict(np.array([planned]))[0]) - f.c if planned is not None else 0.0
+        total = 1.0 - f.c - g_end
+        ahead = float(f.predict(np.array([steps[-1]]))[0]) - f.c - g_end
+        gap.append(ahead / total if total > 0 and math.isfinite(ahead) else math.nan)
+    best = min(fits, key=lambda f: f.rmse)
+    target_left = math.nan
+    if math.isfinite(norm_target):
+        target_left = target_steps_left(best, norm_target, float(norm[-1]))
+    return CurveEvidence(
+        span=span,
+        unit=span / max(1, steps.size - 1),
+        family_left=tuple(left),
+        family_gap=tuple(gap),
+        best_rmse=best.rmse,
+        recent_gain=(_recent_gain(steps, norm, 0.25), _recent_gain(steps, norm, 0.1)),
+        horizon=settings.max_horizon_factor,
+        planned_left=planned - float(steps[-1]) if planned is not None else math.nan,
+        target_left=target_left,
+        last_value=float(norm[-1]),
+        recent_value=float(np.mean(norm[-3:])),
+    )
+
+
+def remaining_model_for(max_steps: float | None) -> RemainingModel:
+    """The shipped parameters: one model for jobs with a planned end, one for open-ended ones."""
+    return remaining_params.PLANNED_END if _planned_end(max_steps) is not None else remaining_params.OPEN_END
+
+
 def step_rate(clean: CleanSeries, rate_points: int) -> float:
     """Steps per second over the recent points of the current run; NaN if not measurable."""
     if clean.timestamps is None:
@@ -456,6 +581,7 @@ def estimate(
     previous_phase: Phase = Phase.UNKNOWN,
     previous_low_count: int = 0,
     max_steps: float | None = None,
+    target: float | None = None,
 ) -> ConvergenceEstimate:
     """Convergence of one job from its whole (arrival-ordered) history.
 
@@ -466,6 +592,8 @@ def estimate(
     NaN and the phase is decided on P alone (share 1).
     max_steps: the step the job plans to stop at, if it said; the plateau is then measured
     against the fitted value there and is never later.
+    target: the metric value at which the job stops (in the metric's own units and direction),
+    if it said; the steps left are then never beyond the best fit's crossing of it.
     """
     clean = clean_series(steps, values, timestamps)
     share = resource_share if resource_share is not None and math.isfinite(resource_share) \
@@ -482,7 +610,8 @@ def estimate(
         p_all = np.zeros(max(0, windows - 1))
     else:
         p_all = window_progress(norm, ids, settings.pace_lag_windows, settings.noise_z)
-    g_all = p_all / (share if share is not None else 1.0)
+    with np.errstate(over="ignore"):
+        g_all = p_all / (share if share is not None else 1.0)
     if previous_phase == Phase.UNKNOWN:
         phase, low = replay_phase(g_all, settings.alpha)
     else:
@@ -490,22 +619,27 @@ def estimate(
         phase, low = advance_phase(previous_phase, previous_low_count, latest, settings.alpha)
     progress = float(p_all[-1]) if p_all.size else math.nan
     growth = progress / share if share is not None and p_all.size else math.nan
+    growth = growth if math.isfinite(growth) else math.nan  # a subnormal share overflows: unknown, not inf
 
     fit = None
-    remaining = math.nan
+    ensemble = math.nan
+    dist = RemainingDistribution.unknown()
     if norm is None:
-        remaining = 0.0 if phase == Phase.COMPLETING else math.nan
+        ensemble = 0.0 if phase == Phase.COMPLETING else math.nan
+        if phase == Phase.COMPLETING:
+            dist = RemainingDistribution(0.0, 0.0, 0.0, 1.0, True)
     elif n >= settings.min_fit_points:
         fits = fit_families(clean.steps, norm, settings.fit_grid, settings.fit_families, settings.fit_max_points)
         fit = min(fits, key=lambda f: f.rmse) if fits else None
-        ms = max_steps if max_steps is not None and math.isfinite(max_steps) and max_steps > 0 else None
-        remaining = ensemble_remaining_steps(fits, settings.plateau_rel_tol, settings.max_horizon_factor, n, ms,
-                                             settings.fit_rmse_ratio, settings.fit_rmse_floor)
-    if remaining == 0.0:
-        seconds = 0.0
-    else:
-        seconds = remaining / rate if math.isfinite(rate) else math.nan
-        seconds = seconds if math.isfinite(seconds) else math.nan
+        ms = _planned_end(max_steps)
+        ensemble = ensemble_remaining_steps(fits, settings.plateau_rel_tol, settings.max_horizon_factor, n, ms,
+                                            settings.fit_rmse_ratio, settings.fit_rmse_floor)
+        norm_target = normalised_target(clean.values, target, settings) if target is not None else math.nan
+        evidence = curve_evidence(clean.steps, norm, fits, settings, ms, norm_target)
+        if evidence is not None:
+            dist = predict(evidence, remaining_model_for(ms))
+    remaining = dist.median if settings.remaining_model == "learned" else ensemble
+    seconds, seconds_low, seconds_high = (_seconds(r, rate) for r in (remaining, dist.low, dist.high))
     return ConvergenceEstimate(
         phase=phase,
         low_count=low,
@@ -520,4 +654,20 @@ def estimate(
         restarts=clean.restarts,
         superseded=clean.superseded,
         fit=fit,
+        remaining_steps_low=dist.low,
+        remaining_steps_high=dist.high,
+        remaining_seconds_low=seconds_low,
+        remaining_seconds_high=seconds_high,
+        plateau_probability=dist.plateau_probability,
+        plateaued=dist.plateaued,
+        ensemble_remaining_steps=ensemble,
+        learned_remaining_steps=dist.median,
     )
+
+
+def _seconds(steps_left: float, rate: float) -> float:
+    """Steps at the rate: 0 steps is 0 s even at an unknown rate; unknown stays NaN."""
+    if steps_left == 0.0:
+        return 0.0
+    seconds = steps_left / rate if math.isfinite(rate) else math.nan
+    return seconds if math.isfinite(seconds) else math.nan

@@ -47,6 +47,8 @@ class PlacementSettings:
     pack_gpus: bool = True  # best fit on GPUs (less fragmentation for multi-GPU jobs)
     origin_penalty: float = 3.0  # score points off the node a migrated job just left
     neutral: float = 0.5
+    # an inference pod never goes where a GPU it may get is busier than this (scoring/workload.py)
+    inference_util_pct: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,16 @@ def score_nodes(
         conv = nodes.completing_gpus / nodes.gpu_used
     conv = np.where(np.isfinite(conv), np.clip(conv, 0.0, 1.0), neutral)
 
+    penalty = np.zeros(n) if origin is None else np.where(origin, settings.origin_penalty, 0.0)
+    score = combine_terms(headroom, util, conv, penalty, settings)
+    return ScoreTerms(score=score, headroom=headroom, utilisation=util, convergence=conv, penalty=penalty)
+
+
+def combine_terms(headroom: FloatArray, util: FloatArray, conv: FloatArray, penalty: FloatArray,
+                  settings: PlacementSettings) -> IntArray:
+    """The 0..MAX_SCORE score from its terms (also used when a term is replaced, scoring/sharing.py)."""
     w = np.array([settings.weight_headroom, settings.weight_utilisation, settings.weight_convergence])
     total_w = float(w.sum()) or 1.0
     combined = (w[0] * headroom + w[1] * util + w[2] * conv) / total_w
-    penalty = np.zeros(n) if origin is None else np.where(origin, settings.origin_penalty, 0.0)
-    score = np.clip(np.rint(combined * MAX_SCORE - penalty), 0, MAX_SCORE).astype(np.int64)
-    return ScoreTerms(score=score, headroom=headroom, utilisation=util, convergence=conv, penalty=penalty)
+    score: IntArray = np.clip(np.rint(combined * MAX_SCORE - penalty), 0, MAX_SCORE).astype(np.int64)
+    return score

@@ -30,6 +30,7 @@ NOT_ELASTIC = "not elastic"
 HELD_SCALED = "rescaled recently (held for the other loop)"
 HELD_MIGRATED = "migrated recently (held for the other loop)"
 SHRINKABLE = "elastic and above its minimum: the optimizer shrinks it"
+INFERENCE = "inference workload: never moved or rescaled by flowsched"
 
 
 def namespace_refusal(namespace: str, labels: Mapping[str, Mapping[str, str]], s: SafetySettings) -> str | None:
@@ -46,6 +47,8 @@ def migrator_refusal(job: JobState, world: World, s: SafetySettings, elastic_on:
     why = namespace_refusal(job.namespace, world.namespace_labels, s)
     if why is not None:
         return why
+    if job.workload == "inference":
+        return INFERENCE
     if not job.checkpointable:
         return NOT_CHECKPOINTABLE
     if elastic_on and job.elastic is not None and job.held_gpus > max(1, job.elastic[0]):
@@ -60,6 +63,8 @@ def elastic_refusal(job: JobState, world: World, s: SafetySettings, migrator_on:
     why = namespace_refusal(job.namespace, world.namespace_labels, s)
     if why is not None:
         return why
+    if job.workload == "inference":
+        return INFERENCE
     if job.elastic is None:
         return NOT_ELASTIC
     if migrator_on and job.since_migration_s < s.hold_s:

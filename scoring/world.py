@@ -76,6 +76,7 @@ class JobState:
     pod_chunk: int = 0
     wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
     diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
+    workload: str = "training"  # scoring/workload.py WorkloadClass of its pods
 
     @property
     def held_gpus(self) -> float:

@@ -9,7 +9,8 @@ reason; only FLOWSCHED_SKIP_CLUSTER=1 (a developer opt-out CI never sets) skips 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,41 @@ from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.manifests import Discovery, apply, load_docs, manifest_files, scheduler_config_for_tests
 from tests.cluster.procs import install_exit_hooks
 from tests.cluster.scenario import Scenario
+from tests.cluster.tools import ToolUnavailable, go_tool
 
 # deploy/ objects the tests create for real: the identities flowsched and the second scheduler
 # run under here are authorised by exactly these.
 RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 PRIORITY_CLASSES = {"e2e-low": 100, "e2e-high": 10000}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the real programs the selected tests need before the first test starts, so a cold
+    build (minutes, once per machine) counts against no test's timeout and says what it is doing.
+    A build that fails here is not fatal: each test that needs it then fails with the reason."""
+    if session.config.option.collectonly:
+        return
+    markers = {m.name for item in session.items for m in item.iter_markers()}
+    steps: list[tuple[str, Callable[[], object]]] = []
+    if "cluster" in markers and not _skip_requested():
+        steps.append(("kube-apiserver, kube-scheduler, etcd", ensure_binaries))
+    if "prometheus" in markers and os.environ.get("FLOWSCHED_SKIP_PROMETHEUS") != "1":
+        steps.append(("prometheus", lambda: go_tool("prometheus")))
+    if "helm" in markers:
+        steps.append(("helm", lambda: go_tool("helm")))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for what, step in steps:
+        if reporter is not None:  # before the step: a cold build takes minutes
+            reporter.write(f"flowsched tests: {what} (found, or built from source once and cached; "
+                           "docs/testing.md): ")
+        t0 = time.monotonic()
+        try:
+            where = step()
+        except (ClusterUnavailable, ToolUnavailable) as e:
+            where = f"UNAVAILABLE ({str(e).splitlines()[0]})"
+        if reporter is not None:
+            reporter.write_line(f"{where} ({time.monotonic() - t0:.1f} s)")
 
 
 def _skip_requested() -> bool:

@@ -1,9 +1,11 @@
-"""A real Prometheus server for tests: /usr/bin/prometheus on a free loopback port.
+"""A real Prometheus server for tests on a free loopback port.
 
-The test tooling writes the config (static targets, 1 s scrape interval), keeps storage in a
-temporary directory, and owns the process: it runs in its own process group, dies with the
-test process (PR_SET_PDEATHSIG), and `stop` kills it by PID. If the binary is missing the
-test fails with a message saying how to install it, unless FLOWSCHED_SKIP_PROMETHEUS=1.
+The binary is $FLOWSCHED_PROMETHEUS_BIN, else `prometheus` on PATH, else Prometheus built from
+its Go module by tests/cluster/build_go_tool.sh (cached; tests/cluster/tools.py). The test
+tooling writes the config (static targets, 1 s scrape interval), keeps storage in a temporary
+directory, and owns the process: it runs in its own process group, dies with the test process
+(PR_SET_PDEATHSIG), and `stop` kills it by PID. If there is no binary and it cannot be built,
+the test fails with the reason and what to install, unless FLOWSCHED_SKIP_PROMETHEUS=1.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,18 +25,18 @@ import httpx
 import pytest
 import yaml
 
-INSTALL_HINT = "install it with `apt-get install -y prometheus` (Debian/Ubuntu; .ci/run does this)"
+from tests.cluster.tools import ToolUnavailable, go_tool
 
 
 def prometheus_binary() -> str:
-    """The binary's path; fails (or skips on FLOWSCHED_SKIP_PROMETHEUS=1) when there is none."""
-    found = os.environ.get("FLOWSCHED_PROMETHEUS_BIN") or shutil.which("prometheus") or "/usr/bin/prometheus"
-    if os.access(found, os.X_OK):
-        return found
+    """The binary's path (built on first use); fails, or skips on FLOWSCHED_SKIP_PROMETHEUS=1,
+    when there is none and it cannot be built."""
     if os.environ.get("FLOWSCHED_SKIP_PROMETHEUS") == "1":
         pytest.skip("FLOWSCHED_SKIP_PROMETHEUS=1: Prometheus tests skipped on request")
-    pytest.fail(f"the Prometheus telemetry tests need a real prometheus binary and none was found; {INSTALL_HINT}, "
-                "or set FLOWSCHED_PROMETHEUS_BIN, or FLOWSCHED_SKIP_PROMETHEUS=1 to skip them", pytrace=False)
+    try:
+        return go_tool("prometheus")
+    except ToolUnavailable as e:
+        pytest.fail(f"the Prometheus tests need a real prometheus binary: {e}", pytrace=False)
 
 
 def free_port() -> int:
@@ -54,8 +55,9 @@ Target = tuple[str, Mapping[str, str]]  # ("host:port", extra labels)
 
 class PrometheusServer:
     def __init__(self, binary: str, workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
-                 other_jobs: Mapping[str, Sequence[Target]] | None = None) -> None:
+                 other_jobs: Mapping[str, Sequence[Target]] | None = None, extra_args: Sequence[str] = ()) -> None:
         self.binary, self.workdir = binary, workdir
+        self.extra_args = list(extra_args)  # e.g. --web.enable-remote-write-receiver
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()  # kept across restarts, so clients keep one URL
         self.proc: subprocess.Popen[bytes] | None = None
@@ -80,7 +82,8 @@ class PrometheusServer:
 
     def start(self, ready_timeout_s: float = 30.0) -> PrometheusServer:
         argv = [self.binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", "--log.level=warn"]
+                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", "--log.level=warn",
+                *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, preexec_fn=_die_with_parent)
@@ -122,9 +125,9 @@ class PrometheusServer:
 
 
 @contextlib.contextmanager
-def running_prometheus(workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0
-                       ) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(prometheus_binary(), workdir, targets, scrape_interval_s)
+def running_prometheus(workdir: Path, targets: Sequence[Target], scrape_interval_s: float = 1.0,
+                       extra_args: Sequence[str] = ()) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(prometheus_binary(), workdir, targets, scrape_interval_s, extra_args=extra_args)
     try:
         yield server.start()
     finally:

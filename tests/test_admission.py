@@ -77,6 +77,8 @@ def test_long_waiting_work_preempts_checkpointable_jobs_of_later_queues_only() -
     assert plan_admission_for(world(waiting, served, young, free=(0, 0)), off).preempts == ()
     # Never more victims than the budget allows, and none in a namespace flowsched may not touch.
     assert plan_admission_for(world(waiting, served, young, free=(0, 0)), S, max_preempts=0).preempts == ()
+    serving = replace(served, workload="inference")
+    assert plan_admission_for(world(waiting, serving, young, free=(0, 0)), S).preempts == ()
     other = replace(served, key="kube-system/served", namespace="kube-system")
     assert plan_admission_for(world(waiting, other, young, free=(0, 0)), S).preempts == ()
 

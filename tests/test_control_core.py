@@ -106,3 +106,24 @@ def test_reported_gradient_noise_moves_the_planned_batch() -> None:
     # Without a report the batch is the job's own and never changes.
     plain = job("open/pt", gpus=2, elastic=(1, 4), checkpointable=False, estimate=est(Phase.GROWING, 1.0))
     assert all(a.batch_size == 0 for a in plan_elastic_for(world(plain), S).actions)
+
+
+def test_the_service_world_marks_inference_jobs_and_no_loop_touches_them() -> None:
+    from extender.control.world_builder import WorldBuilder
+    from extender.k8s_objects import parse_node, parse_pod
+    from tests.k8s_factories import node, pod
+
+    p = parse_pod(pod("web-0", gpus=1, node_name="n0", namespace="open", phase="Running",
+                      owner=("ReplicaSet", "web-abc"), annotations={"flowsched.io/checkpointable": "true"}))
+    t = parse_pod(pod("train-0", gpus=1, node_name="n0", namespace="open", phase="Running",
+                      owner=("Job", "train"), annotations={"flowsched.io/checkpointable": "true"}))
+    w = WorldBuilder(_NoEstimates(), lambda: {}).build((p, t), (parse_node(node("n0")),), {}, 0.0)
+    kinds = {j.key: j.workload for j in w.jobs}
+    assert kinds == {"open/replicaset-web-abc": "inference", "open/job-train": "training"}
+    web = w.job("open/replicaset-web-abc")
+    assert web is not None and migrator_refusal(web, w, S.safety, elastic_on=False) is not None
+
+
+class _NoEstimates:
+    def snapshot(self) -> dict[str, ConvergenceEstimate]:
+        return {}

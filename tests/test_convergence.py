@@ -176,7 +176,7 @@ def test_restart_is_not_corruption() -> None:
 
 
 def test_real_lcbench_curve_grows_then_completes() -> None:
-    # /work/shared/data/lcbench/curves.csv, task 3945, curve 0, epochs 1-52, val_accuracy
+    # benchmarks/data/lcbench/curves.csv, task 3945, curve 0, epochs 1-52, val_accuracy
     acc = [
         42.55614, 54.21244, 65.43585, 71.17723, 74.70529, 77.0022, 78.63018, 79.83644, 80.6839, 81.31827,
         81.84108, 82.26333, 82.65086, 83.0193, 83.33692, 83.62224, 83.87015, 84.09056, 84.28357, 84.46574,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,22 @@ def test_report_then_read_back(client: TestClient) -> None:
     assert job["points"] == 20 and job["last_step"] == 19 and job["phase"] != "unknown"
     assert job["progress"] is not None and job["step_rate"] == pytest.approx(0.2)
     assert job["growth_efficiency"] is None  # no resource share known here: null, not 0
+
+
+def test_job_shows_the_remaining_interval_and_plateau_probability(client: TestClient) -> None:
+    pts = [{"step": i, "loss": 0.3 + math.exp(-0.05 * i), "timestamp": 100.0 + 5 * i} for i in range(30)]
+    assert client.post("/v1/progress", json=report(points=pts), headers=A).status_code == 200
+    job = client.get("/v1/jobs/team-a/resnet", headers=A).json()
+    lo, hi = job["remaining_steps_interval"]
+    assert 0 <= lo <= hi
+    lo_s, hi_s = job["remaining_seconds_interval"]
+    assert lo_s == pytest.approx(lo * 5.0) and hi_s == pytest.approx(hi * 5.0)  # 0.2 steps/s
+    assert 0.0 <= job["plateau_probability"] <= 1.0 and 0.0 <= job["evidence_weight"] <= 1.0
+    short = [{"step": i, "loss": 1.0 / (i + 1), "timestamp": 100.0 + i} for i in range(3)]
+    client.post("/v1/progress", json={"namespace": "team-a", "job": "new", "points": short}, headers=A)
+    unknown = client.get("/v1/jobs/team-a/new", headers=A).json()
+    assert unknown["remaining_steps_interval"] is None and unknown["plateau_probability"] is None
+    assert unknown["evidence_weight"] == 0.0  # no prediction: no evidence
 
 
 def test_foreign_namespace_is_forbidden(client: TestClient) -> None:

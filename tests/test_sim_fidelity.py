@@ -1,20 +1,18 @@
-"""Against the real Pollux artifact data: job model lookups and Tiresias fidelity."""
+"""Against the real Pollux artifact data (shipped in benchmarks/data/pollux, or $FLOWSCHED_DATA):
+job model lookups and Tiresias fidelity."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import data_paths
 from benchmarks.sim.engine import Engine, EngineSettings
 from benchmarks.sim.jobmodel import Application, load_profiles
 from benchmarks.sim.tiresias import TiresiasPolicy
 from benchmarks.sim.workload import read_workload
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-POLLUX = SHARED / "data" / "pollux"
-pytestmark = pytest.mark.skipif(not POLLUX.is_dir(), reason="../shared/data/pollux not present")
+POLLUX = data_paths.pollux_dir()
 
 
 def test_throughput_reads_placements_csv() -> None:

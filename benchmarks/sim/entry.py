@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import data_paths
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.engine import EngineSettings, InterferenceSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
@@ -38,7 +39,7 @@ from benchmarks.sim.variants import (
 )
 from benchmarks.sim.workload import JobSpec, read_workload, scale_load
 
-DEFAULT_TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux" / "traces"
+DEFAULT_TRACES = data_paths.pollux_traces()
 POLICY_NAMES = (*BASELINES, "flowsched-placement", "flowsched")
 
 

@@ -5,7 +5,7 @@ class of `simulator/simulator.py` (read, not copied): a job advances in "progres
 (statistical-efficiency-weighted samples) at goodput = gain / step_time, where gain comes
 from the gradient noise scale of the validation trace at the job's batch size; it finishes
 after `max_epochs` epochs, whose progress boundaries are the minimum over the validation
-traces. The data files are read from a directory passed in (../shared/data/pollux/traces).
+traces. The data files are read from a directory passed in (benchmarks/data/pollux/traces).
 """
 
 from __future__ import annotations

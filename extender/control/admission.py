@@ -50,10 +50,7 @@ class Admission:
         self.last: dict[str, Any] = {}
 
     def observe(self, now: float) -> Observed | None:
-        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False)
-        if observed is None:
-            self.last = {"at": now, "skipped": "snapshot not synced yet"}
-        return observed
+        return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False, last=self.last)
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:

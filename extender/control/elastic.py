@@ -81,10 +81,7 @@ class Elastic:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        observed = observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=True)
-        if observed is None:
-            self.last = {"at": now, "skipped": "snapshot not synced yet"}
-        return observed
+        return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=True, last=self.last)
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:

@@ -24,6 +24,7 @@ from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
 from scoring.remedy import with_diagnoses
+from scoring.workload import workload_class
 from scoring.world import JobState, NodeState, PendingPod, World
 
 log = logging.getLogger("flowsched.control")
@@ -128,6 +129,9 @@ class WorldBuilder:
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
             step_samples=dict(self.step_samples.get(key, {})),
             gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
+            # Inference if any pod is (DESIGN §3 classes; never moved or rescaled by flowsched).
+            workload=min((str(workload_class(p.workload, p.owner_kind)) for p in ps),
+                         key=lambda c: 0 if c == "inference" else 1),
             wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
                                                        and p.created_at is not None]) else math.nan,
         )
@@ -176,9 +180,14 @@ class ControlView(Protocol):
     def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]: ...
 
 
-def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool) -> Observed | None:
-    """None until the snapshot has synced (a half-listed cluster is no basis for a plan)."""
+def observe(state: ControlView, builder: WorldBuilder, now: float, *, gpu_pods_only: bool,
+            last: dict[str, Any] | None = None) -> Observed | None:
+    """None until the snapshot has synced (a half-listed cluster is no basis for a plan); then
+    `last` (a loop's /debug view of its latest plan) says so."""
     if not state.ready:
+        if last is not None:
+            last.clear()
+            last.update({"at": now, "skipped": "snapshot not synced yet"})
         return None
     pods, nodes, marks = state.control_view()
     pods_of: dict[str, list[PodInfo]] = {}

@@ -30,6 +30,7 @@ import httpx
 import yaml
 
 from tests.cluster.procs import ManagedProcess, install_exit_hooks, wait_until
+from tests.cluster.tools import ToolUnavailable, system_command
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tests" / "cluster" / "build_k8s.sh"
@@ -77,7 +78,11 @@ def ensure_binaries() -> Path:
 
 
 def _openssl(*args: str, cwd: Path) -> None:
-    r = subprocess.run([OPENSSL, *args], cwd=cwd, capture_output=True, text=True, check=False)
+    try:
+        openssl = OPENSSL if os.access(OPENSSL, os.X_OK) else system_command("openssl", "openssl")
+    except ToolUnavailable as e:
+        raise ClusterUnavailable(str(e)) from e
+    r = subprocess.run([openssl, *args], cwd=cwd, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise ClusterUnavailable(f"openssl {' '.join(args)} failed: {r.stderr.strip()}")
 
