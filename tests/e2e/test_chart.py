@@ -20,7 +20,7 @@ from tests.cluster.tools import go_module_dir
 pytestmark = pytest.mark.helm
 
 # Chart-only objects, off by default (deploy/ has neither).
-CHART_ONLY_KINDS = {"NetworkPolicy", "ServiceMonitor"}
+CHART_ONLY_KINDS = {"ServiceMonitor"}  # what deploy/ does not ship (the CRD may be absent)
 EVERYTHING_ON = ["namespace.create=true", "networkPolicy.enabled=true", "serviceMonitor.enabled=true"]
 
 
@@ -60,7 +60,8 @@ def test_values_change_what_they_say() -> None:
     docs = render("gpu-sched", [
         "fullnameOverride=fs", "flowsched.controllers={migrator,elastic}", "flowsched.act=true",
         "flowsched.persistence.existingClaim=fs-data", "scheduler.schedulerName=gpu",
-        "scheduler.extender.weight=7", "image.tag=9.9.9", *EVERYTHING_ON[1:],
+        "scheduler.extender.mode=filter-prioritize", "scheduler.extender.weight=7", "image.tag=9.9.9",
+        *EVERYTHING_ON[1:],
     ])
     got = by_key(docs)
     dep = got[("Deployment", "gpu-sched", "fs")]["spec"]["template"]["spec"]
@@ -178,7 +179,9 @@ def _kube_scheduler_reads(cp: ControlPlane, tmp_path: Path, values: list[str]) -
 
 @pytest.mark.cluster
 def test_real_kube_scheduler_accepts_the_charts_configuration(control_plane: ControlPlane, tmp_path: Path) -> None:
-    r = _kube_scheduler_reads(control_plane, tmp_path, ["scheduler.schedulerName=gpu", "scheduler.extender.weight=7"])
+    r = _kube_scheduler_reads(control_plane, tmp_path, ["scheduler.schedulerName=gpu",
+                                                        "scheduler.extender.mode=filter-prioritize",
+                                                        "scheduler.extender.weight=7"])
     assert r.returncode == 0, r.stderr[-2000:]
     out = yaml.safe_load((tmp_path / "out.yaml").read_text())
     assert [p["schedulerName"] for p in out["profiles"]] == ["gpu"]
@@ -192,5 +195,6 @@ def test_real_kube_scheduler_accepts_the_charts_configuration(control_plane: Con
 @pytest.mark.cluster
 def test_real_kube_scheduler_rejects_a_bad_extender_value(control_plane: ControlPlane, tmp_path: Path) -> None:
     # The check above is not vacuous: kube-scheduler's own validation sees the chart's values.
-    r = _kube_scheduler_reads(control_plane, tmp_path, ["scheduler.extender.weight=0"])
+    r = _kube_scheduler_reads(control_plane, tmp_path, ["scheduler.extender.mode=filter-prioritize",
+                                                        "scheduler.extender.weight=0"])
     assert r.returncode != 0 and "weight" in r.stderr, r.stderr[-2000:]
