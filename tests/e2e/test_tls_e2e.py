@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,50 @@ def test_kube_scheduler_calls_flowsched_over_https_with_ca_verification(
         wait_until(lambda: "certificate" in wrong.log_tail(400), 10, what="the TLS failure in the scheduler log")
     finally:
         wrong.stop()
+
+
+def test_the_gate_webhook_gates_flowsched_pods_only_and_pods_are_created_without_it(
+        scenario: Scenario, control_plane: ControlPlane, tls_flowsched: TlsFlowsched) -> None:
+    """kube-apiserver calls POST /webhook/gate over HTTPS (its CA bundle: the test CA); failurePolicy
+    Ignore, so with flowsched down pods are still created, ungated."""
+    import base64
+
+    from tests.cluster.kubeapi import pods_path
+    from tests.cluster.scenario import gpu_pod
+
+    s = scenario
+    s.kube.merge_patch(f"/api/v1/namespaces/{s.ns}", {"metadata": {"labels": {"flowsched-webhook-e2e": "on"}}})
+    name = f"flowsched-gate-{s.ns}"
+    coll = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    s.kube.create(coll, {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "gate.flowsched.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Ignore", "timeoutSeconds": 5, "reinvocationPolicy": "Never",
+            "clientConfig": {"url": f"{tls_flowsched.url}/webhook/gate",
+                             "caBundle": base64.b64encode(control_plane.ca_file.read_bytes()).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"flowsched-webhook-e2e": "on"}},
+        }]})
+    try:
+        def gates(pod: str) -> list[str]:
+            return [g["name"] for g in s.pod(pod)["spec"].get("schedulingGates") or []]
+
+        # The webhook configuration takes a moment to reach the apiserver's admission chain.
+        def gated_now() -> bool:
+            n = f"probe-{int(time.monotonic() * 1000)}"
+            s.kube.create(pods_path(s.ns), gpu_pod(n, gpus=1))
+            return gates(n) == ["flowsched.io/admission"]
+
+        wait_until(gated_now, 30, interval_s=0.5, what="the webhook gating a flowsched pod")
+        s.kube.create(pods_path(s.ns), gpu_pod("other-0", gpus=1, scheduler="default-scheduler"))
+        assert gates("other-0") == []  # not flowsched's: untouched
+        tls_flowsched.stop()
+        try:
+            s.kube.create(pods_path(s.ns), gpu_pod("while-down-0", gpus=1))
+            assert gates("while-down-0") == []  # created anyway, ungated: failurePolicy Ignore
+        finally:
+            tls_flowsched.start()
+    finally:
+        s.kube.delete(f"{coll}/{name}")
