@@ -123,8 +123,10 @@ def test_pod_goes_to_the_node_whose_gpus_telemetry_shows_idle(tscenario: Scenari
     # The pod now runs on the idle node; its exporter shows the load, and flowsched follows.
     s.wait_running("train-0")
     exporters[IDLE].run_pod(s.ns, "train-0", gpus=1, util_pct=92, fb_used_mib=30000)
-    snap = s.wait_snapshot(lambda snap: _fresh(snap, {IDLE: [92.0] + [0.0] * (GPUS - 1)}),
-                           "the new pod's GPU load", timeout_s=30)
+    # The refresher stores the node's samples, then the pod attribution of the same read: wait for both.
+    snap = s.wait_snapshot(lambda snap: _fresh(snap, {IDLE: [92.0] + [0.0] * (GPUS - 1)})
+                           and snap["status"]["telemetry"]["pods_attributed"] >= 1,
+                           "the new pod's GPU load, attributed to it", timeout_s=30)
     assert snap["status"]["telemetry"]["source"] == "prometheus"
     assert snap["status"]["telemetry"]["pods_attributed"] >= 1
     exporters[IDLE].stop_pod(s.ns, "train-0")
