@@ -64,6 +64,56 @@ def effective_max_connections(wanted: int) -> int:
     return max(16, min(wanted, soft - FD_RESERVE))
 
 
+class OneSendPerTurn:
+    """A transport proxy: the writes of one event-loop turn leave in one send.
+
+    uvicorn writes a response's status line and headers, then its body, in two sends; on
+    loopback each is a TCP segment that wakes kube-scheduler's reader (and, with uvloop, a
+    syscall made holding the GIL). A verb's reply is written within one turn, so here it leaves
+    as one segment. A turn that writes more than FLUSH_BYTES sends at once, so a large streamed
+    body still meets the transport's flow control."""
+
+    FLUSH_BYTES = 64 * 1024
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._buf: list[bytes] = []
+        self._size = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._buf:
+            self._loop.call_soon(self.flush)
+        self._buf.append(bytes(data))
+        self._size += len(data)
+        if self._size >= self.FLUSH_BYTES:
+            self.flush()
+
+    def writelines(self, chunks: Any) -> None:
+        for c in chunks:
+            self.write(c)
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        data = self._buf[0] if len(self._buf) == 1 else b"".join(self._buf)
+        self._buf.clear()
+        self._size = 0
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToolsProtocol]:
     """An httptools protocol class with the deadlines and the cap of `limits`."""
     events = _RateLimitedLog()
@@ -73,7 +123,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
         counts = events.counts  # for tests and /debug/status
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(OneSendPerTurn(transport, self.loop))  # type: ignore[arg-type]
             self._deadline: asyncio.TimerHandle | None = None
             self._since = time.monotonic()  # connection made, or its last response sent
             if len(self.connections) > max_connections and not self._make_room():

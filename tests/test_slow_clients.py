@@ -229,3 +229,63 @@ def test_1100_idle_connections_under_a_1024_file_limit_leave_normal_requests_ser
     text = log.read_text()
     assert "lowered to 896 to fit the open-file limit" in text
     assert "connection cap 896 reached" in text
+
+
+class _RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"extra:{name}"
+
+
+def test_writes_of_one_loop_turn_leave_in_one_send_and_close_flushes_first() -> None:
+    import asyncio
+
+    from extender.http_server import OneSendPerTurn
+
+    async def scenario() -> tuple[list[bytes], list[bytes], list[bytes], bool]:
+        raw = _RecordingTransport()
+        t = OneSendPerTurn(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+        t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        t.write(b'{"NodeNames": []}')
+        before_turn = list(raw.writes)
+        await asyncio.sleep(0)  # the turn ends: one send with both
+        after_turn = list(raw.writes)
+        big = b"x" * (OneSendPerTurn.FLUSH_BYTES + 1)
+        t.write(big)  # over the bound: sent at once (flow control still sees it)
+        t.write(b"tail")
+        t.close()  # the buffered tail goes before the close
+        assert t.get_extra_info("peername") == "extra:peername"
+        return before_turn, after_turn, raw.writes[1:], raw.closed
+
+    before_turn, after_turn, rest, closed = asyncio.run(scenario())
+    assert before_turn == []
+    assert after_turn == [b'HTTP/1.1 200 OK\r\n\r\n{"NodeNames": []}']
+    assert [len(w) for w in rest] == [OneSendPerTurn.FLUSH_BYTES + 1, 4] and closed
+
+
+def test_large_and_closing_responses_arrive_whole_through_the_one_send_transport() -> None:
+    with serving(FAST) as port:
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+        assert metrics.status_code == 200 and "flowsched_extender_requests_total" in metrics.text
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
+                      + str(len(FILTER)).encode() + b"\r\n\r\n" + FILTER)
+            s.settimeout(5)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and orjson.loads(body)["NodeNames"] == ["n0", "n1"]
