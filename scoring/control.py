@@ -247,7 +247,8 @@ def _fits(pods: list[float], free: FloatArray) -> bool:
     return bool((where >= 0).all())
 
 
-def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None) -> ElasticJob:
+def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None,
+                free_now: FloatArray | None = None) -> ElasticJob:
     """The optimizer's view of one job. `free`: GPUs per node a waiting job could start on now;
     a waiting job is only offered sizes whose pods fit there (a size kube-scheduler cannot place
     would leave it waiting with GPUs promised to it)."""
@@ -270,6 +271,12 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
         for size in range(1, g_max + 1):
             if np.isfinite(rate[size]).any() and not _fits(pods_for(job, size), free):
                 rate[size] = np.nan
+    if not cur and s.grow_waiting != "always":
+        asked = min(job.live_gpus, g_max)
+        for size in range(asked + 1, g_max + 1):
+            if s.grow_waiting == "never" or free_now is None or not _fits(pods_for(job, size), free_now):
+                rate[size:] = np.nan
+                break
     top = g_max
     if cur and (job.settling or job.since_scaled_s < s.cooldown_s):
         lo = top = cur  # mid-change or just rescaled: hold it where it is
@@ -322,11 +329,12 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
                                                                                  dtype=np.int64))
     # A running job's GPUs come back when it shrinks: a waiting job may also take those, so its
     # sizes are checked against free + what the elastic jobs hold now (an upper bound).
+    free_now = free.copy()
     for j in mine:
         for node, g in j.gpus_on.items():
             if node in world.node_names:
                 free[world.node_names.index(node)] += g
-    options = [elastic_job(j, world, s, free) for j in mine]
+    options = [elastic_job(j, world, s, free, free_now) for j in mine]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
     refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped

@@ -124,6 +124,9 @@ class ElasticLoopSettings(LoopSettings):
     # Least attained service through the weights: a job's weight x (1 + attained GPU-hours)^-las_power
     # (0 = off; 0.5 chosen on the Pollux workloads 1-2, docs/elastic.md).
     las_power: float = 0.5
+    # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
+    # into GPUs other jobs would first have to give up), "never".
+    grow_waiting: str = "always"
     adapt_batch: bool = True  # choose the batch size too when the job reports its gradient noise
     batch_points: int = 8  # candidate batch sizes, geometric over the job's batch range
     patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)
