@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring import remaining_params
-from scoring.remaining import CurveEvidence, RemainingDistribution, RemainingModel, predict
+from scoring.remaining import CurveEvidence, RemainingDistribution, RemainingModel, predict, prefix_shape
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -538,6 +538,7 @@ def curve_evidence(
     target_left = math.nan
     if math.isfinite(norm_target):
         target_left = target_steps_left(best, norm_target, float(norm[-1]))
+    planned_left = planned - float(steps[-1]) if planned is not None else math.nan
     return CurveEvidence(
         span=span,
         unit=span / max(1, steps.size - 1),
@@ -546,10 +547,11 @@ def curve_evidence(
         best_rmse=best.rmse,
         recent_gain=(_recent_gain(steps, norm, 0.25), _recent_gain(steps, norm, 0.1)),
         horizon=settings.max_horizon_factor,
-        planned_left=planned - float(steps[-1]) if planned is not None else math.nan,
+        planned_left=planned_left,
         target_left=target_left,
         last_value=float(norm[-1]),
         recent_value=float(np.mean(norm[-3:])),
+        shape=prefix_shape(steps, norm, planned_left),
     )
 
 

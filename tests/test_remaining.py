@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -9,16 +10,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring import remaining_params
-from scoring.convergence import ConvergenceSettings, estimate
+from scoring.convergence import (
+    ConvergenceSettings,
+    clean_series,
+    curve_evidence,
+    estimate,
+    fit_families,
+    normalise,
+    remaining_model_for,
+)
 from scoring.remaining import (
     FEATURES,
     QUANTILES,
+    SHAPE_FEATURES,
     CurveEvidence,
     RemainingDistribution,
     RemainingModel,
+    Trees,
     evidence_weight,
     feature_vector,
     predict,
+    prefix_shape,
 )
 
 
@@ -29,12 +41,15 @@ def evidence(**kw: object) -> CurveEvidence:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
+def const(v: float) -> Trees:
+    """One stump that never splits: the value is v whatever the features."""
+    return Trees(base=v, depth=1, feature=(0,), threshold=(1e300,), leaf=(0.0, 0.0))
+
+
 def constant_model(q10: float, q50: float, q90: float, logit: float, **kw: object) -> RemainingModel:
-    """A model whose answer ignores the features: intercepts only."""
-    def row(v: float) -> tuple[float, ...]:
-        return (v,) + (0.0,) * (FEATURES - 1)
-    return RemainingModel(quantiles=QUANTILES, coef=(row(q10), row(q50), row(q90)), plateau_coef=row(logit),
-                          **kw)  # type: ignore[arg-type]
+    """A model whose answer ignores the features."""
+    return RemainingModel(quantiles=QUANTILES, quantile_trees=(const(q10), const(q50), const(q90)),
+                          plateau_trees=const(logit), **kw)  # type: ignore[arg-type]
 
 
 # ---- features and the mixture ----
@@ -60,8 +75,16 @@ def test_median_is_the_quantile_model_when_growing_and_zero_when_plateaued() -> 
 
 def test_a_middling_plateau_probability_pulls_the_low_end_to_zero_first() -> None:
     d = predict(evidence(), constant_model(-1.0, 0.0, 1.0, logit=math.log(0.2 / 0.8)))  # p = 0.2
-    assert d.plateau_probability == pytest.approx(0.2)
-    assert d.low == 0.0 and 0.0 < d.median < 100.0 < d.high  # the median is the 37.5th percentile of the rest
+    assert d.plateau_probability == pytest.approx(0.2) and not d.plateaued
+    # the interval is the mixture's; the point estimate the hurdle's: not plateaued, so the quantile median
+    assert d.low == 0.0 and d.median == pytest.approx(100.0) and d.high > 100.0
+
+
+def test_the_median_is_zero_exactly_from_the_plateau_threshold_on() -> None:
+    below = predict(evidence(), constant_model(-1.0, 0.0, 1.0, logit=math.log(0.59 / 0.41), plateau_threshold=0.6))
+    above = predict(evidence(), constant_model(-1.0, 0.0, 1.0, logit=math.log(0.61 / 0.39), plateau_threshold=0.6))
+    assert not below.plateaued and below.median == pytest.approx(100.0)
+    assert above.plateaued and above.median == 0.0 and above.low == 0.0 and above.high > 0.0
 
 
 def test_spread_widens_the_interval_around_the_same_median() -> None:
@@ -87,18 +110,102 @@ def test_planned_end_and_target_cap_the_prediction() -> None:
 
 def test_model_shape_is_checked() -> None:
     with pytest.raises(ValueError, match="shape mismatch"):
-        RemainingModel(quantiles=QUANTILES, coef=((0.0,),), plateau_coef=(0.0,))
+        RemainingModel(quantiles=QUANTILES, quantile_trees=(const(0.0),), plateau_trees=const(0.0))
     with pytest.raises(ValueError, match="quantiles"):
-        RemainingModel(quantiles=(0.2, 0.5, 0.8), coef=((0.0,),) * 3, plateau_coef=(0.0,))
-    short = RemainingModel(quantiles=QUANTILES, coef=((0.0,),) * 3, plateau_coef=(0.0,))
+        RemainingModel(quantiles=(0.2, 0.5, 0.8), quantile_trees=(const(0.0),) * 3, plateau_trees=const(0.0))
+    with pytest.raises(ValueError, match="trees shape"):
+        Trees(base=0.0, depth=2, feature=(0, 1), threshold=(0.0, 0.0, 0.0), leaf=(0.0,) * 4)
+    beyond = Trees(base=0.0, depth=1, feature=(FEATURES,), threshold=(0.0,), leaf=(0.0, 1.0))
     with pytest.raises(ValueError, match="features"):
-        predict(evidence(), short)
+        RemainingModel(quantiles=QUANTILES, quantile_trees=(const(0.0),) * 3, plateau_trees=beyond)
+
+
+def test_trees_follow_their_splits() -> None:
+    # depth 2, one tree: root splits feature 1 at 0.5; left child feature 2 at 0; right child feature 1 at 2
+    t = Trees(base=10.0, depth=2, feature=(1, 2, 1), threshold=(0.5, 0.0, 2.0), leaf=(1.0, 2.0, 3.0, 4.0))
+    assert t.value(np.array([0.0, 0.5, -1.0])) == 11.0  # <= 0.5, <= 0: leaf 0
+    assert t.value(np.array([0.0, 0.0, 1.0])) == 12.0  # <= 0.5, > 0: leaf 1
+    assert t.value(np.array([0.0, 1.0, 9.0])) == 13.0  # > 0.5, <= 2: leaf 2
+    assert t.value(np.array([0.0, 3.0, 9.0])) == 14.0  # > 0.5, > 2: leaf 3
+    two = Trees(base=0.0, depth=1, feature=(0, 0), threshold=(0.0, 1.0), leaf=(1.0, 2.0, 10.0, 20.0))
+    assert two.value(np.array([0.5])) == 2.0 + 10.0  # the trees add up
 
 
 def test_shipped_parameters_fit_the_features() -> None:
     for model in (remaining_params.OPEN_END, remaining_params.PLANNED_END):
-        assert len(model.plateau_coef) == FEATURES
+        assert all(t.features_used <= FEATURES for t in (*model.quantile_trees, model.plateau_trees))
         assert 1.0 <= model.spread <= 4.0 and 0.5 <= model.plateau_threshold < 1.0
+
+
+# ---- the prefix's shape ----
+
+def test_prefix_shape_is_scale_free_finite_and_knows_the_planned_end() -> None:
+    k = np.arange(1.0, 41.0)
+    norm = np.exp(-0.1 * (k - 1))
+    norm = (norm - norm.min()) / (norm.max() - norm.min())
+    shape = prefix_shape(k, norm)
+    assert len(shape) == SHAPE_FEATURES and all(math.isfinite(v) for v in shape)
+    assert prefix_shape(k * 1000.0 + 7.0, norm) == pytest.approx(shape)  # steps' unit and origin do not matter
+    assert shape[-2:] == (0.0, 0.0)  # no planned end
+    planned = prefix_shape(k, norm, planned_left=39.0)
+    assert planned[-1] == pytest.approx(0.5) and planned[:-2] == shape[:-2]  # half the planned run is done
+    gains = shape[:5]
+    assert list(gains) == sorted(gains) and gains[0] >= 0.0 and gains[-1] <= 1.0  # more span, more gain
+    assert prefix_shape(k[:1], norm[:1]) == () and prefix_shape(np.full(3, 5.0), norm[:3]) == ()
+
+
+def test_a_flat_tail_reads_as_long_since_the_running_best_moved() -> None:
+    k = np.arange(1.0, 101.0)
+    early = np.minimum(1.0, np.maximum(0.0, 1.0 - (k - 1) / 20.0))  # all the gain in the first fifth
+    late = 1.0 - (k - 1) / 99.0  # steady all along
+    near = len((0.05, 0.1, 0.2, 0.35, 0.5))  # index of "since within 50 %"
+    assert prefix_shape(k, early)[near + 3] > 0.75  # within 5 % for more than three quarters of the span
+    assert prefix_shape(k, late)[near + 3] < 0.1
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=SHAPE_FEATURES,
+                max_size=SHAPE_FEATURES))
+def test_feature_vector_is_finite_whatever_the_shape_says(shape: list[float]) -> None:
+    x = feature_vector(evidence(shape=tuple(shape)))
+    assert x.shape == (FEATURES,) and np.isfinite(x).all()
+    assert feature_vector(evidence(shape=())).shape == (FEATURES,)  # unknown shape: neutral values
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(-8, 3), st.floats(0, 3), st.floats(0, 3), st.floats(-60, 60), st.floats(1.0, 3.0),
+       st.floats(0.5, 0.95), st.one_of(st.none(), st.floats(0, 1e5)))
+def test_predict_is_ordered_and_bounded_for_any_model(
+    q50: float, down: float, up: float, logit: float, spread: float, threshold: float, planned: float | None
+) -> None:
+    model = constant_model(q50 - down, q50, q50 + up, logit, spread=spread, plateau_threshold=threshold)
+    d = predict(evidence(planned_left=math.nan if planned is None else planned), model)
+    assert 0.0 <= d.plateau_probability <= 1.0
+    assert 0.0 <= d.low <= d.median <= d.high and math.isfinite(d.high)
+    assert d.plateaued == (d.plateau_probability >= threshold) and (d.median == 0.0 or not d.plateaued)
+    if planned is not None:
+        assert d.high <= planned
+
+
+def test_shipped_model_prediction_costs_well_under_a_millisecond() -> None:
+    k = np.arange(1.0, 2001.0) * 10.0
+    rng = np.random.default_rng(3)
+    loss = 1.0 / (0.001 * k + 0.5) + 0.3 + rng.normal(0.0, 0.005, k.size)
+    s = ConvergenceSettings()
+    clean = clean_series(k, loss, None)
+    norm = normalise(clean.values, False, s.median_points)
+    assert norm is not None
+    fits = fit_families(clean.steps, norm, s.fit_grid, s.fit_families, s.fit_max_points)
+    model = remaining_model_for(None)
+    ev = curve_evidence(clean.steps, norm, fits, s)
+    assert ev is not None
+    predict(ev, model)  # warm the trees' arrays
+    best = math.inf
+    for _ in range(5):  # the best of 5 rounds: a busy shared machine slows single calls
+        t0 = time.perf_counter()
+        for _ in range(20):
+            predict(curve_evidence(clean.steps, norm, fits, s), model)  # type: ignore[arg-type]
+        best = min(best, (time.perf_counter() - t0) / 20)
+    assert best < 2e-3  # benchmarks/remaining_cost measures it properly; the issue asks <= 1 ms
 
 
 # ---- the documented rule: a wide interval is weak evidence ----
