@@ -259,11 +259,11 @@ def fit_trees(x: FloatArray, samples: Samples, rows: npt.NDArray[np.bool_]) -> R
 
 
 def calibrate(models: list[tuple[RemainingModel, npt.NDArray[np.bool_]]], x: FloatArray,
-              samples: Samples) -> tuple[float, float]:
-    """(spread, threshold) from out-of-fold predictions: each model predicts the rows of its mask.
-    The spread: the smallest factor whose 80 % interval covers 80 % of the true steps left at the
-    prefixes convergence_eval asks at; the threshold: the lowest probability at which "at the
-    plateau" is right 90 % of the time (all prefixes)."""
+              samples: Samples) -> tuple[float, float, str]:
+    """(spread, threshold, what they give) from out-of-fold predictions: each model predicts the rows
+    of its mask. The spread: the smallest factor (from 0.5 on) whose 80 % interval covers 80 % of the
+    true steps left at the prefixes convergence_eval asks at; the threshold: the lowest probability
+    at which "at the plateau" is right 90 % of the time (all prefixes)."""
     p = np.zeros(len(samples.evidence))
     for model, rows in models:
         p[rows] = 1.0 / (1.0 + np.exp(-np.clip(trees_value(model.plateau_trees, x[rows]), -50, 50)))
@@ -273,16 +273,21 @@ def calibrate(models: list[tuple[RemainingModel, npt.NDArray[np.bool_]]], x: Flo
         said = p >= threshold
         if said.any() and (said & past).sum() / said.sum() >= 0.9:
             break
+    said = p >= threshold
     asked = [(i, model) for model, rows in models for i in np.flatnonzero(rows) if samples.asked[i]]
-    spread = 1.0
-    for spread in np.arange(1.0, 4.01, 0.05):
+    spread, covered = 1.0, 0.0
+    for spread in np.arange(0.5, 4.01, 0.05):
         hits = 0
         for i, model in asked:
             d = predict(samples.evidence[i], replace(model, spread=float(spread)))
             hits += int(d.low <= samples.left[i] <= d.high)
-        if hits >= 0.8 * len(asked):
+        covered = hits / max(1, len(asked))
+        if covered >= 0.8:
             break
-    return round(float(spread), 2), round(float(threshold), 2)
+    note = (f"out of fold: interval coverage {100 * covered:.1f} % at {len(asked)} asked prefixes; plateau "
+            f"precision {100 * (said & past).sum() / max(1, said.sum()):.1f} %, "
+            f"recall {100 * (said & past).sum() / max(1, past.sum()):.1f} %")
+    return round(float(spread), 2), round(float(threshold), 2), note
 
 
 def fit_model(samples: Samples) -> RemainingModel:
@@ -291,7 +296,8 @@ def fit_model(samples: Samples) -> RemainingModel:
     if half.all() or not half.any():  # one task only (a --limit run): alternate curves instead
         half = np.asarray(samples.curve) % 2 == 1
     folds = [(fit_trees(x, samples, ~half), half), (fit_trees(x, samples, half), ~half)]
-    spread, threshold = calibrate(folds, x, samples)
+    spread, threshold, note = calibrate(folds, x, samples)
+    print(f"  {note}", flush=True)
     model = fit_trees(x, samples, np.ones(len(samples.evidence), dtype=bool))
     return replace(model, spread=spread, plateau_threshold=threshold)
 

@@ -68,16 +68,18 @@ class ConvergenceSettings:
     rate_points: int = 20  # recent points of the current run used for the step rate
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
     # What remaining_steps reports: "ensemble" = the curve families' geometric mean; "learned" =
-    # the median of scoring.remaining's distribution (fit on the even LCBench tasks). The learned
-    # median is better on held-out LCBench curves but learns their fixed 52-epoch horizon: it
-    # calls clean 1/x curves done early and is worse on Pollux's at 25 % and 75 % done
-    # (docs/progress-api.md), so it is opt-in. The interval and plateau probability are the
-    # learned model's in both cases.
-    remaining_model: str = "ensemble"
+    # the median of scoring.remaining's boosted trees (fit on the even LCBench tasks): the steps left
+    # if the job has not plateaued yet (whether it has is plateau_probability / plateaued); "auto" =
+    # learned when the job gives a planned end (max_steps), else ensemble. Why auto: on held-out
+    # curves (odd LCBench tasks, Pollux; docs/progress-api.md) the learned median beats the
+    # families' mean on every set and fraction done when told the planned end, but without one it
+    # is worse on Pollux's curves at 75 % done. The interval and plateau probability are the learned
+    # model's in every case.
+    remaining_model: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.remaining_model not in ("learned", "ensemble"):
-            raise ValueError(f"remaining_model must be 'learned' or 'ensemble', not {self.remaining_model!r}")
+        if self.remaining_model not in ("auto", "learned", "ensemble"):
+            raise ValueError(f"remaining_model must be 'auto', 'learned' or 'ensemble', not {self.remaining_model!r}")
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ class ConvergenceEstimate:
     plateau_probability: float = math.nan
     plateaued: bool = False  # plateau_probability at or above the model's threshold (precision first)
     ensemble_remaining_steps: float = math.nan  # the curve families' geometric mean, whatever remaining_model
-    learned_remaining_steps: float = math.nan  # the learned distribution's median, whatever remaining_model
+    learned_remaining_steps: float = math.nan  # the learned median (if not plateaued yet), whatever remaining_model
 
     def remaining_distribution(self) -> RemainingDistribution:
         """The learned steps-left distribution, e.g. for evidence_weight()."""
@@ -640,7 +642,9 @@ def estimate(
         evidence = curve_evidence(clean.steps, norm, fits, settings, ms, norm_target)
         if evidence is not None:
             dist = predict(evidence, remaining_model_for(ms))
-    remaining = dist.median if settings.remaining_model == "learned" else ensemble
+    learned = settings.remaining_model == "learned" or (
+        settings.remaining_model == "auto" and _planned_end(max_steps) is not None)
+    remaining = dist.median if learned else ensemble
     seconds, seconds_low, seconds_high = (_seconds(r, rate) for r in (remaining, dist.low, dist.high))
     return ConvergenceEstimate(
         phase=phase,

@@ -17,11 +17,14 @@ here with a few numpy operations) give the 10th, 50th and 90th percentiles of
 log((left + unit) / (span + unit)) for a curve that has not plateaued yet, and boosted
 classification trees the probability p that it has.
 
-The distribution of steps left is the mixture "0 with probability p, else the quantile model"
-(its 10th and 90th percentiles are the 80 % interval). The point estimate is a hurdle: 0 when
-the job counts as plateaued (p at or above the model's threshold, chosen so that "plateaued" is
-right at least 90 % of the time on the even tasks), else the median of the not-yet-plateaued
-part. benchmarks/convergence_eval.py measures it against the families' geometric mean on
+The answer has two parts, as the evaluation asks two questions: whether the job is at its
+plateau already (p; "plateaued" from the model's threshold on, chosen so that it is right at
+least 90 % of the time on the even tasks), and, if it is not, how many steps are left (the
+median and the 80 % interval of the quantile trees, the interval widened by a spread calibrated
+to cover 80 % on the even tasks). The point estimate (estimate()'s remaining_steps with
+remaining_model="learned") is that median: whether the job is done already is `plateaued`, not
+a 0 in the steps (a 0 there would be exactly the classifier's false alarms, at 100 % error).
+benchmarks/convergence_eval.py measures both parts against the families' geometric mean on
 held-out curves; docs/progress-api.md has the figures.
 """
 
@@ -30,7 +33,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
@@ -39,10 +41,13 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 QUANTILES = (0.1, 0.5, 0.9)  # the 80 % interval and the median of the not-yet-plateaued part
-_Z90 = NormalDist().inv_cdf(0.9)
 GAIN_SHARES = (0.05, 0.1, 0.2, 0.35, 0.5)  # improvement made in the last this share of the span
 NEAR_LEVELS = (0.5, 0.2, 0.1, 0.05, 0.02)  # span since the running best came within this of now
 SHAPE_FEATURES = len(GAIN_SHARES) + len(NEAR_LEVELS) + 2 + 4 + 2
+_NOISE_POINTS = 256  # the typical point-to-point change is measured over the last this many changes
+_SHARES = (*GAIN_SHARES, 0.4)  # and the 20 % before the last 20 %, for the decay of the gains
+_ONE_MINUS_SHARES = 1.0 - np.asarray(_SHARES)
+_MINUS_LEVELS = -np.asarray(NEAR_LEVELS)
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,9 @@ def prefix_shape(steps: FloatArray, norm: FloatArray, planned_left: float = math
     observed span) since the running best came within NEAR_LEVELS of the total observed
     improvement of where it is now; log ratios of the gain in the last 10 % (20 %) of the span to
     the 10 % (20 %) before; the last value, the mean of the last 3, the first point's running
-    best, log10 of the typical point-to-point change; and, with a planned end, log of the steps to
-    it over the span and the share of the planned run done (0, 0 without). O(n); every entry finite."""
+    best, log10 of the typical (median) point-to-point change over the last 256 changes; and, with
+    a planned end, log of the steps to it over the span and the share of the planned run done
+    (0, 0 without). O(n); every entry finite."""
     n = int(steps.size)
     span = float(steps[-1] - steps[0]) if n >= 2 else 0.0
     if not (span > 0 and math.isfinite(span)) or norm.size != n:
@@ -78,22 +84,29 @@ def prefix_shape(steps: FloatArray, norm: FloatArray, planned_left: float = math
     x = (steps - steps[0]) / span
     rb = np.minimum.accumulate(norm)
     end, first = float(rb[-1]), float(rb[0])
-
-    def best_before(share: float) -> float:
-        i = int(np.searchsorted(x, 1.0 - share, side="right")) - 1
-        return float(rb[max(i, 0)])
-
-    feats = [best_before(q) - end for q in GAIN_SHARES]
+    # the running best at the last point at or before 1 - share of the span, for every share at once
+    idx = np.searchsorted(x, _ONE_MINUS_SHARES, side="right") - 1
+    best = rb[np.maximum(idx, 0)].tolist()
+    feats = [b - end for b in best[:len(GAIN_SHARES)]]
     total = first - end
-    for level in NEAR_LEVELS:
-        j = int(np.argmax(rb - end <= level * total)) if total > 0 else 0
-        feats.append(1.0 - float(x[j]))
+    if total > 0:  # rb - end does not increase: the first index within level x total, by bisection
+        j = np.searchsorted(end - rb, _MINUS_LEVELS * total, side="left")
+        feats += (1.0 - x[np.minimum(j, n - 1)]).tolist()
+    else:
+        feats += [1.0] * len(NEAR_LEVELS)
+    at = dict(zip(_SHARES, best, strict=True))
     for a, b in ((0.1, 0.2), (0.2, 0.4)):
-        recent, before = best_before(a) - end, best_before(b) - best_before(a)
+        recent, before = at[a] - end, at[b] - at[a]
         feats.append(math.log((recent + 1e-3) / (before + 1e-3)))
-    diffs = np.abs(np.diff(norm))
-    feats += [float(norm[-1]), float(np.mean(norm[-3:])), first,
-              math.log10(float(np.median(diffs)) + 1e-4)]
+    diffs = np.abs(np.diff(norm[-(_NOISE_POINTS + 1):]))  # recent noise; a median of thousands costs 50 us
+    half = diffs.size // 2  # the median by partition (np.median's own overhead is most of this function's)
+    if diffs.size % 2:
+        noise = float(np.partition(diffs, half)[half])
+    else:
+        mid = np.partition(diffs, (half - 1, half))
+        noise = float(mid[half - 1] + mid[half]) / 2.0
+    last3 = norm[-3:].tolist()
+    feats += [float(norm[-1]), sum(last3) / len(last3), first, math.log10(noise + 1e-4)]
     if math.isfinite(planned_left):
         left = max(planned_left, 0.0)
         feats += [math.log((left + span / max(1, n - 1)) / span), span / (span + left)]
@@ -167,10 +180,37 @@ class RemainingModel:
         if used > FEATURES:
             raise ValueError(f"model reads feature {used - 1}, the evidence gives {FEATURES} features")
 
+    @cached_property
+    def _stacked(self) -> tuple[int, IntArray, FloatArray, FloatArray, IntArray, FloatArray] | None:
+        """Every ensemble's trees in one set of arrays (one pass per level for all of them), when
+        they share a depth: depth, features, thresholds, leaves, each ensemble's first tree, bases."""
+        ensembles = (*self.quantile_trees, self.plateau_trees)
+        depth = ensembles[0].depth
+        if any(t.depth != depth for t in ensembles):
+            return None
+        arrays = [t._arrays for t in ensembles]
+        starts = np.cumsum([0] + [a[2].shape[0] for a in arrays[:-1]]).astype(np.int64)
+        return (depth, np.vstack([a[0] for a in arrays]), np.vstack([a[1] for a in arrays]),
+                np.vstack([a[2] for a in arrays]), starts, np.array([t.base for t in ensembles]))
+
+    def values(self, x: FloatArray) -> tuple[float, ...]:
+        """Each quantile ensemble's value at x, then the plateau logit."""
+        stacked = self._stacked
+        if stacked is None:
+            return tuple(t.value(x) for t in (*self.quantile_trees, self.plateau_trees))
+        depth, feature, threshold, leaf, starts, bases = stacked
+        rows = np.arange(leaf.shape[0])
+        k = np.zeros(leaf.shape[0], dtype=np.int64)
+        for level in range(depth):
+            node = (1 << level) - 1 + k
+            k = 2 * k + (x[feature[rows, node]] > threshold[rows, node])
+        return tuple(float(v) for v in bases + np.add.reduceat(leaf[rows, k], starts))
+
 
 @dataclass(frozen=True)
 class RemainingDistribution:
-    """Steps left to the plateau: median, the 80 % interval [low, high], P(already at it)."""
+    """Steps left to the plateau if the job has not reached it yet: median, the 80 % interval
+    [low, high]; and P(it has reached it already)."""
 
     median: float
     low: float
@@ -222,22 +262,13 @@ def _from_log_ratio(y: float, ev: CurveEvidence) -> float:
     return min(max(left, 0.0), ev.horizon * ev.span)
 
 
-def _split_normal_quantile(q: tuple[float, float, float], level: float) -> float:
-    """Quantile `level` of a two-piece normal through the 10th, 50th and 90th percentiles q."""
-    z = NormalDist().inv_cdf(min(max(level, 1e-6), 1 - 1e-6))
-    side = q[2] - q[1] if z >= 0 else q[1] - q[0]
-    return q[1] + z / _Z90 * max(side, 0.0)
-
-
 def predict(ev: CurveEvidence, model: RemainingModel) -> RemainingDistribution:
-    """The mixture "at the plateau with probability p, else the quantile model": its 80 %
-    interval, and the hurdle median (0 when plateaued, else the quantile model's median); capped
-    by the planned end and by the target when those are known."""
-    x = feature_vector(ev)
-    ys = sorted(t.value(x) for t in model.quantile_trees)  # crossing quantiles are reordered, not trusted
-    lo, mid, hi = ys
+    """Steps left if the job has not plateaued yet (the quantile trees' median and 80 % interval,
+    the interval widened by the model's spread), beside the probability that it has; capped by
+    the planned end and by the target when those are known."""
+    *qs, logit = model.values(feature_vector(ev))
+    lo, mid, hi = sorted(qs)  # crossing quantiles are reordered, not trusted
     lo, hi = mid - model.spread * (mid - lo), mid + model.spread * (hi - mid)
-    logit = model.plateau_trees.value(x)
     p = 1.0 / (1.0 + math.exp(-min(max(logit, -50.0), 50.0)))
     cap = ev.horizon * ev.span
     if math.isfinite(ev.planned_left):
@@ -246,18 +277,9 @@ def predict(ev: CurveEvidence, model: RemainingModel) -> RemainingDistribution:
         if ev.target_left <= 0:
             return RemainingDistribution(0.0, 0.0, 0.0, 1.0, True)  # the target is reached: done
         cap = min(cap, ev.target_left)
-
-    def quantile(level: float) -> float:
-        if level <= p:
-            return 0.0
-        y = _split_normal_quantile((lo, mid, hi), (level - p) / (1.0 - p))
-        return min(_from_log_ratio(y, ev), cap)
-
-    plateaued = p >= model.plateau_threshold
-    median = 0.0 if plateaued else min(_from_log_ratio(mid, ev), cap)
-    low, high = quantile(0.1), quantile(0.9)
-    return RemainingDistribution(median=median, low=min(low, median), high=max(high, median),
-                                 plateau_probability=p, plateaued=plateaued)
+    low, median, high = (min(_from_log_ratio(y, ev), cap) for y in (lo, mid, hi))
+    return RemainingDistribution(median=median, low=low, high=high, plateau_probability=p,
+                                 plateaued=p >= model.plateau_threshold)
 
 
 def evidence_weight(dist: RemainingDistribution) -> float:

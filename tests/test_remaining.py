@@ -61,30 +61,31 @@ def test_features_are_finite_whatever_is_unknown() -> None:
     assert x.shape == (FEATURES,) and np.isfinite(x).all()
 
 
-def test_median_is_the_quantile_model_when_growing_and_zero_when_plateaued() -> None:
+def test_steps_are_the_quantile_model_and_the_plateau_a_separate_answer() -> None:
     ev = evidence()
     # log((left + unit) / (span + unit)) = 0 -> left = span
     growing = predict(ev, constant_model(-1.0, 0.0, 1.0, logit=-20.0))
     assert growing.median == pytest.approx(100.0)
     assert growing.low < growing.median < growing.high
     assert growing.low == pytest.approx(math.exp(-1.0) * 102.0 - 2.0)
+    assert growing.high == pytest.approx(math.exp(1.0) * 102.0 - 2.0)
     assert growing.plateau_probability < 1e-6 and not growing.plateaued
+    # at the plateau: the flag says so; the steps stay "what is left if it is not" (no 0 at 100 % error)
     plateaued = predict(ev, constant_model(-1.0, 0.0, 1.0, logit=20.0))
-    assert plateaued.median == 0.0 and plateaued.high == 0.0 and plateaued.plateaued
+    assert plateaued.plateaued and plateaued.plateau_probability > 1 - 1e-6
+    assert (plateaued.low, plateaued.median, plateaued.high) == (growing.low, growing.median, growing.high)
 
 
-def test_a_middling_plateau_probability_pulls_the_low_end_to_zero_first() -> None:
-    d = predict(evidence(), constant_model(-1.0, 0.0, 1.0, logit=math.log(0.2 / 0.8)))  # p = 0.2
-    assert d.plateau_probability == pytest.approx(0.2) and not d.plateaued
-    # the interval is the mixture's; the point estimate the hurdle's: not plateaued, so the quantile median
-    assert d.low == 0.0 and d.median == pytest.approx(100.0) and d.high > 100.0
-
-
-def test_the_median_is_zero_exactly_from_the_plateau_threshold_on() -> None:
+def test_the_plateau_flag_follows_the_threshold() -> None:
     below = predict(evidence(), constant_model(-1.0, 0.0, 1.0, logit=math.log(0.59 / 0.41), plateau_threshold=0.6))
     above = predict(evidence(), constant_model(-1.0, 0.0, 1.0, logit=math.log(0.61 / 0.39), plateau_threshold=0.6))
-    assert not below.plateaued and below.median == pytest.approx(100.0)
-    assert above.plateaued and above.median == 0.0 and above.low == 0.0 and above.high > 0.0
+    assert below.plateau_probability == pytest.approx(0.59) and not below.plateaued
+    assert above.plateau_probability == pytest.approx(0.61) and above.plateaued
+
+
+def test_crossing_quantiles_are_reordered() -> None:
+    d = predict(evidence(), constant_model(1.0, 0.0, -1.0, logit=-20.0))
+    assert d.low < d.median < d.high
 
 
 def test_spread_widens_the_interval_around_the_same_median() -> None:
@@ -181,7 +182,7 @@ def test_predict_is_ordered_and_bounded_for_any_model(
     d = predict(evidence(planned_left=math.nan if planned is None else planned), model)
     assert 0.0 <= d.plateau_probability <= 1.0
     assert 0.0 <= d.low <= d.median <= d.high and math.isfinite(d.high)
-    assert d.plateaued == (d.plateau_probability >= threshold) and (d.median == 0.0 or not d.plateaued)
+    assert d.plateaued == (d.plateau_probability >= threshold)
     if planned is not None:
         assert d.high <= planned
 
@@ -247,8 +248,8 @@ def test_early_prefix_is_growing_and_a_long_flat_tail_is_plateaued() -> None:
     s = ConvergenceSettings(window_s=0.0)
     early = estimate(k[:30], loss[:30], None, s)
     late = estimate(k, loss, None, s)
-    assert early.plateau_probability < 0.5 and early.learned_remaining_steps > 0
-    assert late.plateaued and late.learned_remaining_steps == 0.0 and late.remaining_steps_high == 0.0
+    assert early.plateau_probability < 0.5 and not early.plateaued and early.learned_remaining_steps > 0
+    assert late.plateaued and late.plateau_probability > 0.9
 
 
 def test_learned_setting_reports_the_learned_median() -> None:
@@ -259,6 +260,18 @@ def test_learned_setting_reports_the_learned_median() -> None:
     assert learned.remaining_steps_low == ens.remaining_steps_low  # the interval is the same either way
     with pytest.raises(ValueError, match="remaining_model"):
         ConvergenceSettings(remaining_model="oracle")
+
+
+def test_auto_uses_the_learned_median_only_with_a_planned_end() -> None:
+    k, loss = curve(40, rate=0.01)
+    s = ConvergenceSettings()
+    assert s.remaining_model == "auto"
+    open_end = estimate(k, loss, None, s)
+    planned = estimate(k, loss, None, s, max_steps=200.0)
+    assert open_end.remaining_steps == open_end.ensemble_remaining_steps
+    assert planned.remaining_steps == planned.learned_remaining_steps != planned.ensemble_remaining_steps
+    forced = estimate(k, loss, None, ConvergenceSettings(remaining_model="ensemble"), max_steps=200.0)
+    assert forced.remaining_steps == forced.ensemble_remaining_steps
 
 
 def test_planned_end_and_target_reach_the_estimate() -> None:
