@@ -52,7 +52,7 @@ def constant_model(q10: float, q50: float, q90: float, logit: float, **kw: objec
                           plateau_trees=const(logit), **kw)  # type: ignore[arg-type]
 
 
-# ---- features and the mixture ----
+# ---- features, the steps left and the plateau ----
 
 def test_features_are_finite_whatever_is_unknown() -> None:
     ev = evidence(family_left=(math.nan, math.inf, -3.0), family_gap=(math.nan, 2.0, -1.0), best_rmse=math.nan,
@@ -299,3 +299,15 @@ def test_distribution_is_ordered_and_non_negative_for_any_input(
         return
     assert 0.0 <= p <= 1.0
     assert 0.0 <= lo <= mid <= hi and math.isfinite(hi)
+
+
+def test_non_finite_points_do_not_reach_the_model() -> None:
+    k, loss = curve(60)
+    dirty = loss.copy()
+    dirty[::7] = math.nan
+    dirty[3] = math.inf
+    e = estimate(k, dirty, k * 2.0, ConvergenceSettings(window_s=0.0), max_steps=120.0)
+    assert e.rejected == {"value_nan": 9, "value_inf": 1}
+    lo, mid, hi, p = e.remaining_steps_low, e.learned_remaining_steps, e.remaining_steps_high, e.plateau_probability
+    assert 0.0 <= lo <= mid <= hi <= 120.0 - 60.0 and 0.0 <= p <= 1.0
+    assert e.remaining_steps == mid  # "auto" with a planned end: the learnt median
