@@ -11,9 +11,10 @@ Online: the estimator sees only the prefix up to each point. Three remaining-tim
 measured in the same run on the same prefixes:
   - ensemble: the curve families' geometric mean (estimate()'s remaining_steps by default, as
     before issue 21; also ensemble_remaining_steps);
-  - learned: scoring.remaining's model (estimate()'s learned_remaining_steps, the 80 % interval
-    remaining_*_low/high and plateau_probability; remaining_steps with remaining_model="learned"),
-    fit on the even LCBench tasks only by benchmarks/fit_remaining;
+  - learned: scoring.remaining's boosted trees (estimate()'s learned_remaining_steps: the median of
+    the steps left if the curve has not plateaued yet, the 80 % interval remaining_*_low/high and
+    plateau_probability; remaining_steps with remaining_model="learned"), fit on the even LCBench
+    tasks only by benchmarks/fit_remaining;
   - bayes: candidate (a), a Bayesian average over the same families (benchmarks/remaining_bayes).
   Per method: plateau precision and recall per (curve, prefix) against "prefix is past the
   offline plateau" (ensemble: 0 steps left; learned: plateau_probability over the model's
@@ -145,8 +146,8 @@ class Counts:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else math.nan
 
 
-# The curve families' geometric mean (the estimator before), scoring.remaining's learnt model (what
-# estimate() reports now), and candidate (a), the Bayesian family average of benchmarks/remaining_bayes.
+# The curve families' geometric mean (the estimator before issue 21), scoring.remaining's learnt model,
+# and candidate (a), the Bayesian family average of benchmarks/remaining_bayes.
 METHODS = ("ensemble", "learned", "bayes")
 
 

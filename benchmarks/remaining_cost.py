@@ -1,9 +1,10 @@
 """What the remaining-time distribution costs per job update, at 2,000 points (issue 21: <= 1 ms).
 
 Three things are timed in alternating rounds on the same noisy curve, so that a busy machine
-slows them alike: the prediction this issue adds (scoring.convergence.curve_evidence and
-scoring.remaining.predict, given the family fits), the family fits that estimate() already did
-before (fit_families), and the whole estimate() the tracker runs per job update.
+slows them alike: the prediction this issue adds (scoring.convergence.curve_evidence, with the
+prefix's shape, and scoring.remaining.predict's trees, given the family fits), the family fits
+that estimate() already did before (fit_families), and the whole estimate() the tracker runs per
+job update.
 
 Usage: python -m benchmarks.remaining_cost [--points 2000] [--rounds 30] [--calls 20]
 """

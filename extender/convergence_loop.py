@@ -2,7 +2,8 @@
 
 Every interval each recently-active job's history is read from the progress store and handed
 to the control core's tracker (scoring.tracker: the same one the simulator uses), which
-re-estimates only jobs with new points. Phases go to ClusterState (folded into the per-node
+re-estimates only jobs with new points (or a new planned end: the max_steps a job reported in
+its `training` object reaches the estimate). Phases go to ClusterState (folded into the per-node
 columns the placement reads); the estimates stay here for the control loops.
 """
 
@@ -31,8 +32,11 @@ class ConvergenceTracker:
         *,
         prune_every_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        planned_end: Callable[[str], float | None] | None = None,
     ) -> None:
         self.store, self.state, self.settings, self.clock = store, state, settings, clock
+        # The planned end (max_steps) a job reported, by "namespace/job"; the estimate uses it.
+        self.planned_end = planned_end
         self.interval_s, self.active_within_s = settings.interval_s, settings.active_within_s
         self.prune_every_s = prune_every_s
         self._next_prune = clock() + prune_every_s
@@ -55,7 +59,8 @@ class ConvergenceTracker:
                 continue
             key = f"{summary.namespace}/{summary.job}"
             signature = (summary.points, summary.last_ts)
-            if self.core.unchanged(key, signature):
+            max_steps = self.planned_end(key) if self.planned_end is not None else None
+            if self.core.unchanged(key, signature, max_steps):
                 self.core.skipped += 1
                 continue
             try:
@@ -64,7 +69,8 @@ class ConvergenceTracker:
                     continue
                 before = self.core.computed
                 est = self.core.update(key, history.steps, history.values, history.timestamps,
-                                       higher_is_better=history.higher_is_better, signature=signature)
+                                       higher_is_better=history.higher_is_better, signature=signature,
+                                       max_steps=max_steps)
             except Exception:  # one bad history must not starve the others
                 self.errors += 1
                 log.exception("convergence estimate failed for %s", key)

@@ -162,8 +162,13 @@ def build_service(settings: Settings) -> Service:
             log.info("stopped after %.0fs", time.monotonic() - started)
 
     store = build_progress_store(settings)
-    tracker = ConvergenceTracker(store, state, settings.convergence)
     reports = JobReportBook()
+
+    def planned_end(key: str) -> float | None:
+        report = reports.get(key)
+        return float(report.max_steps) if report is not None and report.max_steps else None
+
+    tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end)
     diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring import remaining_params
-from scoring.remaining import CurveEvidence, RemainingDistribution, RemainingModel, predict
+from scoring.remaining import CurveEvidence, RemainingDistribution, RemainingModel, predict, prefix_shape
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -68,16 +68,18 @@ class ConvergenceSettings:
     rate_points: int = 20  # recent points of the current run used for the step rate
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
     # What remaining_steps reports: "ensemble" = the curve families' geometric mean; "learned" =
-    # the median of scoring.remaining's distribution (fit on the even LCBench tasks). The learned
-    # median is better on held-out LCBench curves but learns their fixed 52-epoch horizon: it
-    # calls clean 1/x curves done early and is worse on Pollux's at 25 % and 75 % done
-    # (docs/progress-api.md), so it is opt-in. The interval and plateau probability are the
-    # learned model's in both cases.
-    remaining_model: str = "ensemble"
+    # the median of scoring.remaining's boosted trees (fit on the even LCBench tasks): the steps left
+    # if the job has not plateaued yet (whether it has is plateau_probability / plateaued); "auto" =
+    # learned when the job gives a planned end (max_steps), else ensemble. Why auto: on held-out
+    # curves (odd LCBench tasks, Pollux; docs/progress-api.md) the learned median beats the
+    # families' mean on every set and fraction done when told the planned end, but without one it
+    # is worse on Pollux's curves at 75 % done. The interval and plateau probability are the learned
+    # model's in every case.
+    remaining_model: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.remaining_model not in ("learned", "ensemble"):
-            raise ValueError(f"remaining_model must be 'learned' or 'ensemble', not {self.remaining_model!r}")
+        if self.remaining_model not in ("auto", "learned", "ensemble"):
+            raise ValueError(f"remaining_model must be 'auto', 'learned' or 'ensemble', not {self.remaining_model!r}")
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ class ConvergenceEstimate:
     plateau_probability: float = math.nan
     plateaued: bool = False  # plateau_probability at or above the model's threshold (precision first)
     ensemble_remaining_steps: float = math.nan  # the curve families' geometric mean, whatever remaining_model
-    learned_remaining_steps: float = math.nan  # the learned distribution's median, whatever remaining_model
+    learned_remaining_steps: float = math.nan  # the learned median (if not plateaued yet), whatever remaining_model
 
     def remaining_distribution(self) -> RemainingDistribution:
         """The learned steps-left distribution, e.g. for evidence_weight()."""
@@ -538,6 +540,7 @@ def curve_evidence(
     target_left = math.nan
     if math.isfinite(norm_target):
         target_left = target_steps_left(best, norm_target, float(norm[-1]))
+    planned_left = planned - float(steps[-1]) if planned is not None else math.nan
     return CurveEvidence(
         span=span,
         unit=span / max(1, steps.size - 1),
@@ -546,10 +549,11 @@ def curve_evidence(
         best_rmse=best.rmse,
         recent_gain=(_recent_gain(steps, norm, 0.25), _recent_gain(steps, norm, 0.1)),
         horizon=settings.max_horizon_factor,
-        planned_left=planned - float(steps[-1]) if planned is not None else math.nan,
+        planned_left=planned_left,
         target_left=target_left,
         last_value=float(norm[-1]),
         recent_value=float(np.mean(norm[-3:])),
+        shape=prefix_shape(steps, norm, planned_left),
     )
 
 
@@ -638,7 +642,9 @@ def estimate(
         evidence = curve_evidence(clean.steps, norm, fits, settings, ms, norm_target)
         if evidence is not None:
             dist = predict(evidence, remaining_model_for(ms))
-    remaining = dist.median if settings.remaining_model == "learned" else ensemble
+    learned = settings.remaining_model == "learned" or (
+        settings.remaining_model == "auto" and _planned_end(max_steps) is not None)
+    remaining = dist.median if learned else ensemble
     seconds, seconds_low, seconds_high = (_seconds(r, rate) for r in (remaining, dist.low, dist.high))
     return ConvergenceEstimate(
         phase=phase,

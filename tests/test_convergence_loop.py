@@ -52,3 +52,21 @@ def test_too_few_points_stay_unknown(tmp_path: Path) -> None:
     tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(min_points=6), clock=lambda: 100.0)
     assert tracker.refresh_once() == 0 and tracker.phase_of("ns/a") == Phase.UNKNOWN
     store.close()
+
+
+def test_a_reported_planned_end_reaches_the_estimate_and_a_change_re_estimates(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
+    store.add_points("ns", "a", [ProgressPoint(step=k, value=1.0 + 1.0 / (0.1 * k + 1.0), timestamp=10.0 * k)
+                                 for k in range(40)])
+    planned: dict[str, float | None] = {"ns/a": None}
+    tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(window_s=0.0, window_points=5),
+                                 clock=lambda: 400.0, planned_end=planned.get)
+    assert tracker.refresh_once() == 1
+    open_end = tracker.snapshot()["ns/a"]
+    assert open_end.remaining_steps == open_end.ensemble_remaining_steps  # "auto": no planned end
+    planned["ns/a"] = 60.0
+    assert tracker.refresh_once() == 1  # no new points, but a new planned end
+    est = tracker.snapshot()["ns/a"]
+    assert est.remaining_steps == est.learned_remaining_steps and est.remaining_steps_high <= 60.0 - 39.0
+    assert tracker.refresh_once() == 0
+    store.close()
