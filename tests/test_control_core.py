@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from scoring.control import plan_elastic_for, plan_migrations_for
@@ -127,3 +128,16 @@ def test_the_service_world_marks_inference_jobs_and_no_loop_touches_them() -> No
 class _NoEstimates:
     def snapshot(self) -> dict[str, ConvergenceEstimate]:
         return {}
+
+
+@pytest.mark.parametrize(("mode", "largest"), [("always", 8), ("free", 5), ("never", 1)])
+def test_a_waiting_job_is_grown_only_as_grow_waiting_allows(mode: str, largest: int) -> None:
+    # n0: 3 GPUs held by a running elastic job, 1 free; n1: 4 free. The waiting job asks for 1.
+    running = job("open/run", gpus=3, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0))
+    waiting = job("open/new", gpus=1, elastic=(1, 8), gpus_on={}, running=False, settling=True,
+                  runtime_s=math.nan, attained_gpu_s=0.0, estimate=None)
+    s = replace(S, elastic=replace(S.elastic, grow_waiting=mode))
+    plan = plan_elastic_for(world(running, waiting), s)
+    [offered] = [o for o in plan.options if o.key == "open/new"]
+    feasible = [g for g in range(offered.rate.shape[0]) if g > 0 and np.isfinite(offered.rate[g]).any()]
+    assert max(feasible) == largest  # "always" counts on the running job's 3 GPUs coming back

@@ -102,9 +102,12 @@ def test_jobs_mid_change_or_in_cooldown_are_held() -> None:
 def test_convergence_weight_gives_gpus_to_the_growing_job() -> None:
     pods = [worker("g", i, "n0") for i in range(4)] + [worker("c", i, "n1") for i in range(4)]
     est = {"t/g": Est(Phase.GROWING), "t/c": Est(Phase.COMPLETING)}
-    el, *_ = make(pods, est, min_gain=0.0, restart_s=0.0)
+    # The phase weights are neutral by default (scoring/settings.py); set, they move GPUs.
+    el, *_ = make(pods, est, min_gain=0.0, restart_s=0.0, completing_weight=0.5)
     acts = {a.target: a.detail["gpus"] for a in plan_at(el, 0.0)}
     assert acts["t/g"] > 4 > acts["t/c"]
+    neutral, *_ = make(pods, est, min_gain=0.0, restart_s=0.0)
+    assert plan_at(neutral, 0.0) == []
 
 
 def test_measured_step_times_shape_the_plan() -> None:
