@@ -128,7 +128,8 @@ def mix_from_counts(
 class DemandMixLearner:
     """Learns the demand mix from the pods seen.
 
-    Each pod counts with the square root of the GPUs it asks for (a 0.25-GPU share 0.5, an
+    Each pod counts with the GPUs it asks for to the power `weight_exponent` (default 0.5, the
+    square root) (a 0.25-GPU share 0.5, an
     8-GPU pod 2.8), between FGD's one-per-pod and one-per-GPU. Per pod, the many small shares
     drown the rare 8-GPU pods that hold a large part of the GPU demand and are the first to
     find no whole node; per GPU, the 8-GPU kinds drown the small kinds tied to one GPU model,
@@ -139,10 +140,11 @@ class DemandMixLearner:
     stream does not rebuild it per pod.
     """
 
-    def __init__(self, popularity: float = 0.95, refresh_every: int = 64):
+    def __init__(self, popularity: float = 0.95, refresh_every: int = 64, weight_exponent: float = 0.5):
         self.counts: dict[PodKind, float] = {}
         self.popularity = popularity
         self.refresh_every = max(1, refresh_every)
+        self.weight_exponent = weight_exponent
         self._since = 0
         self._mix: DemandMix | None = None
 
@@ -150,7 +152,8 @@ class DemandMixLearner:
         gpus = kind.total_milli / MILLI
         if gpus <= 0:
             return
-        self.counts[kind] = self.counts.get(kind, 0.0) + math.sqrt(gpus)
+        w = math.sqrt(gpus) if self.weight_exponent == 0.5 else gpus ** self.weight_exponent
+        self.counts[kind] = self.counts.get(kind, 0.0) + w
         self._since += 1
 
     def mix(self) -> DemandMix:
@@ -291,6 +294,64 @@ def fragment_term(delta: FloatArray, scale_milli: float = MILLI) -> FloatArray:
     (but not rounded, so near-equal placements are still told apart)."""
     out: FloatArray = 1.0 / (1.0 + np.exp(np.clip(delta / scale_milli, -50.0, 50.0)))
     return out
+
+
+# The tie-break moves a score by at most this share of one level, so it orders placements only
+# within a level and never across two.
+TIE_SPAN = 0.5
+
+
+def fit_key(gpu_after: FloatArray, node_free_after: FloatArray, cpu_left_after: FloatArray) -> FloatArray:
+    """Best fit as one number, smaller = tighter: the GPU's free share after the placement, then
+    the node's free GPU, then its free CPU (lexicographic to within 1 milli-GPU and 1 millicore
+    on nodes of up to 100 GPUs and 1,000 cores)."""
+    key: FloatArray = (np.clip(gpu_after, 0.0, MILLI) + 1e-5 * np.clip(node_free_after, 0.0, 100.0 * MILLI)
+                       + 1e-12 * np.clip(cpu_left_after, 0.0, 1e6))
+    return key
+
+
+def placement_scores(delta: FloatArray, valid: BoolArray, gpu_after: FloatArray, node_free_after: FloatArray,
+                     cpu_left_after: FloatArray, levels: int = 100) -> FloatArray:
+    """flowsched's fragmentation score of each candidate placement, in [0, 1] (1 = best); -1 where
+    the placement is not possible. All arrays broadcast to delta's shape ((m,) nodes, or (m, g)
+    node x GPU for a fractional pod).
+
+    The fragment term is FGD's: sigmoid(-delta / 1000) cut to `levels` levels (FGD's integer
+    0..100 score at levels=100). Placements in one level are ordered by best fit (fit_key): the
+    fullest GPU, then the fullest node, then the least CPU left. The service uses it as the
+    headroom term of GPU pods (extender/decide.py); the openb replay picks its argmax
+    (benchmarks/fgd/policies.py), both through scoring.placement.combined_score.
+    """
+    if levels < 1:
+        raise ValueError(f"levels must be >= 1, got {levels}")
+    level = np.floor(levels * fragment_term(delta)) / levels
+    fit = 1.0 - fit_key(gpu_after, node_free_after, cpu_left_after) / (MILLI + 1.0)
+    score = (level + (TIE_SPAN / levels) * fit) / (1.0 + TIE_SPAN / levels)
+    out: FloatArray = np.where(valid, score, -1.0)
+    return out
+
+
+def candidate_scores(gpu_free: FloatArray, cpu_left: FloatArray, pod: PodKind, delta: FloatArray, valid: BoolArray,
+                     levels: int) -> FloatArray:
+    """placement_scores for candidates whose rows are gpu_free (m, g) and cpu_left (m,), with
+    their fragment changes (placement_deltas: (m, g) for a fractional pod, else (m,))."""
+    node_free = gpu_free.sum(axis=1)
+    cpu_after = cpu_left - pod.cpu_milli
+    if pod.gpus == 1 and pod.gpu_milli < MILLI:
+        return placement_scores(delta, valid, gpu_free - pod.gpu_milli, (node_free - pod.gpu_milli)[:, None],
+                                cpu_after[:, None], levels)
+    return placement_scores(delta, valid, np.zeros_like(node_free), node_free - pod.total_milli, cpu_after, levels)
+
+
+def packed_gpu_free(physical: FloatArray, used_milli: FloatArray, width: int) -> FloatArray:
+    """(n, width) free milli per physical GPU of nodes that report only totals: `physical` GPUs
+    (n,) of which `used_milli` (n,) is allocated, assumed packed onto the first GPUs (what a
+    best-fit device allocator does; with time-slicing the device plugin picks, and flowsched
+    cannot see which replica a pod got). Columns beyond a node's GPUs are free 0."""
+    cols = np.arange(width, dtype=np.float64)[None, :]
+    used_here = np.clip(used_milli[:, None] - cols * MILLI, 0.0, MILLI)
+    free: FloatArray = np.where(cols < physical[:, None], MILLI - used_here, 0.0)
+    return free
 
 
 def idle_term(util_pct: FloatArray, neutral: float = 0.5) -> FloatArray:

@@ -11,10 +11,13 @@ from scoring.fragmentation import (
     DemandMixLearner,
     PodKind,
     access_matrix,
+    candidate_scores,
     combined_gpu_score,
     mix_from_counts,
     node_fragment,
+    packed_gpu_free,
     placement_deltas,
+    placement_scores,
 )
 
 SHARE_500 = PodKind(cpu_milli=1000, gpus=1, gpu_milli=500)
@@ -134,3 +137,36 @@ def test_unknown_utilisation_is_neutral_and_known_utilisation_breaks_fragment_ti
     s = combined_gpu_score(delta, util)
     assert s[2] > s[1] > s[0]
     np.testing.assert_allclose(combined_gpu_score(delta, None), [0.5, 0.5, 0.5])
+
+
+def test_packed_gpu_free_fills_the_first_gpus() -> None:
+    free = packed_gpu_free(np.array([4.0, 2.0, 0.0]), np.array([1500.0, 2000.0, 0.0]), 5)
+    assert free.tolist() == [[0.0, 500.0, 1000.0, 1000.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.0] * 5]
+
+
+def test_placement_scores_order_by_fragment_level_then_best_fit() -> None:
+    delta = np.array([0.0, 0.0, -2000.0, 3000.0, 0.0])
+    valid = np.array([True, True, True, True, False])
+    gpu_after = np.array([600.0, 100.0, 900.0, 0.0, 0.0])
+    node_after = np.array([600.0, 4100.0, 900.0, 0.0, 0.0])
+    s = placement_scores(delta, valid, gpu_after, node_after, np.zeros(5), levels=100)
+    assert s[4] == -1.0  # impossible
+    assert s[2] > s[1] > s[0] > s[3]  # less fragment first; in one level the fuller GPU
+    assert np.all((s[:4] >= 0.0) & (s[:4] <= 1.0))
+    # within one level the fit never crosses into the next level
+    lv = placement_scores(np.array([0.0, -300.0]), np.array([True, True]), np.array([0.0, 1000.0]),
+                          np.array([0.0, 8000.0]), np.zeros(2), levels=100)
+    assert lv[1] > lv[0]  # -300 milli: a higher level; the fit cannot undo that
+
+
+def test_candidate_scores_for_whole_and_fractional_pods() -> None:
+    mix = mix_from_counts(Counter({WHOLE_2: 1, SHARE_500: 1}), popularity=1.0)
+    free = np.array([[1000.0, 1000.0], [500.0, 1000.0]])
+    cpu = np.array([8000.0, 8000.0])
+    acc = access_matrix(["T4", "T4"], mix)
+    now = node_fragment(free, cpu, acc, mix)
+    c = placement_deltas(free, cpu, acc, np.arange(2), now, SHARE_500, mix)
+    s = candidate_scores(free, cpu, SHARE_500, c.delta, c.valid, 100)
+    assert s.shape == (2, 2)
+    # the half-used GPU of node 1 takes the share (keeps node 0 whole for 2-GPU pods)
+    assert np.unravel_index(int(np.argmax(s)), s.shape) == (1, 0)

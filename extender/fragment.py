@@ -1,0 +1,85 @@
+"""The fragmentation-aware headroom term of GPU pods in the extender (scoring/fragmentation.py).
+
+The demand mix is learnt from the GPU pods the watch has seen (ClusterState.learn_kind); a
+candidate node's GPUs are rebuilt from its totals (scoring.fragmentation.packed_gpu_free: the
+used share packed onto its first physical GPUs, since neither kube-scheduler nor flowsched
+sees which GPU or replica a pod got); the score of a node is the best of its GPUs for a
+fractional pod (the device plugin, not flowsched, picks the GPU). Nodes shared through MIG or
+HAMi keep the plain best-fit headroom: their slices and vGPUs do not map to shares of one
+GPU the way replicas do. No I/O, no clock: called by the verbs in extender/decide.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from extender.sharing import Mode, NodeSharing
+from scoring.fragmentation import (
+    MILLI,
+    DemandMix,
+    PodKind,
+    candidate_scores,
+    node_fragment,
+    packed_gpu_free,
+    placement_deltas,
+)
+from scoring.nodes import FloatArray, IntArray, NodeArrays
+from scoring.placement import PlacementSettings
+
+WIDTH = 16  # GPUs per node considered; wider nodes are cut to this
+
+
+def pod_kind(gpus: float, cpu_m: float, replicas: int) -> PodKind | None:
+    """A pod's kind in physical GPUs: `gpus` of the resource it asks, `replicas` of which share
+    one physical GPU (1 on exclusive nodes). None when it asks no GPU or nothing sensible."""
+    if not (gpus > 0 and math.isfinite(gpus) and math.isfinite(cpu_m)) or replicas < 1:
+        return None
+    physical = gpus / replicas
+    if physical < 1.0:
+        return PodKind(max(0, int(cpu_m)), 1, max(1, round(physical * MILLI)))
+    return PodKind(max(0, int(cpu_m)), math.ceil(physical - 1e-9), MILLI)
+
+
+def _replicas(sharing: NodeSharing | None) -> int | None:
+    """Replicas per physical GPU of a node the term applies to; None for MIG and HAMi nodes."""
+    if sharing is None:
+        return 1
+    if sharing.mode in (Mode.TIME_SLICING, Mode.MPS):
+        return max(1, sharing.replicas_per_gpu)
+    return None
+
+
+def fragment_headroom(arrays: NodeArrays, names: list[str], shared: Mapping[str, NodeSharing], mix: DemandMix,
+                      gpus: float, cpu_m: float, placement: PlacementSettings) -> tuple[IntArray, FloatArray]:
+    """(rows, headroom): the rows of `arrays` (named `names`) the term applies to and their
+    fragmentation score in [0, 1]; empty when the mix is empty or the pod asks no GPU."""
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0))
+    if mix.empty or gpus <= 0:
+        return empty
+    reps = np.array([r if (r := _replicas(shared.get(n))) is not None else 0 for n in names], dtype=np.int64)
+    rows_all: list[IntArray] = []
+    vals_all: list[FloatArray] = []
+    for r in np.unique(reps[reps > 0]).tolist():
+        kind = pod_kind(gpus, cpu_m, int(r))
+        if kind is None:
+            continue
+        rows = np.flatnonzero(reps == r)
+        physical = np.floor(arrays.gpu_alloc[rows] / r + 1e-9)
+        used = np.clip(arrays.gpu_used[rows] / r, 0.0, physical) * MILLI
+        free = packed_gpu_free(physical, used, WIDTH)
+        cpu_left = np.maximum(arrays.cpu_alloc[rows] - arrays.cpu_used[rows], 0.0)
+        access = np.ones((rows.shape[0], len(mix.kinds)), dtype=bool)
+        idx = np.arange(rows.shape[0], dtype=np.int64)
+        frag_now = node_fragment(free, cpu_left, access, mix)
+        cands = placement_deltas(free, cpu_left, access, idx, frag_now, kind, mix)
+        score = candidate_scores(free, cpu_left, kind, cands.delta, cands.valid, placement.fragment_levels)
+        node_score = score.max(axis=1) if score.ndim == 2 else score
+        ok = node_score >= 0.0  # a node the pod does not fit keeps its plain term (the filter decides)
+        rows_all.append(rows[ok])
+        vals_all.append(node_score[ok])
+    if not rows_all:
+        return empty
+    return np.concatenate(rows_all), np.concatenate(vals_all)
