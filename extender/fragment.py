@@ -32,9 +32,12 @@ from scoring.placement import PlacementSettings
 WIDTH = 16  # GPUs per node considered; wider nodes are cut to this
 
 
-def pod_kind(gpus: float, cpu_m: float, replicas: int) -> PodKind | None:
+def pod_kind(gpus: float, cpu_m: float, replicas: int, cpu_only: bool = False) -> PodKind | None:
     """A pod's kind in physical GPUs: `gpus` of the resource it asks, `replicas` of which share
-    one physical GPU (1 on exclusive nodes). None when it asks no GPU or nothing sensible."""
+    one physical GPU (1 on exclusive nodes). None when it asks no GPU (unless cpu_only: then
+    the CPU-only kind) or nothing sensible."""
+    if cpu_only and gpus == 0 and math.isfinite(cpu_m):
+        return PodKind(max(0, int(cpu_m)), 0, 0)
     if not (gpus > 0 and math.isfinite(gpus) and math.isfinite(cpu_m)) or replicas < 1:
         return None
     physical = gpus / replicas

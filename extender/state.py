@@ -56,7 +56,7 @@ class ClusterState:
         # The demand mix of the fragmentation term (extender/fragment.py), learnt from every GPU
         # pod the watch sees, once per pod.
         self.mix_learner = DemandMixLearner(p.fragment_popularity, p.fragment_refresh_every,
-                                            p.fragment_weight_exponent)
+                                            p.fragment_weight_exponent, p.fragment_cpu_only)
         self._learnt: set[str] = set()
         self.completing_horizon_s = completing_horizon_s
         self.nodes: dict[str, NodeInfo] = {}
@@ -178,7 +178,7 @@ class ClusterState:
             if old is not None:
                 self._forget_pod(old)
             self.pods[pod.uid] = pod
-            if old is None and pod.uid not in self._learnt:
+            if pod.uid not in self._learnt:
                 self._learn(pod)
             self.jobs[pod.job].add(pod.uid)
             self._note_migration(pod)
@@ -187,6 +187,16 @@ class ClusterState:
             self._account(pod, +1.0)
 
     def _learn(self, pod: PodInfo) -> None:
+        """Count the pod in the demand mix once: a GPU pod when first seen, a CPU-only pod once
+        it is bound to a GPU node (it competes for that node's CPU, as in FGD's pod lists)."""
+        if pod.requests.gpus <= 0:
+            node = self.nodes.get(pod.node) if pod.node else None
+            if self.mix_learner.cpu_only and node is not None and node.allocatable.gpus > 0:
+                kind = pod_kind(0.0, pod.requests.cpu_m, 1, cpu_only=True)
+                if kind is not None:
+                    self._learnt.add(pod.uid)
+                    self.mix_learner.observe(kind)
+            return
         sharing = self.shared.get(pod.node) if pod.node else None
         if sharing is None and not pod.node and self.shared:
             counts: dict[int, int] = defaultdict(int)

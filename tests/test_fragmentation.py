@@ -114,7 +114,7 @@ def test_grouped_form_matches_the_definition_on_random_nodes() -> None:
 
 
 def test_learner_weighs_kinds_by_the_square_root_of_the_gpus_they_ask() -> None:
-    learner = DemandMixLearner(popularity=0.8, refresh_every=1)
+    learner = DemandMixLearner(popularity=0.8, refresh_every=1, weight_exponent=0.5, cpu_only=False)
     share_25 = PodKind(1000, 1, 250)
     whole_8 = PodKind(8000, 8, 1000)
     for _ in range(12):
@@ -170,3 +170,20 @@ def test_candidate_scores_for_whole_and_fractional_pods() -> None:
     assert s.shape == (2, 2)
     # the half-used GPU of node 1 takes the share (keeps node 0 whole for 2-GPU pods)
     assert np.unravel_index(int(np.argmax(s)), s.shape) == (1, 0)
+
+
+def test_default_learner_counts_one_per_pod_and_cpu_only_pods_as_fragment() -> None:
+    learner = DemandMixLearner(refresh_every=1)
+    share_25, whole_8, cpu = PodKind(1000, 1, 250), PodKind(8000, 8, 1000), PodKind(4000, 0, 0)
+    for k in (share_25, share_25, whole_8, cpu):
+        learner.observe(k)
+    mix = learner.mix()
+    assert set(mix.kinds) == {share_25, whole_8, cpu}
+    assert dict(zip(mix.kinds, mix.freq.tolist(), strict=True)) == {share_25: 0.5, whole_8: 0.25, cpu: 0.25}
+    assert mix.cpu_only_weight == 0.25
+    # a CPU-only kind's share counts all free GPU as fragment: the same shift on every node
+    free = np.array([[1000.0, 1000.0]])
+    only_gpu = mix_from_counts(Counter({share_25: 2, whole_8: 1}), popularity=1.0)
+    a = node_fragment(free, np.array([64000.0]), access_matrix(["T4"], mix), mix)
+    b = node_fragment(free, np.array([64000.0]), access_matrix(["T4"], only_gpu), only_gpu)
+    assert abs(a[0] - (0.75 * b[0] + 0.25 * 2000.0)) < 1e-9

@@ -261,3 +261,21 @@ def test_fragment_kind_of_a_replica_is_its_share_of_one_physical_gpu() -> None:
     assert pod_kind(6, 0, 4) == PodKind(0, 2, 1000)
     assert pod_kind(2, 500, 1) == PodKind(500, 2, 1000)
     assert pod_kind(0, 500, 1) is None and pod_kind(float("nan"), 0, 1) is None and pod_kind(1, 0, 0) is None
+
+
+def test_state_learns_gpu_pods_when_seen_and_cpu_only_pods_once_bound_to_a_gpu_node() -> None:
+    from extender.k8s_objects import parse_pod
+    from extender.state import ClusterState
+    from tests.k8s_factories import node, pod
+
+    s = ClusterState()
+    s.upsert_node(parse_node(node("gpu", gpus=8, cpu="64")))
+    s.upsert_node(parse_node(node("cpu-only", gpus=0, cpu="64")))
+    s.upsert_pod(parse_pod(pod("g", gpus=2, cpu="4")))  # pending GPU pod: counted at once
+    s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2")))  # pending CPU-only pod: node unknown yet
+    s.upsert_pod(parse_pod(pod("elsewhere", gpus=0, cpu="2", node_name="cpu-only", phase="Running")))
+    assert s.mix_learner.counts == {PodKind(4000, 2, 1000): 1.0}
+    s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2", node_name="gpu", phase="Running")))  # now bound
+    s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2", node_name="gpu", phase="Running")))  # counted once
+    s.upsert_pod(parse_pod(pod("g", gpus=2, cpu="4", node_name="gpu", phase="Running")))
+    assert s.mix_learner.counts == {PodKind(4000, 2, 1000): 1.0, PodKind(2000, 0, 0): 1.0}

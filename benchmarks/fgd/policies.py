@@ -282,7 +282,8 @@ class FlowschedPolicy(_FragmentPolicy):
         super().__init__(cluster, pods, rng)
         self.settings = settings or CoreSettings().placement
         s = self.settings
-        self.learner = DemandMixLearner(s.fragment_popularity, s.fragment_refresh_every, s.fragment_weight_exponent)
+        self.learner = DemandMixLearner(s.fragment_popularity, s.fragment_refresh_every, s.fragment_weight_exponent,
+                                        s.fragment_cpu_only)
 
     def arrived(self, i: int) -> None:
         self.learner.observe(self.pods.kind(i))
