@@ -20,12 +20,12 @@ to the first node by name. Random picks with its own random stream.
 - FGD: the change of the node's expected fragment under the demand mix ("typical pods" from
   the whole pod list, CPU-only pods included, as the artifact configures it), scored
   100 * sigmoid(-change / 1000) as an integer; a fractional pod goes to the GPU that scores best.
-- flowsched: the same fragment measure from scoring/fragmentation.py, but with the demand mix
-  learnt from the pods seen so far, each pod counted with the square root of the GPUs it asks
-  (FGD counts one per pod), not
-  rounded, and ties broken towards the fullest GPU and node (best fit), then the first node
-  by name. In the replay there is no telemetry, so the live
-  utilisation term is neutral and does not move the choice.
+- flowsched: the service's score (scoring.fragmentation.candidate_scores inside
+  scoring.placement.combined_score, CoreSettings().placement): the same fragment measure with
+  the demand mix learnt from the pods seen so far (not the whole list), cut to 50 levels, best
+  fit inside a level (fullest GPU, then fullest node), then the first node by name. In the
+  replay there is no telemetry or progress, so the utilisation and convergence terms are
+  neutral and do not move the choice.
 """
 
 from __future__ import annotations
