@@ -131,9 +131,11 @@ def _fragment_scores(terms: ScoreTerms, state: ClusterState, view: NodeView, dem
     mix = state.demand_mix()
     if mix.empty:
         return terms
-    known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
     arrays = view.arrays if rows is None else view.arrays.take(rows)
-    names = known if rows is None else [known[r] for r in rows.tolist()]
+    names: list[str] = []
+    if state.shared:  # the names are needed only to find the nodes that share GPUs
+        known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
+        names = known if rows is None else [known[r] for r in rows.tolist()]
     hit, head = fragment_headroom(arrays, names, state.shared, mix, demand.gpus, demand.cpu, placement)
     if hit.shape[0] == 0:
         return terms

@@ -22,7 +22,9 @@ from scoring.fragmentation import (
     DemandMix,
     PodKind,
     candidate_scores,
+    group_mass,
     node_fragment,
+    node_groups,
     packed_gpu_free,
     placement_deltas,
 )
@@ -30,6 +32,7 @@ from scoring.nodes import FloatArray, IntArray, NodeArrays
 from scoring.placement import PlacementSettings
 
 WIDTH = 16  # GPUs per node considered; wider nodes are cut to this
+_PROJ = np.random.default_rng(12345).uniform(1.0, 2.0, WIDTH + 1)
 
 
 def pod_kind(gpus: float, cpu_m: float, replicas: int, cpu_only: bool = False) -> PodKind | None:
@@ -57,12 +60,17 @@ def _replicas(sharing: NodeSharing | None) -> int | None:
 
 def fragment_headroom(arrays: NodeArrays, names: list[str], shared: Mapping[str, NodeSharing], mix: DemandMix,
                       gpus: float, cpu_m: float, placement: PlacementSettings) -> tuple[IntArray, FloatArray]:
-    """(rows, headroom): the rows of `arrays` (named `names`) the term applies to and their
-    fragmentation score in [0, 1]; empty when the mix is empty or the pod asks no GPU."""
+    """(rows, headroom): the rows of `arrays` the term applies to and their fragmentation score
+    in [0, 1]; empty when the mix is empty or the pod asks no GPU. `names` (the rows' node
+    names) is read only when some nodes share GPUs (`shared` not empty)."""
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0))
     if mix.empty or gpus <= 0:
         return empty
-    reps = np.array([r if (r := _replicas(shared.get(n))) is not None else 0 for n in names], dtype=np.int64)
+    if shared:
+        reps = np.array([r if (r := _replicas(shared.get(n))) is not None else 0 for n in names], dtype=np.int64)
+    else:
+        reps = np.ones(arrays.count, dtype=np.int64)
+    mass = group_mass(mix)
     rows_all: list[IntArray] = []
     vals_all: list[FloatArray] = []
     for r in np.unique(reps[reps > 0]).tolist():
@@ -72,14 +80,23 @@ def fragment_headroom(arrays: NodeArrays, names: list[str], shared: Mapping[str,
         rows = np.flatnonzero(reps == r)
         physical = np.floor(arrays.gpu_alloc[rows] / r + 1e-9)
         used = np.clip(arrays.gpu_used[rows] / r, 0.0, physical) * MILLI
-        free = packed_gpu_free(physical, used, WIDTH)
-        cpu_left = np.maximum(arrays.cpu_alloc[rows] - arrays.cpu_used[rows], 0.0)
-        access = np.ones((rows.shape[0], len(mix.kinds)), dtype=bool)
-        idx = np.arange(rows.shape[0], dtype=np.int64)
-        frag_now = node_fragment(free, cpu_left, access, mix)
-        cands = placement_deltas(free, cpu_left, access, idx, frag_now, kind, mix)
+        width = int(min(WIDTH, max(1.0, float(physical.max()) if physical.size else 1.0)))
+        free_all = packed_gpu_free(physical, used, width)
+        cpu_all = np.maximum(arrays.cpu_alloc[rows] - arrays.cpu_used[rows], 0.0)
+        # Nodes in the same state (GPU shares and CPU left) score the same: evaluate each state
+        # once. A state's fingerprint is a fixed random projection; equal states collide by
+        # construction, different ones with negligible probability.
+        proj = _PROJ[:width]
+        key = free_all @ proj + cpu_all * _PROJ[-1]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        free, cpu_left = free_all[first], cpu_all[first]
+        access = np.ones((first.shape[0], len(mix.kinds)), dtype=bool)
+        stats = node_groups(free, mix)
+        frag_now = node_fragment(free, cpu_left, access, mix, mass, stats)
+        cands = placement_deltas(free, cpu_left, access, np.arange(first.shape[0], dtype=np.int64), frag_now,
+                                 kind, mix, mass, stats)
         score = candidate_scores(free, cpu_left, kind, cands.delta, cands.valid, placement.fragment_levels)
-        node_score = score.max(axis=1) if score.ndim == 2 else score
+        node_score = (score.max(axis=1) if score.ndim == 2 else score)[inverse.reshape(-1)]
         ok = node_score >= 0.0  # a node the pod does not fit keeps its plain term (the filter decides)
         rows_all.append(rows[ok])
         vals_all.append(node_score[ok])

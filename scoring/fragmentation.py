@@ -201,6 +201,13 @@ def node_groups(gpu_free: FloatArray, mix: DemandMix) -> NodeGroups:
 
 def group_weights(cpu_left: FloatArray, access: BoolArray, mix: DemandMix) -> FloatArray:
     """(n, j): frequency of the group's kinds that pass CPU and GPU model on each node."""
+    if access.all():
+        # Every kind may use every node (the service: kube-scheduler filters models): the kinds
+        # passing CPU are those asking at most cpu_left, a prefix of the kinds sorted by CPU.
+        order = np.argsort(mix.kind_cpu, kind="stable")
+        cum = np.vstack([np.zeros((1, mix.groups)), np.cumsum(mix.kind_group_freq[order], axis=0)])
+        fast: FloatArray = cum[np.searchsorted(mix.kind_cpu[order], cpu_left, side="right")]
+        return fast
     ok = (cpu_left[:, None] >= mix.kind_cpu[None, :]) & access
     w: FloatArray = ok.astype(np.float64) @ mix.kind_group_freq
     return w

@@ -13,6 +13,7 @@ from scoring.fragmentation import (
     access_matrix,
     candidate_scores,
     combined_gpu_score,
+    group_weights,
     mix_from_counts,
     node_fragment,
     packed_gpu_free,
@@ -187,3 +188,14 @@ def test_default_learner_counts_one_per_pod_and_cpu_only_pods_as_fragment() -> N
     a = node_fragment(free, np.array([64000.0]), access_matrix(["T4"], mix), mix)
     b = node_fragment(free, np.array([64000.0]), access_matrix(["T4"], only_gpu), only_gpu)
     assert abs(a[0] - (0.75 * b[0] + 0.25 * 2000.0)) < 1e-9
+
+
+def test_group_weights_fast_path_equals_the_definition_when_every_model_is_allowed() -> None:
+    rng = np.random.default_rng(7)
+    kinds = Counter({PodKind(int(rng.integers(0, 16)) * 1000, int(g), int(m)): int(rng.integers(1, 9))
+                     for g, m in [(1, 250), (1, 500), (1, 1000), (2, 1000), (4, 1000), (8, 1000)] * 5})
+    mix = mix_from_counts(kinds, popularity=1.0)
+    cpu = rng.integers(0, 20, 200).astype(np.float64) * 1000.0
+    access = np.ones((200, len(mix.kinds)), dtype=bool)
+    slow = (cpu[:, None] >= mix.kind_cpu[None, :]).astype(np.float64) @ mix.kind_group_freq
+    np.testing.assert_allclose(group_weights(cpu, access, mix), slow, atol=1e-12)
