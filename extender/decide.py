@@ -8,6 +8,7 @@ extender must never block scheduling because its own view lags.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,8 @@ from scoring.sharing import SharedTerms, shared_gpu_terms, with_shared_utilisati
 from scoring.workload import WorkloadClass, never_a_victim, placement_for, workload_class
 
 NEUTRAL_SCORE = MAX_SCORE // 2
+
+log = logging.getLogger("flowsched.decide")
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,11 @@ def _fragment_scores(terms: ScoreTerms, state: ClusterState, view: NodeView, dem
     if state.shared:  # the names are needed only to find the nodes that share GPUs
         known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
         names = known if rows is None else [known[r] for r in rows.tolist()]
-    hit, head = fragment_headroom(arrays, names, state.shared, mix, demand.gpus, demand.cpu, placement)
+    try:
+        hit, head = fragment_headroom(arrays, names, state.shared, mix, demand.gpus, demand.cpu, placement)
+    except (ValueError, FloatingPointError, IndexError) as e:  # never fail a verb over this term
+        log.warning("fragmentation term skipped (plain best fit used): %s", e)
+        return terms
     if hit.shape[0] == 0:
         return terms
     return with_headroom(terms, hit, head, placement)
