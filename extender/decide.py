@@ -8,6 +8,7 @@ extender must never block scheduling because its own view lags.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from extender.fragment import fragment_headroom
 from extender.k8s_objects import (
     MIGRATED_FROM,
     WORKLOAD,
@@ -41,12 +43,15 @@ from scoring.placement import (
     ScoreTerms,
     filter_nodes,
     score_nodes,
+    with_headroom,
 )
 from scoring.preemption import VictimArrays, preferred_candidates
 from scoring.sharing import SharedTerms, shared_gpu_terms, with_shared_utilisation
 from scoring.workload import WorkloadClass, never_a_victim, placement_for, workload_class
 
 NEUTRAL_SCORE = MAX_SCORE // 2
+
+log = logging.getLogger("flowsched.decide")
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,31 @@ def _shared_scores(terms: ScoreTerms, shared: _Shared | None, placement: Placeme
     pos = np.searchsorted(rows, shared.rows)
     hit = (pos < rows.shape[0]) & (rows[np.minimum(pos, rows.shape[0] - 1)] == shared.rows)
     return with_shared_utilisation(terms, pos[hit], shared.terms.idle[hit], placement)
+
+
+def _fragment_scores(terms: ScoreTerms, state: ClusterState, view: NodeView, demand: PodDemand,
+                     placement: PlacementSettings, rows: IntArray | None = None) -> ScoreTerms:
+    """terms with the headroom of GPU pods from the fragmentation term (extender/fragment.py),
+    for pods placed by best fit (not inference, which spreads); rows: the known rows terms were
+    computed for (None: all of them)."""
+    if not (placement.fragment and placement.pack_gpus) or demand.gpus <= 0:
+        return terms
+    mix = state.demand_mix()
+    if mix.empty:
+        return terms
+    arrays = view.arrays if rows is None else view.arrays.take(rows)
+    names: list[str] = []
+    if state.shared:  # the names are needed only to find the nodes that share GPUs
+        known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
+        names = known if rows is None else [known[r] for r in rows.tolist()]
+    try:
+        hit, head = fragment_headroom(arrays, names, state.shared, mix, demand.gpus, demand.cpu, placement)
+    except (ValueError, FloatingPointError, IndexError) as e:  # never fail a verb over this term
+        log.warning("fragmentation term skipped (plain best fit used): %s", e)
+        return terms
+    if hit.shape[0] == 0:
+        return terms
+    return with_headroom(terms, hit, head, placement)
 
 
 def _demand(pod: PodInfo) -> PodDemand:
@@ -267,8 +297,9 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
     failed, unresolvable = _rejections(names, reasons, ok, rejected)
     key = ScoreMemo.key(args.pod) if memo is not None else None
     if memo is not None and key is not None:
-        terms = _shared_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, ask.origin(state, now))),
-                               shared, placement)
+        terms = _shared_scores(_fragment_scores(
+            score_nodes(view.arrays, demand, placement, _origin_mask(view, ask.origin(state, now))),
+            state, view, demand, placement), shared, placement)
         scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
         scores[known] = terms.score
         memo.put(key, now, dict(zip(passed, scores[ok].tolist(), strict=True)))
@@ -310,9 +341,9 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     rows = np.flatnonzero(known_reasons == Reject.OK)
     origin = _origin_mask(view, ask.origin(state, now))
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
-    scores[np.flatnonzero(known)[rows]] = _shared_scores(score_nodes(
+    scores[np.flatnonzero(known)[rows]] = _shared_scores(_fragment_scores(score_nodes(
         view.arrays.take(rows), demand, placement, None if origin is None else origin[rows]),
-        shared, placement, rows).score
+        state, view, demand, placement, rows), shared, placement, rows).score
     keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
     return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
 
@@ -344,9 +375,9 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
     view = state.view(names, now, policy.stale_after_s)
     cls = ask.workload
     placement = _placement(cls, policy)
-    terms = _shared_scores(
+    terms = _shared_scores(_fragment_scores(
         score_nodes(view.arrays, ask.demand, placement, _origin_mask(view, ask.origin(state, now))),
-        _shared(state, view, cls, ask.demand, placement), placement)
+        state, view, ask.demand, placement), _shared(state, view, cls, ask.demand, placement), placement)
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
     scores[known] = terms.score
@@ -395,7 +426,8 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     shared = _shared(state, view, cls, demand, placement)
     verdict = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared)
     origin = pod.migrated_from or state.migration_origin(pod.job, now)
-    terms = _shared_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, origin)), shared, placement)
+    terms = _shared_scores(_fragment_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, origin)),
+                                            state, view, demand, placement), shared, placement)
     out: list[dict[str, Any]] = []
     row = 0
     for name, i in zip(names, view.idx.tolist(), strict=True):

@@ -22,6 +22,7 @@ KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
 CHECKPOINTABLE = "flowsched.io/checkpointable"
 ELASTIC = "flowsched.io/elastic"
 WORKLOAD = "flowsched.io/workload"
+RECLAIM_IDLE = "flowsched.io/reclaim-idle"  # opt-in reclamation of an idle notebook after this long
 MIGRATED_FROM = "flowsched.io/migrated-from"
 RESIZABLE = "flowsched.io/resizable"
 # Set by the migrator on a pod just before evicting it: {"from": node, "at": unix s, "count": n}.
@@ -181,6 +182,7 @@ class PodInfo:
     scheduling_gates: tuple[str, ...] = ()  # spec.schedulingGates names: kube-scheduler ignores it while any
     progress: ProgressSpec | None = None  # flowsched.io/progress: logs | prometheus (issue 17)
     owner_kind: str = ""  # kind of the controlling ownerReference ("" none): workload class default
+    reclaim_idle: str | None = None  # flowsched.io/reclaim-idle (annotation, else label), raw
 
     @property
     def elastic_plan_at(self) -> float | None:
@@ -243,7 +245,12 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
                                if isinstance(g, Mapping) and g.get("name")),
         progress=parse_progress_spec(meta, spec, status),
         owner_kind=controller_kind(meta),
+        reclaim_idle=_text(ann.get(RECLAIM_IDLE) or labels.get(RECLAIM_IDLE)),
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def controller_kind(meta: Mapping[str, Any]) -> str:

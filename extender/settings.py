@@ -21,6 +21,7 @@ from scoring.settings import (
     AdmissionLoopSettings,
     CoreSettings,
     ElasticLoopSettings,
+    IdleLoopSettings,
     MigratorLoopSettings,
     ResizerLoopSettings,
     SafetySettings,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # to the type checker they are scoring's classes, which they 
     ElasticConfig = ElasticLoopSettings
     ResizerConfig = ResizerLoopSettings
     AdmissionConfig = AdmissionLoopSettings
+    IdleConfig = IdleLoopSettings
 else:
     ConvergenceConfig = _parsed(TrackerSettings)
     PlacementConfig = _parsed(PlacementSettings)
@@ -53,6 +55,7 @@ else:
     ElasticConfig = _parsed(ElasticLoopSettings)
     ResizerConfig = _parsed(ResizerLoopSettings)
     AdmissionConfig = _parsed(AdmissionLoopSettings)
+    IdleConfig = _parsed(IdleLoopSettings)
 
 
 class ControlConfig(BaseModel):
@@ -146,12 +149,13 @@ class Settings(BaseSettings):
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
     # Control loops run in this process, each only while it holds the Lease (see ControlConfig).
-    controllers: list[Literal["migrator", "resizer", "elastic", "admission"]] = []
+    controllers: list[Literal["migrator", "resizer", "elastic", "admission", "idle"]] = []
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
     resizer: ResizerConfig = ResizerConfig()
     elastic: ElasticConfig = ElasticConfig()
     admission: AdmissionConfig = AdmissionConfig()
+    idle: IdleConfig = IdleConfig()  # idle GPUs: Events, metric, opt-in reclamation (docs/sharing.md)
     # POST /webhook/gate (deploy/webhook.yaml) gates new pods whose schedulerName is one of these.
     webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
@@ -194,7 +198,7 @@ class Settings(BaseSettings):
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""
         return CoreSettings(convergence=self.convergence, placement=self.placement, safety=self.control.safety(),
                             migrator=self.migrator, elastic=self.elastic, resizer=self.resizer,
-                            admission=self.admission,
+                            admission=self.admission, idle=self.idle,
                             completing_horizon_s=self.completing_horizon_s)
 
     @property

@@ -16,10 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from extender.fragment import pod_kind
 from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo, Resources
 from extender.sharing import Mode, NodeSharing, node_sharing
 from scoring.convergence import Phase
+from scoring.fragmentation import DemandMix, DemandMixLearner
 from scoring.nodes import IntArray, NodeArrays
+from scoring.placement import PlacementSettings
 from scoring.world import is_completing
 
 GPU_SLOTS = 8  # telemetry columns per node; wider nodes keep their first 8 GPUs' samples
@@ -46,8 +49,15 @@ class NodeView:
 
 
 class ClusterState:
-    def __init__(self, completing_horizon_s: float = 600.0, initial_capacity: int = 64) -> None:
+    def __init__(self, completing_horizon_s: float = 600.0, initial_capacity: int = 64,
+                 placement: PlacementSettings | None = None) -> None:
         self._lock = threading.RLock()
+        p = placement or PlacementSettings()
+        # The demand mix of the fragmentation term (extender/fragment.py), learnt from every GPU
+        # pod the watch sees, once per pod.
+        self.mix_learner = DemandMixLearner(p.fragment_popularity, p.fragment_refresh_every,
+                                            p.fragment_weight_exponent, p.fragment_cpu_only)
+        self._learnt: set[str] = set()
         self.completing_horizon_s = completing_horizon_s
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
@@ -69,6 +79,9 @@ class ClusterState:
         # Nodes that share GPUs (time-slicing, MPS, MIG, HAMi; extender/sharing.py): their
         # telemetry columns are physical GPUs, not the replicas kube-scheduler counts.
         self.shared: dict[str, NodeSharing] = {}
+        # "namespace/name" -> (sampled at, utilisation % of each of its GPUs): DCGM's pod
+        # attribution, written by the telemetry refresher, read by the idle loop.
+        self.pod_gpu_util: dict[str, tuple[float, tuple[float, ...]]] = {}
 
     # ---- columns ----
     # One row per node slot, all facts side by side, so a request gathers its candidate rows
@@ -165,11 +178,46 @@ class ClusterState:
             if old is not None:
                 self._forget_pod(old)
             self.pods[pod.uid] = pod
+            if pod.uid not in self._learnt:
+                self._learn(pod)
             self.jobs[pod.job].add(pod.uid)
             self._note_migration(pod)
             if pod.node:
                 self._pods_on[pod.node].add(pod.uid)
             self._account(pod, +1.0)
+
+    def _learn(self, pod: PodInfo) -> None:
+        """Count the pod in the demand mix once: a GPU pod when first seen, a CPU-only pod once
+        it is bound to a GPU node (it competes for that node's CPU, as in FGD's pod lists)."""
+        if pod.requests.gpus <= 0:
+            node = self.nodes.get(pod.node) if pod.node else None
+            if self.mix_learner.cpu_only and node is not None and node.allocatable.gpus > 0:
+                kind = pod_kind(0.0, pod.requests.cpu_m, 1, cpu_only=True)
+                if kind is not None:
+                    self._learnt.add(pod.uid)
+                    self.mix_learner.observe(kind)
+            return
+        sharing = self.shared.get(pod.node) if pod.node else None
+        if sharing is None and not pod.node and self.shared:
+            counts: dict[int, int] = defaultdict(int)
+            for sh in self.shared.values():
+                if sh.mode in (Mode.TIME_SLICING, Mode.MPS):
+                    counts[sh.replicas_per_gpu] += 1
+            replicas = max(counts, key=lambda r: (counts[r], r)) if counts else 1
+        elif sharing is not None and sharing.mode in (Mode.TIME_SLICING, Mode.MPS):
+            replicas = sharing.replicas_per_gpu
+        elif sharing is not None:
+            return  # MIG or HAMi: not a share of one GPU the term models
+        else:
+            replicas = 1
+        kind = pod_kind(pod.requests.gpus, pod.requests.cpu_m, replicas)
+        if kind is not None:
+            self._learnt.add(pod.uid)
+            self.mix_learner.observe(kind)
+
+    def demand_mix(self) -> DemandMix:
+        with self._lock:
+            return self.mix_learner.mix()
 
     def _forget_pod(self, pod: PodInfo) -> None:
         self._account(pod, -1.0)
@@ -208,6 +256,7 @@ class ClusterState:
         with self._lock:
             self.version += 1
             old = self.pods.pop(uid, None)
+            self._learnt.discard(uid)
             if old is not None:
                 self._forget_pod(old)
 
@@ -247,6 +296,18 @@ class ClusterState:
             row[_FB:_FB + f.shape[0]] = f
             row[_SAMPLED_AT] = sampled_at
             return True
+
+    def set_pod_gpu_util(self, util: Mapping[str, Sequence[float]], sampled_at: float) -> None:
+        """The pods' GPU utilisation from one telemetry reading (replaces the previous one)."""
+        fresh = {k: (sampled_at, tuple(float(v) for v in vals)) for k, vals in util.items()}
+        with self._lock:
+            self.pod_gpu_util = fresh
+
+    def pod_gpu_samples(self, now: float, stale_after_s: float) -> dict[str, tuple[float, ...]]:
+        """Each pod's latest GPU samples no older than stale_after_s (older ones: unknown, left out)."""
+        with self._lock:
+            util = self.pod_gpu_util
+        return {k: v for k, (t, v) in util.items() if now - t <= stale_after_s}
 
     def clear_node_telemetry(self, node: str) -> None:
         with self._lock:

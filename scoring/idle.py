@@ -19,7 +19,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from scoring.safety import namespace_refusal
+from scoring.settings import IdleLoopSettings, SafetySettings
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -80,3 +83,83 @@ def plan_reclaim(candidates: Sequence[Reclaimable], idle_since: Mapping[str, flo
     due = sorted((c for c in ripe if c.pod in warned_at and now - warned_at[c.pod] >= warning_s),
                  key=lambda c: (idle_since[c.pod], c.pod))
     return ReclaimPlan(warn, tuple(c.pod for c in due[:budget_left]))
+
+
+@dataclass(frozen=True)
+class IdlePod:
+    """A running pod that holds GPUs, as the idle loop sees it."""
+
+    key: str  # "namespace/name"
+    namespace: str
+    workload: str  # scoring/workload.py class
+    gpus: float
+    reclaim: str | None  # its flowsched.io/reclaim-idle value, raw
+    samples: tuple[float, ...]  # utilisation % of each of its GPUs now (empty: no telemetry)
+
+
+@dataclass(frozen=True)
+class IdleMemory:
+    """What the shell keeps between rounds: when each pod became idle, which idle pods got their
+    Event, when each opted-in notebook was warned."""
+
+    idle_since: Mapping[str, float] = field(default_factory=dict)
+    reported: frozenset[str] = frozenset()
+    warned_at: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IdlePlan:
+    memory: IdleMemory
+    idle: tuple[str, ...]  # idle for the window now (the metric)
+    idle_gpus: float  # GPUs they hold
+    report: tuple[str, ...]  # idle for the window, not reported yet: a FlowschedIdleGPU Event each
+    warn: tuple[str, ...]  # opted-in notebooks due for reclamation, warned now
+    evict: tuple[str, ...]  # warned long enough, GPU pods waiting, within the budget
+    refused: Mapping[str, str]  # opted-in pods that will not be reclaimed, and why
+
+    def describe(self, now: float) -> dict[str, object]:
+        return {"at": now, "idle": list(self.idle), "idle_gpus": self.idle_gpus, "report": list(self.report),
+                "warn": list(self.warn), "evict": list(self.evict), "refused": dict(self.refused),
+                "idle_since": {k: round(now - t, 1) for k, t in sorted(self.memory.idle_since.items())}}
+
+
+def plan_idle(pods: Sequence[IdlePod], memory: IdleMemory, now: float, gpu_pods_waiting: int, budget_left: int,
+              s: IdleLoopSettings, safety: SafetySettings,
+              namespace_labels: Mapping[str, Mapping[str, str]]) -> IdlePlan:
+    """One round of the idle loop. A pod that is busy again, or gone, loses its idle time, its
+    report and its warning. Reclamation is for opted-in notebooks outside excluded and opted-out
+    namespaces only (an unreadable duration is refused, with the reason)."""
+    samples = {p.key: p.samples for p in pods}
+    idle_since = update_idle_since(memory.idle_since, samples, now, s.threshold_pct)
+    idle = tuple(idle_for(idle_since, now, s.window_s))
+    by_key = {p.key: p for p in pods}
+    report = tuple(k for k in idle if k not in memory.reported)
+    refused: dict[str, str] = {}
+    candidates: list[Reclaimable] = []
+    for p in pods:
+        if p.reclaim is None:
+            continue
+        after = parse_duration_s(p.reclaim)
+        why = namespace_refusal(p.namespace, namespace_labels, safety)
+        if after is None:
+            why = f"{s.reclaim_key}={p.reclaim!r} is not a duration (e.g. 2h, 30m)"
+        elif p.workload != "notebook":
+            why = f"{p.workload} workload: only notebooks are reclaimed"
+        if why is not None:
+            refused[p.key] = why
+            continue
+        candidates.append(Reclaimable(p.key, p.workload, after))
+    warned = {k: t for k, t in memory.warned_at.items() if k in idle_since and k in by_key}
+    rp = plan_reclaim(candidates, idle_since, warned, now, gpu_pods_waiting, budget_left, s.warning_s)
+    for k in rp.warn:
+        warned[k] = now
+    reported = frozenset(k for k in memory.reported | set(report) if k in idle_since and k in by_key)
+    return IdlePlan(
+        memory=IdleMemory(idle_since, reported, warned),
+        idle=idle,
+        idle_gpus=float(sum(by_key[k].gpus for k in idle if k in by_key)),
+        report=report,
+        warn=rp.warn,
+        evict=rp.evict,
+        refused=refused,
+    )

@@ -206,6 +206,28 @@ class AdmissionLoopSettings(LoopSettings):
 
 
 @dataclass(frozen=True)
+class IdleLoopSettings(LoopSettings):
+    """Idle GPUs (scoring/idle.py, docs/sharing.md): a pod whose GPUs all stay under
+    threshold_pct (DCGM utilisation attributed to the pod) for window_s gets a FlowschedIdleGPU
+    Event and counts in flowsched_idle_gpu_pods; a notebook opted in with
+    `flowsched.io/reclaim-idle: "<duration>"` and idle that long is warned, then evicted no
+    sooner than warning_s later, only while GPU pods wait. The eviction budget defaults to the
+    migrator's, and is the migrator's own budget when both loops run."""
+
+    threshold_pct: float = 5.0
+    window_s: float = 3600.0
+    warning_s: float = 600.0
+    reclaim_key: str = "flowsched.io/reclaim-idle"  # label or annotation on the pod
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive(self, "window_s")
+        _non_negative(self, "warning_s")
+        _require(0.0 < self.threshold_pct <= 100.0, f"threshold_pct must be in (0, 100], got {self.threshold_pct!r}")
+        _require(bool(self.reclaim_key), "reclaim_key must be a non-empty name")
+
+
+@dataclass(frozen=True)
 class SafetySettings:
     """Rules applied once, to every loop (scoring.safety)."""
 
@@ -229,6 +251,7 @@ class CoreSettings:
     elastic: ElasticLoopSettings = field(default_factory=ElasticLoopSettings)
     resizer: ResizerLoopSettings = field(default_factory=ResizerLoopSettings)
     admission: AdmissionLoopSettings = field(default_factory=AdmissionLoopSettings)
+    idle: IdleLoopSettings = field(default_factory=IdleLoopSettings)
     bottleneck: BottleneckSettings = field(default_factory=BottleneckSettings)  # diagnosis and its remedies
     completing_horizon_s: float = 600.0  # a job predicted to plateau within this counts as finishing soon
 

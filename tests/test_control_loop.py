@@ -216,3 +216,17 @@ def test_event_reason_must_be_flowsched() -> None:
     assert len(body["message"]) == 1024
     with pytest.raises(ValueError, match="Flowsched"):
         event_body(obj, "Migrated", "m", type_="Normal", action="Evict", instance="i", now=datetime.now(UTC))
+
+
+def test_unbudgeted_notices_spend_no_budget_but_wait_for_dry_run_and_leadership() -> None:
+    notice = Action(key="n", kind="idle_event", target="ns/n", reason="test", budgeted=False)
+    ctrl = FakeController([notice, act("a"), act("b")])
+    clock, leader = Clock(), Leader()
+    loop, _ = make(ctrl, clock, leader, per_interval=1)
+    outcomes = [o.outcome for o in loop.run_once().outcomes]
+    assert outcomes == ["done", "done", BUDGET] and ctrl.acted == ["n", "a"]  # the notice took no budget
+    dry = FakeController([notice])
+    assert [o.outcome for o in make(dry, clock, leader, dry_run=True)[0].run_once().outcomes] == [DRY_RUN]
+    follower = FakeController([notice])
+    make(follower, clock, Leader(False))[0].run_once()
+    assert dry.acted == [] and follower.acted == [] and follower.plans == 0

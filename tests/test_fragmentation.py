@@ -11,10 +11,14 @@ from scoring.fragmentation import (
     DemandMixLearner,
     PodKind,
     access_matrix,
+    candidate_scores,
     combined_gpu_score,
+    group_weights,
     mix_from_counts,
     node_fragment,
+    packed_gpu_free,
     placement_deltas,
+    placement_scores,
 )
 
 SHARE_500 = PodKind(cpu_milli=1000, gpus=1, gpu_milli=500)
@@ -111,7 +115,7 @@ def test_grouped_form_matches_the_definition_on_random_nodes() -> None:
 
 
 def test_learner_weighs_kinds_by_the_square_root_of_the_gpus_they_ask() -> None:
-    learner = DemandMixLearner(popularity=0.8, refresh_every=1)
+    learner = DemandMixLearner(popularity=0.8, refresh_every=1, weight_exponent=0.5, cpu_only=False)
     share_25 = PodKind(1000, 1, 250)
     whole_8 = PodKind(8000, 8, 1000)
     for _ in range(12):
@@ -134,3 +138,64 @@ def test_unknown_utilisation_is_neutral_and_known_utilisation_breaks_fragment_ti
     s = combined_gpu_score(delta, util)
     assert s[2] > s[1] > s[0]
     np.testing.assert_allclose(combined_gpu_score(delta, None), [0.5, 0.5, 0.5])
+
+
+def test_packed_gpu_free_fills_the_first_gpus() -> None:
+    free = packed_gpu_free(np.array([4.0, 2.0, 0.0]), np.array([1500.0, 2000.0, 0.0]), 5)
+    assert free.tolist() == [[0.0, 500.0, 1000.0, 1000.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.0] * 5]
+
+
+def test_placement_scores_order_by_fragment_level_then_best_fit() -> None:
+    delta = np.array([0.0, 0.0, -2000.0, 3000.0, 0.0])
+    valid = np.array([True, True, True, True, False])
+    gpu_after = np.array([600.0, 100.0, 900.0, 0.0, 0.0])
+    node_after = np.array([600.0, 4100.0, 900.0, 0.0, 0.0])
+    s = placement_scores(delta, valid, gpu_after, node_after, np.zeros(5), levels=100)
+    assert s[4] == -1.0  # impossible
+    assert s[2] > s[1] > s[0] > s[3]  # less fragment first; in one level the fuller GPU
+    assert np.all((s[:4] >= 0.0) & (s[:4] <= 1.0))
+    # within one level the fit never crosses into the next level
+    lv = placement_scores(np.array([0.0, -300.0]), np.array([True, True]), np.array([0.0, 1000.0]),
+                          np.array([0.0, 8000.0]), np.zeros(2), levels=100)
+    assert lv[1] > lv[0]  # -300 milli: a higher level; the fit cannot undo that
+
+
+def test_candidate_scores_for_whole_and_fractional_pods() -> None:
+    mix = mix_from_counts(Counter({WHOLE_2: 1, SHARE_500: 1}), popularity=1.0)
+    free = np.array([[1000.0, 1000.0], [500.0, 1000.0]])
+    cpu = np.array([8000.0, 8000.0])
+    acc = access_matrix(["T4", "T4"], mix)
+    now = node_fragment(free, cpu, acc, mix)
+    c = placement_deltas(free, cpu, acc, np.arange(2), now, SHARE_500, mix)
+    s = candidate_scores(free, cpu, SHARE_500, c.delta, c.valid, 100)
+    assert s.shape == (2, 2)
+    # the half-used GPU of node 1 takes the share (keeps node 0 whole for 2-GPU pods)
+    assert np.unravel_index(int(np.argmax(s)), s.shape) == (1, 0)
+
+
+def test_default_learner_counts_one_per_pod_and_cpu_only_pods_as_fragment() -> None:
+    learner = DemandMixLearner(refresh_every=1)
+    share_25, whole_8, cpu = PodKind(1000, 1, 250), PodKind(8000, 8, 1000), PodKind(4000, 0, 0)
+    for k in (share_25, share_25, whole_8, cpu):
+        learner.observe(k)
+    mix = learner.mix()
+    assert set(mix.kinds) == {share_25, whole_8, cpu}
+    assert dict(zip(mix.kinds, mix.freq.tolist(), strict=True)) == {share_25: 0.5, whole_8: 0.25, cpu: 0.25}
+    assert mix.cpu_only_weight == 0.25
+    # a CPU-only kind's share counts all free GPU as fragment: the same shift on every node
+    free = np.array([[1000.0, 1000.0]])
+    only_gpu = mix_from_counts(Counter({share_25: 2, whole_8: 1}), popularity=1.0)
+    a = node_fragment(free, np.array([64000.0]), access_matrix(["T4"], mix), mix)
+    b = node_fragment(free, np.array([64000.0]), access_matrix(["T4"], only_gpu), only_gpu)
+    assert abs(a[0] - (0.75 * b[0] + 0.25 * 2000.0)) < 1e-9
+
+
+def test_group_weights_fast_path_equals_the_definition_when_every_model_is_allowed() -> None:
+    rng = np.random.default_rng(7)
+    kinds = Counter({PodKind(int(rng.integers(0, 16)) * 1000, int(g), int(m)): int(rng.integers(1, 9))
+                     for g, m in [(1, 250), (1, 500), (1, 1000), (2, 1000), (4, 1000), (8, 1000)] * 5})
+    mix = mix_from_counts(kinds, popularity=1.0)
+    cpu = rng.integers(0, 20, 200).astype(np.float64) * 1000.0
+    access = np.ones((200, len(mix.kinds)), dtype=bool)
+    slow = (cpu[:, None] >= mix.kind_cpu[None, :]).astype(np.float64) @ mix.kind_group_freq
+    np.testing.assert_allclose(group_weights(cpu, access, mix), slow, atol=1e-12)

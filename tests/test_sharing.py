@@ -15,6 +15,7 @@ from extender.sharing import (
     physical_key,
     pod_demand,
 )
+from scoring.fragmentation import PodKind
 from scoring.sharing import shared_gpu_terms
 
 # GPU feature discovery on a T4 node with time-slicing, replicas 4, renameByDefault=false.
@@ -222,3 +223,59 @@ def test_filter_ranked_mode_ranks_shared_nodes_by_their_physical_gpus() -> None:
     policy = Policy(placement=PlacementSettings(), stale_after_s=60.0, rank_margin=0)
     args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["a", "b"], nodes=None)
     assert decide_filter_ranked(s, args, policy, now=101.0).passed == ["b"]
+
+
+def test_gpu_pod_headroom_is_the_fragmentation_term_learnt_from_the_pods_seen() -> None:
+    """Two 8-GPU nodes, x with 4 GPUs free and y with 5. Best fit puts a 1-GPU pod on x; with
+    4-GPU pods in the mix that leaves x unable to host one (3 GPUs of fragment) while y keeps 4:
+    the fragmentation term sends it to y."""
+    from dataclasses import replace
+
+    from extender.decide import Policy, decide_prioritize
+    from extender.k8s_objects import parse_pod
+    from extender.state import ClusterState
+    from extender.wire import ExtenderArgs
+    from scoring.placement import PlacementSettings
+    from tests.k8s_factories import node, pod
+
+    s = ClusterState()
+    for name in ("x", "y"):
+        s.upsert_node(parse_node(node(name, gpus=8, cpu="64")))
+    s.upsert_pod(parse_pod(pod("on-x", gpus=4, node_name="x", phase="Running")))
+    s.upsert_pod(parse_pod(pod("on-y", gpus=3, node_name="y", phase="Running")))
+    for i in range(6):  # the mix: mostly 4-GPU pods
+        s.upsert_pod(parse_pod(pod(f"w{i}", gpus=4)))
+    assert not s.demand_mix().empty
+    args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["x", "y"], nodes=None)
+    frag = decide_prioritize(s, args, Policy(placement=PlacementSettings(), stale_after_s=60.0), now=1.0)
+    plain = decide_prioritize(s, args, Policy(placement=replace(PlacementSettings(), fragment=False),
+                                              stale_after_s=60.0), now=1.0)
+    assert frag.scores[1] > frag.scores[0], frag.scores
+    assert plain.scores[0] > plain.scores[1], plain.scores  # best fit alone would fragment x
+
+
+def test_fragment_kind_of_a_replica_is_its_share_of_one_physical_gpu() -> None:
+    from extender.fragment import pod_kind
+
+    assert pod_kind(1, 2000, 4) == PodKind(2000, 1, 250)
+    assert pod_kind(6, 0, 4) == PodKind(0, 2, 1000)
+    assert pod_kind(2, 500, 1) == PodKind(500, 2, 1000)
+    assert pod_kind(0, 500, 1) is None and pod_kind(float("nan"), 0, 1) is None and pod_kind(1, 0, 0) is None
+
+
+def test_state_learns_gpu_pods_when_seen_and_cpu_only_pods_once_bound_to_a_gpu_node() -> None:
+    from extender.k8s_objects import parse_pod
+    from extender.state import ClusterState
+    from tests.k8s_factories import node, pod
+
+    s = ClusterState()
+    s.upsert_node(parse_node(node("gpu", gpus=8, cpu="64")))
+    s.upsert_node(parse_node(node("cpu-only", gpus=0, cpu="64")))
+    s.upsert_pod(parse_pod(pod("g", gpus=2, cpu="4")))  # pending GPU pod: counted at once
+    s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2")))  # pending CPU-only pod: node unknown yet
+    s.upsert_pod(parse_pod(pod("elsewhere", gpus=0, cpu="2", node_name="cpu-only", phase="Running")))
+    assert s.mix_learner.counts == {PodKind(4000, 2, 1000): 1.0}
+    s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2", node_name="gpu", phase="Running")))  # now bound
+    s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2", node_name="gpu", phase="Running")))  # counted once
+    s.upsert_pod(parse_pod(pod("g", gpus=2, cpu="4", node_name="gpu", phase="Running")))
+    assert s.mix_learner.counts == {PodKind(4000, 2, 1000): 1.0, PodKind(2000, 0, 0): 1.0}

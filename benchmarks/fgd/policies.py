@@ -20,12 +20,12 @@ to the first node by name. Random picks with its own random stream.
 - FGD: the change of the node's expected fragment under the demand mix ("typical pods" from
   the whole pod list, CPU-only pods included, as the artifact configures it), scored
   100 * sigmoid(-change / 1000) as an integer; a fractional pod goes to the GPU that scores best.
-- flowsched: the same fragment measure from scoring/fragmentation.py, but with the demand mix
-  learnt from the pods seen so far, each pod counted with the square root of the GPUs it asks
-  (FGD counts one per pod), not
-  rounded, and ties broken towards the fullest GPU and node (best fit), then the first node
-  by name. In the replay there is no telemetry, so the live
-  utilisation term is neutral and does not move the choice.
+- flowsched: the service's score (scoring.fragmentation.candidate_scores inside
+  scoring.placement.combined_score, CoreSettings().placement): the same fragment measure with
+  the demand mix learnt from the pods seen so far (not the whole list), cut to 50 levels, best
+  fit inside a level (fullest GPU, then fullest node), then the first node by name. In the
+  replay there is no telemetry or progress, so the utilisation and convergence terms are
+  neutral and do not move the choice.
 """
 
 from __future__ import annotations
@@ -43,12 +43,15 @@ from scoring.fragmentation import (
     DemandMixLearner,
     PodKind,
     access_matrix,
+    candidate_scores,
     group_mass,
     mix_from_counts,
     node_fragment,
     node_groups,
     placement_deltas,
 )
+from scoring.placement import PlacementSettings, combined_score
+from scoring.settings import CoreSettings
 
 IntArray = npt.NDArray[np.int64]
 MAX_SCORE = 100
@@ -265,17 +268,22 @@ class FGDPolicy(_FragmentPolicy):
 
 
 class FlowschedPolicy(_FragmentPolicy):
+    """flowsched's placement, as the service scores it: the demand mix learnt from the pods seen
+    (scoring.fragmentation.DemandMixLearner), the fragmentation score as the headroom term
+    (scoring.fragmentation.candidate_scores) and the service's combined score
+    (scoring.placement.combined_score) with the service's PlacementSettings, the utilisation and
+    convergence terms neutral (the replay has no telemetry and no progress). The best combined
+    score wins, unrounded; ties go to the first node by name, as for the other policies."""
+
     name = "flowsched"
 
-    def __init__(self, cluster: Cluster, pods: Pods, rng: np.random.Generator):
+    def __init__(self, cluster: Cluster, pods: Pods, rng: np.random.Generator,
+                 settings: PlacementSettings | None = None):
         super().__init__(cluster, pods, rng)
-        self.learner = DemandMixLearner(popularity=0.95, refresh_every=64)
-
-    @staticmethod
-    def _level(delta: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Fragment changes equal up to float noise compare equal."""
-        out: npt.NDArray[np.float64] = np.round(delta, 6)
-        return out
+        self.settings = settings or CoreSettings().placement
+        s = self.settings
+        self.learner = DemandMixLearner(s.fragment_popularity, s.fragment_refresh_every, s.fragment_weight_exponent,
+                                        s.fragment_cpu_only)
 
     def arrived(self, i: int) -> None:
         self.learner.observe(self.pods.kind(i))
@@ -284,21 +292,19 @@ class FlowschedPolicy(_FragmentPolicy):
             self._refresh(mix)
 
     def choose(self, i: int, cand: IntArray) -> tuple[int, list[int]]:
-        c = self.cluster
+        c, s = self.cluster, self.settings
         g, m = int(self.pods.gpus[i]), int(self.pods.gpu_milli[i])
         delta, valid = self.deltas(i, cand)
-        node_free = c.gpu_free[cand].sum(axis=1)
+        head = candidate_scores(c.gpu_free[cand], c.cpu_left[cand], self.pods.kind(i), delta, valid,
+                                s.fragment_levels)
+        neutral = np.full(head.shape, s.neutral)
+        score = np.where(valid, combined_score(head, neutral, neutral, np.zeros(head.shape), s), -np.inf)
         if g == 1 and m < MILLI:
-            d = np.where(valid, self._level(delta), np.inf).ravel()
-            gpu_after = (c.gpu_free[cand] - m).ravel()
-            nf = np.repeat(node_free, c.gpu_free.shape[1])
-            nr = np.repeat(self.name_rank[cand], c.gpu_free.shape[1])
-            # least fragment, then fullest GPU, fullest node, first node by name
-            pick = int(np.lexsort((nr, nf, gpu_after, d))[0])
-            row, col = divmod(pick, c.gpu_free.shape[1])
-            return int(cand[row]), [col]
-        order = np.lexsort((self.name_rank[cand], c.cpu_left[cand], node_free, self._level(delta)))
-        node = int(cand[order[0]])
+            node_score = score.max(axis=1)
+            order = np.lexsort((self.name_rank[cand], -node_score))
+            row = int(order[0])
+            return int(cand[row]), [int(np.argmax(score[row]))]
+        node = int(cand[np.lexsort((self.name_rank[cand], -score))[0]])
         return node, _gpus_for(c, node, g, m)
 
 

@@ -52,6 +52,9 @@ class Action:
     target: str  # the object acted on, for humans: "namespace/pod"
     reason: str  # why, in numbers
     detail: Mapping[str, Any] = field(default_factory=dict)
+    # False for a notice that changes no workload (an Event): it still waits for leadership and
+    # is still skipped in dry run, but it spends no budget.
+    budgeted: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "kind": self.kind, "target": self.target, "reason": self.reason,
@@ -181,10 +184,11 @@ class ControlLoop:
         parked = self.backoff.get(action.key)
         if parked is not None:
             out = Outcome(action, BACKOFF, f"until {parked[0]:.0f}: {parked[1]}")
-        elif not self.budget.allows(now):
+        elif action.budgeted and not self.budget.allows(now):
             out = Outcome(action, BUDGET, f"budget left {self.budget.remaining(now)}")
         elif self.dry_run:
-            self.budget.spend(now)
+            if action.budgeted:
+                self.budget.spend(now)
             out = Outcome(action, DRY_RUN)
             log.info("%s (dry run) would %s %s: %s", self.name, action.kind, action.target, action.reason)
         elif not self.leader.is_leader:
@@ -205,7 +209,8 @@ class ControlLoop:
                 self.backoff[action.key] = (now + self.permanent_backoff_s, repr(e))
                 out = Outcome(action, FAILED, f"{type(e).__name__}: {e}"[:300])
             else:
-                self.budget.spend(now)
+                if action.budgeted:
+                    self.budget.spend(now)
                 out = Outcome(action, result)
                 self.performed.append(out)
         self._count(action, out.outcome)

@@ -40,6 +40,7 @@ FACTORIES: dict[str, str] = {
     "resizer": "extender.control.resizer:build",
     "elastic": "extender.control.elastic:build",
     "admission": "extender.control.admission:build",
+    "idle": "extender.control.idle:build",
 }
 
 
@@ -152,6 +153,10 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                                  permanent_backoff_s=cc.permanent_backoff_s, clock=clock))
         log.info("control loop %s enabled (every %.0fs, %s, identity %s)", name, cfg.interval_s,
                  "dry run" if dry_run else "acting", identity)
+    by_name = {lp.name: lp for lp in loops}
+    if "idle" in by_name and "migrator" in by_name:
+        # Idle reclamation evicts within the migrator's budget: one budget for both loops.
+        by_name["idle"].budget = by_name["migrator"].budget
     return Controllers(loops=loops, elector=elector, leader=leader, controllers=made)
 
 
@@ -200,5 +205,9 @@ def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
     @router.get("/debug/elastic")
     async def debug_elastic() -> Response:
         return loop_view("elastic")
+
+    @router.get("/debug/idle")
+    async def debug_idle() -> Response:
+        return loop_view("idle")
 
     return router

@@ -108,6 +108,10 @@ class TelemetryRefresher:
                         "is telemetry.node_label right?", len(unmatched), ", ".join(unmatched[:3]))
         self.pods = {p: {"gpus": [list(w) for w in where], "util_pct": reading.pod_util.get(p)}
                      for p, where in reading.pods.items()}
+        # Each pod's GPUs' utilisation, for the idle loop (on a shared GPU, the physical GPU's:
+        # co-tenants' work keeps a pod from reading idle, never the reverse).
+        self.state.set_pod_gpu_util({p: [u for nd, g in where if (u := _util_of(reading, nd, g)) is not None]
+                                     for p, where in reading.pods.items()}, self.clock())
         st.refreshes += 1
         st.consecutive_failures = 0
         st.last_success_at = self.clock()
@@ -144,6 +148,14 @@ class TelemetryRefresher:
     def describe(self) -> dict[str, Any]:
         return {**asdict(self.status), "refresh_s": self.refresh_s, "stale_s": self.stale_s,
                 "pods_attributed": len(self.pods)}
+
+
+def _util_of(reading: TelemetryReading, node: str, gpu: int) -> float | None:
+    t = reading.nodes.get(node)
+    if t is None or not 0 <= gpu < len(t.util_pct):
+        return None
+    v = t.util_pct[gpu]
+    return v if v == v else None  # NaN: unknown
 
 
 def build_source(cfg: TelemetryConfig, api_client: Any = None) -> TelemetrySource | None:

@@ -1,0 +1,158 @@
+"""The idle loop: GPUs held by pods that do not use them (docs/sharing.md, "Idle GPUs").
+
+observe(): the pods holding GPUs (from the snapshot) with their DCGM samples attributed to the
+pod (written by the telemetry refresher), how many GPU pods wait, the namespaces' labels.
+plan(): the pure core, scoring.idle.plan_idle -> actions:
+- `report` (an Event, no budget): a pod idle for window_s gets a FlowschedIdleGPU Event, once
+  per idle spell; the flowsched_idle_gpu_pods and flowsched_idle_gpus gauges count them;
+- `warn` (an Event, no budget): an opted-in notebook (`flowsched.io/reclaim-idle: "2h"`) idle
+  that long is warned (FlowschedIdleGPUReclaim, type Warning);
+- `evict` (budgeted): warned at least warning_s ago, while GPU pods wait, through the shared
+  eviction path (extender/control/eviction.py), re-checking the opt-in on the pod as it is now.
+The loop (extender/control/loop.py) runs it only on the Lease holder, honours dry run (plans
+shown at /debug/idle, nothing sent) and the budget, which is the migrator's when both run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from extender.control.events import ObjectRef
+from extender.control.eviction import evict_job
+from extender.control.kube_actions import EVICTED
+from extender.control.loop import Action
+from extender.control.runtime import ControlContext
+from extender.k8s_objects import PodInfo
+from scoring.idle import IdleMemory, IdlePlan, IdlePod, parse_duration_s, plan_idle
+from scoring.workload import workload_class
+
+log = logging.getLogger("flowsched.idle")
+
+IDLE_REASON = "FlowschedIdleGPU"
+WARN_REASON = "FlowschedIdleGPUReclaim"
+EVICT_REASON = "FlowschedIdleGPUReclaimed"
+
+
+@dataclass(frozen=True)
+class IdleObserved:
+    now: float
+    pods: tuple[IdlePod, ...]
+    info: Mapping[str, PodInfo]  # "namespace/name" -> the pod as the snapshot has it
+    waiting: int  # GPU pods waiting to be scheduled
+    namespace_labels: Mapping[str, Mapping[str, str]]
+
+
+def waiting_gpu_pods(pods: Sequence[PodInfo], gate: str) -> int:
+    """GPU pods not bound yet: kube-scheduler's queue, and pods behind flowsched's own admission
+    gate (they wait for GPUs too); pods behind any other gate wait for something else."""
+    return sum(1 for p in pods
+               if p.requests.gpus > 0 and not p.node and p.phase == "Pending" and not p.terminating
+               and all(g == gate for g in p.scheduling_gates))
+
+
+class IdleLoop:
+    name = "idle"
+
+    def __init__(self, ctx: ControlContext) -> None:
+        self.ctx = ctx
+        self.cfg = ctx.core.idle
+        self.memory = IdleMemory()
+        self.idle_pods = Gauge("flowsched_idle_gpu_pods", "Pods whose GPUs stayed under the idle threshold "
+                               "for the idle window", registry=ctx.registry)
+        self.idle_gpus = Gauge("flowsched_idle_gpus", "GPUs held by idle pods", registry=ctx.registry)
+        self.reclaimed = Counter("flowsched_idle_reclaimed", "Idle notebooks evicted to give their GPUs back",
+                                 ["namespace"], registry=ctx.registry)
+        self.last: dict[str, Any] = {}
+
+    # ---- Controller ----
+    def observe(self, now: float) -> IdleObserved | None:
+        state = self.ctx.state
+        if not state.ready:
+            self.last = {"at": now, "skipped": "snapshot not synced yet"}
+            return None
+        pods, _nodes, _marks = state.control_view()
+        samples = state.pod_gpu_samples(now, self.ctx.settings.telemetry_stale_s)
+        holding = [p for p in pods if p.node and p.phase == "Running" and p.requests.gpus > 0 and not p.terminating]
+        idle_pods = tuple(IdlePod(key=p.key, namespace=p.namespace, workload=workload_class(p.workload, p.owner_kind),
+                                  gpus=p.requests.gpus, reclaim=p.reclaim_idle, samples=samples.get(p.key, ()))
+                          for p in holding)
+        labels = self.ctx.actions.namespace_labels() if self.ctx.actions is not None else {}
+        return IdleObserved(now, idle_pods, {p.key: p for p in holding},
+                            waiting_gpu_pods(pods, self.ctx.core.admission.gate), labels)
+
+    def plan(self, observed: IdleObserved | None, budget_left: int) -> Sequence[Action]:
+        if observed is None:
+            return []
+        now = observed.now
+        plan = plan_idle(observed.pods, self.memory, now, observed.waiting, budget_left, self.cfg,
+                         self.ctx.core.safety, observed.namespace_labels)
+        self.memory = plan.memory
+        self.idle_pods.set(len(plan.idle))
+        self.idle_gpus.set(plan.idle_gpus)
+        self.last = {**plan.describe(now), "waiting_gpu_pods": observed.waiting}
+        return self._actions(plan, observed, now)
+
+    def _actions(self, plan: IdlePlan, observed: IdleObserved, now: float) -> list[Action]:
+        out: list[Action] = []
+        th, win = self.cfg.threshold_pct, self.cfg.window_s
+        for key in plan.report:
+            p = observed.info[key]
+            out.append(Action(key=f"idle/{key}", kind="idle_event", target=key, budgeted=False, reason=(
+                f"its {p.requests.gpus:g} GPU(s) stayed under {th:g} % utilisation for "
+                f"{now - plan.memory.idle_since[key]:.0f}s (window {win:.0f}s)"), detail=self._ref(p)))
+        for key in plan.warn:
+            p = observed.info[key]
+            out.append(Action(key=f"warn/{key}", kind="idle_warn", target=key, budgeted=False, reason=(
+                f"idle for {now - plan.memory.idle_since[key]:.0f}s, past its {self.cfg.reclaim_key}="
+                f"{p.reclaim_idle}: it may be evicted from {self.cfg.warning_s:.0f}s from now while GPU pods "
+                f"wait"), detail=self._ref(p)))
+        for key in plan.evict:
+            p = observed.info[key]
+            out.append(Action(key=f"evict/{key}", kind="evict", target=key, reason=(
+                f"idle for {now - plan.memory.idle_since[key]:.0f}s (under {th:g} %), opted in with "
+                f"{self.cfg.reclaim_key}={p.reclaim_idle}, {observed.waiting} GPU pod(s) waiting"),
+                detail=self._ref(p)))
+        return out
+
+    @staticmethod
+    def _ref(p: PodInfo) -> dict[str, Any]:
+        return {"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node, "gpus": p.requests.gpus}
+
+    def _refusal(self, p: PodInfo) -> str | None:
+        """The last line of defence, on the pod as the snapshot has it now."""
+        if workload_class(p.workload, p.owner_kind) != "notebook":
+            return f"{p.key} is not a notebook"
+        if parse_duration_s(p.reclaim_idle) is None:
+            return f"{p.key} has not opted in ({self.cfg.reclaim_key})"
+        return None
+
+    def act(self, action: Action, now: float) -> str:
+        d = action.detail
+        ref = ObjectRef(d["namespace"], d["name"], d["uid"])
+        if action.kind == "idle_event":
+            self.ctx.recorder.record(ref, IDLE_REASON, f"Idle GPU: {action.reason}", action="Detect")
+            return "recorded"
+        if action.kind == "idle_warn":
+            self.ctx.recorder.record(ref, WARN_REASON, f"Idle GPU reclamation: {action.reason}", type_="Warning",
+                                     action="Warn")
+            return "recorded"
+        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, [d], None,
+                            action.reason, EVICT_REASON, "to give its idle GPUs to waiting pods",
+                            refusal=self._refusal)
+        if not evicted:
+            return "gone"
+        self.reclaimed.labels(d["namespace"]).inc()
+        log.info("reclaimed idle notebook %s on %s: %s", action.target, d["node"], action.reason)
+        return EVICTED
+
+    def describe(self) -> dict[str, Any]:
+        return {"last_plan": self.last, "settings": asdict(self.cfg)}
+
+
+def build(ctx: ControlContext) -> IdleLoop:
+    return IdleLoop(ctx)
