@@ -22,10 +22,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import fields
 from pathlib import Path
 
-from benchmarks.fgd.policies import POLICY_NAMES
+from benchmarks.fgd.policies import POLICY_NAMES, replay_placement
 from benchmarks.fgd.replay import Result, replay
 from benchmarks.fgd.workload import POD_LISTS, default_data_dir, read_nodes, read_pods
-from scoring.settings import CoreSettings
 
 # Mean over the artifact's 10 seeds at 100 % arrived, from its experiments/analysis/
 # expected_results/analysis_allo_discrete.csv (tune 1.3), for the fidelity column.
@@ -69,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{a.first_seed + a.seeds - 1}; allocation at {a.at} % arrived GPU demand; tune ratio 1.3; "
           f"jobs {a.jobs}", flush=True)
     if "flowsched" in policies:
-        pl = CoreSettings().placement
-        print("flowsched: the service's placement defaults, no override: "
+        pl = replay_placement()
+        print("flowsched: the service's placement defaults except placement.fragment=True (off by default for "
+              "the hot path's sake, docs/sharing.md): "
               + ", ".join(f"{f.name}={getattr(pl, f.name)}" for f in fields(pl) if f.name.startswith("fragment")),
               flush=True)
     tasks = [(data, lst, pol, a.first_seed + s, a.at) for lst in lists for s in range(a.seeds) for pol in policies]

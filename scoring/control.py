@@ -273,7 +273,8 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
                 rate[size] = np.nan
     if not cur and s.grow_waiting != "always":
         asked = min(job.live_gpus, g_max)
-        for size in range(asked + 1, g_max + 1):
+        within = asked if s.grow_waiting == "never" else max(asked, math.floor(asked * s.grow_waiting_within))
+        for size in range(within + 1, g_max + 1):
             if s.grow_waiting == "never" or free_now is None or not _fits(pods_for(job, size), free_now):
                 rate[size:] = np.nan
                 break

@@ -131,6 +131,7 @@ class ElasticLoopSettings(LoopSettings):
     # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
     # into GPUs other jobs would first have to give up), "never".
     grow_waiting: str = "free"
+    grow_waiting_within: float = 1.0  # with "free": up to this multiple of its ask as with "always"
     adapt_batch: bool = True  # choose the batch size too when the job reports its gradient noise
     batch_points: int = 8  # candidate batch sizes, geometric over the job's batch range
     patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)
@@ -144,7 +145,7 @@ class ElasticLoopSettings(LoopSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power",
-                      "growing_weight", "watching_weight", "completing_weight")
+                      "grow_waiting_within", "growing_weight", "watching_weight", "completing_weight")
         _positive(self, "horizon_s", "batch_points")
         if self.grow_waiting not in ("always", "free", "never"):
             raise ValueError(f"elastic.grow_waiting must be always, free or never, not {self.grow_waiting!r}")

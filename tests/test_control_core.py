@@ -130,13 +130,14 @@ class _NoEstimates:
         return {}
 
 
-@pytest.mark.parametrize(("mode", "largest"), [("always", 8), ("free", 5), ("never", 1)])
-def test_a_waiting_job_is_grown_only_as_grow_waiting_allows(mode: str, largest: int) -> None:
+@pytest.mark.parametrize(("mode", "within", "largest"),
+                         [("always", 1.0, 8), ("free", 1.0, 5), ("free", 8.0, 8), ("never", 8.0, 1)])
+def test_a_waiting_job_is_grown_only_as_grow_waiting_allows(mode: str, within: float, largest: int) -> None:
     # n0: 3 GPUs held by a running elastic job, 1 free; n1: 4 free. The waiting job asks for 1.
     running = job("open/run", gpus=3, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0))
     waiting = job("open/new", gpus=1, elastic=(1, 8), gpus_on={}, running=False, settling=True,
                   runtime_s=math.nan, attained_gpu_s=0.0, estimate=None)
-    s = replace(S, elastic=replace(S.elastic, grow_waiting=mode))
+    s = replace(S, elastic=replace(S.elastic, grow_waiting=mode, grow_waiting_within=within))
     plan = plan_elastic_for(world(running, waiting), s)
     [offered] = [o for o in plan.options if o.key == "open/new"]
     feasible = [g for g in range(offered.rate.shape[0]) if g > 0 and np.isfinite(offered.rate[g]).any()]

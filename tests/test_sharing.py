@@ -247,9 +247,10 @@ def test_gpu_pod_headroom_is_the_fragmentation_term_learnt_from_the_pods_seen() 
         s.upsert_pod(parse_pod(pod(f"w{i}", gpus=4)))
     assert not s.demand_mix().empty
     args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["x", "y"], nodes=None)
-    frag = decide_prioritize(s, args, Policy(placement=PlacementSettings(), stale_after_s=60.0), now=1.0)
-    plain = decide_prioritize(s, args, Policy(placement=replace(PlacementSettings(), fragment=False),
-                                              stale_after_s=60.0), now=1.0)
+    frag = decide_prioritize(s, args, Policy(placement=replace(PlacementSettings(), fragment=True),
+                                             stale_after_s=60.0), now=1.0)
+    plain = decide_prioritize(s, args, Policy(placement=PlacementSettings(), stale_after_s=60.0), now=1.0)
+    assert not PlacementSettings().fragment  # off by default (the hot path's cost, docs/sharing.md)
     assert frag.scores[1] > frag.scores[0], frag.scores
     assert plain.scores[0] > plain.scores[1], plain.scores  # best fit alone would fragment x
 

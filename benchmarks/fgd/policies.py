@@ -31,6 +31,7 @@ to the first node by name. Random picks with its own random stream.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -267,6 +268,12 @@ class FGDPolicy(_FragmentPolicy):
         return node, _gpus_for(self.cluster, node, g, m)
 
 
+def replay_placement() -> PlacementSettings:
+    """The service's placement defaults with the one override every table prints: the
+    fragmentation term on (the service's default is off, docs/sharing.md)."""
+    return replace(CoreSettings().placement, fragment=True)
+
+
 class FlowschedPolicy(_FragmentPolicy):
     """flowsched's placement, as the service scores it: the demand mix learnt from the pods seen
     (scoring.fragmentation.DemandMixLearner), the fragmentation score as the headroom term
@@ -280,8 +287,11 @@ class FlowschedPolicy(_FragmentPolicy):
     def __init__(self, cluster: Cluster, pods: Pods, rng: np.random.Generator,
                  settings: PlacementSettings | None = None):
         super().__init__(cluster, pods, rng)
-        self.settings = settings or CoreSettings().placement
+        self.settings = settings or replay_placement()
         s = self.settings
+        if not s.fragment:
+            raise ValueError("the replay models flowsched's placement with its fragmentation term on "
+                             "(placement.fragment=True)")
         self.learner = DemandMixLearner(s.fragment_popularity, s.fragment_refresh_every, s.fragment_weight_exponent,
                                         s.fragment_cpu_only)
 
