@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--debug-telemetry-injection", action="store_true",
                        help="enable POST /debug/telemetry (tests only)")
     serve.add_argument("--controllers", help="control loops to run while this replica holds the Lease, "
-                                             "comma-separated: migrator,resizer,elastic,admission")
+                                             "comma-separated: migrator,resizer,elastic,admission,idle")
     serve.add_argument("--act", action="store_true",
                        help="let the control loops act (default: dry run, plans only at /debug/*)")
     serve.add_argument("--with-migrator", action="store_true", help=argparse.SUPPRESS)
