@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -149,3 +149,13 @@ def wait_for(pred: object, timeout_s: float, what: str, interval_s: float = 0.1)
             raise AssertionError(f"timed out after {timeout_s:.1f}s waiting for {what}"
                                  + (f" (last error: {last!r})" if last else ""))
         time.sleep(interval_s)
+
+
+@contextlib.contextmanager
+def scraping(workdir: Path, addresses: Iterable[str]) -> Iterator[PrometheusServer]:
+    """A real Prometheus scraping these exporters' addresses, stopped on exit."""
+    server = PrometheusServer(prometheus_binary(), workdir, [(a, {}) for a in addresses])
+    try:
+        yield server.start()
+    finally:
+        server.stop()

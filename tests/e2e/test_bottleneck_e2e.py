@@ -25,7 +25,7 @@ from tests.cluster.flowsched_proc import FlowschedService
 from tests.cluster.kubeapi import Kube, pods_path
 from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.scenario import Scenario, gpu_pod
-from tests.prometheus_harness import PrometheusServer, prometheus_binary, wait_for
+from tests.prometheus_harness import PrometheusServer, scraping, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
@@ -48,12 +48,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory,
                exporters: tuple[dict[str, CadvisorEmulator], dict[str, DcgmExporterEmulator]]
                ) -> Iterator[PrometheusServer]:
     cadv, dcgm = exporters
-    server = PrometheusServer(prometheus_binary(), tmp_path_factory.mktemp("prom"),
-                              [(e.address, {}) for e in (*cadv.values(), *dcgm.values())])
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with scraping(tmp_path_factory.mktemp("prom"), [e.address for e in (*cadv.values(), *dcgm.values())]) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import wait_until
 from tests.cluster.scenario import Scenario, gpu_pod
-from tests.prometheus_harness import PrometheusServer, prometheus_binary
+from tests.prometheus_harness import PrometheusServer, scraping
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 
@@ -54,12 +54,8 @@ def exporters() -> Iterator[dict[str, DcgmExporterEmulator]]:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory, exporters: dict[str, DcgmExporterEmulator]
                ) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(prometheus_binary(), tmp_path_factory.mktemp("prom-sharing"),
-                              [(em.address, {}) for em in exporters.values()])
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with scraping(tmp_path_factory.mktemp("prom-sharing"), [em.address for em in exporters.values()]) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
