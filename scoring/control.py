@@ -251,7 +251,8 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
                 free_now: FloatArray | None = None) -> ElasticJob:
     """The optimizer's view of one job. `free`: GPUs per node a waiting job could start on now;
     a waiting job is only offered sizes whose pods fit there (a size kube-scheduler cannot place
-    would leave it waiting with GPUs promised to it)."""
+    would leave it waiting with GPUs promised to it). `free_now`: the same without the GPUs
+    running elastic jobs would give up, which bounds its growth above its ask (grow_waiting)."""
     assert job.elastic is not None
     lo, hi = job.elastic
     hi = max(hi, lo)
@@ -271,12 +272,14 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
         for size in range(1, g_max + 1):
             if np.isfinite(rate[size]).any() and not _fits(pods_for(job, size), free):
                 rate[size] = np.nan
-    if not cur and s.grow_waiting != "always":
-        asked = min(job.live_gpus, g_max)
-        within = asked if s.grow_waiting == "never" else max(asked, math.floor(asked * s.grow_waiting_within))
+    asked = min(job.live_gpus, g_max)
+    if not cur and s.grow_waiting == "never":
+        rate[asked + 1:] = np.nan
+    elif not cur and s.grow_waiting == "free":
+        within = max(asked, math.floor(asked * s.grow_waiting_within))
         for size in range(within + 1, g_max + 1):
-            if s.grow_waiting == "never" or free_now is None or not _fits(pods_for(job, size), free_now):
-                rate[size:] = np.nan
+            if free_now is None or not _fits(pods_for(job, size), free_now):
+                rate[size:] = np.nan  # larger sizes need even more of what is not free
                 break
     top = g_max
     if cur and (job.settling or job.since_scaled_s < s.cooldown_s):

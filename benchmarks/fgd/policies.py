@@ -21,7 +21,8 @@ to the first node by name. Random picks with its own random stream.
   the whole pod list, CPU-only pods included, as the artifact configures it), scored
   100 * sigmoid(-change / 1000) as an integer; a fractional pod goes to the GPU that scores best.
 - flowsched: the service's score (scoring.fragmentation.candidate_scores inside
-  scoring.placement.combined_score, CoreSettings().placement): the same fragment measure with
+  scoring.placement.combined_score, replay_placement(): the service's placement defaults with
+  the fragmentation term on, the one override run_fgd prints): the same fragment measure with
   the demand mix learnt from the pods seen so far (not the whole list), cut to 50 levels, best
   fit inside a level (fullest GPU, then fullest node), then the first node by name. In the
   replay there is no telemetry or progress, so the utilisation and convergence terms are
@@ -278,7 +279,7 @@ class FlowschedPolicy(_FragmentPolicy):
     """flowsched's placement, as the service scores it: the demand mix learnt from the pods seen
     (scoring.fragmentation.DemandMixLearner), the fragmentation score as the headroom term
     (scoring.fragmentation.candidate_scores) and the service's combined score
-    (scoring.placement.combined_score) with the service's PlacementSettings, the utilisation and
+    (scoring.placement.combined_score) with replay_placement()'s settings, the utilisation and
     convergence terms neutral (the replay has no telemetry and no progress). The best combined
     score wins, unrounded; ties go to the first node by name, as for the other policies."""
 
