@@ -402,7 +402,9 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
             p = pods_by_uid.get(uid)
             conv = state.convergence.get(p.job) if p else None
             node_ix.append(j)
-            ckpt.append(bool(p and p.checkpointable))
+            # A victim the snapshot no longer holds, or holds terminating, is already on its way
+            # out (kube-scheduler's cache lags the watch): disturbing it costs nothing more.
+            ckpt.append(p is None or p.checkpointable or p.terminating)
             growing.append(bool(conv and conv.phase == Phase.GROWING))
             prio.append(float(p.priority) if p else 0.0)
     victims = VictimArrays(
