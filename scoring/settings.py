@@ -188,7 +188,7 @@ class AdmissionLoopSettings(LoopSettings):
     queue_thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
     # Starvation bound: a job waiting longer than this x max(its attained service in GPU-seconds,
     # 1 GPU-hour) goes ahead of every queue.
-    starvation_factor: float = 4.0
+    starvation_factor: float = 8.0  # 4 bound too often under load: docs/admission.md
     # DynamoML: work that has waited this long may preempt checkpointable training in a lower
     # queue, through the migrator's eviction path (opt-ins, PDBs, budgets, Events).
     preempt: bool = True

@@ -56,7 +56,7 @@ def test_a_smaller_job_goes_ahead_of_one_that_does_not_fit_unless_that_one_starv
     big = gated("a/big", (4.0, 4.0), wait_s=600)
     small = gated("a/small", (2.0,), wait_s=60)
     assert [a.job for a in plan_admission_for(world(big, small, free=(4, 2)), S).admits] == ["a/small"]
-    starving = replace(big, wait_s=5 * H)  # > 4 x max(attained, 1 GPU-hour)
+    starving = replace(big, wait_s=9 * H)  # > 8 x max(attained, 1 GPU-hour)
     plan = plan_admission_for(world(starving, small, free=(4, 2)), S)
     assert plan.admits == () and "held" in dict((j, d) for j, _, _, d in plan.order)["a/small"]
 
