@@ -41,7 +41,8 @@ class TrainingReport:
             # measured at batch b is b / base times the variance of a base-sized batch's gradient.
             base = rng[0] if rng is not None else b
             noise = GradientNoise(self.grad_sqr, self.grad_var * b / base, base)
-        return JobReport(batch_size=b, batch_range=rng, noise=noise)
+        return JobReport(batch_size=b, batch_range=rng, noise=noise,
+                         planned_steps=float(self.max_steps) if self.max_steps else math.nan)
 
     def as_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "batch_min": self.batch_min, "batch_max": self.batch_max,

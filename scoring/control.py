@@ -297,6 +297,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
                                                              s.completing_weight))
     if s.las_power > 0 and math.isfinite(job.attained_gpu_s):
         weight *= (1.0 + max(0.0, job.attained_gpu_s) / 3600.0) ** -s.las_power
+    left = job.remaining_gpu_s()
+    if s.srpt_power > 0 and math.isfinite(left):
+        weight *= (1.0 + left / 3600.0) ** -s.srpt_power
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight)
 
 

@@ -128,6 +128,9 @@ class ElasticLoopSettings(LoopSettings):
     # Off: the admission loop orders the queue by attained service already; in the optimizer it
     # rotated GPUs between jobs whose speed-up is linear (the demo: 563 rescales, 3941 s against 2656).
     las_power: float = 0.0
+    # Shortest remaining work first through the weights: x (1 + GPU-hours left)^-srpt_power, for jobs
+    # that report a planned end (max_steps); JobState.remaining_gpu_s. Others keep their weight.
+    srpt_power: float = 0.0
     # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
     # into GPUs other jobs would first have to give up), "never".
     grow_waiting: str = "free"
@@ -144,7 +147,7 @@ class ElasticLoopSettings(LoopSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power",
+        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power", "srpt_power",
                       "grow_waiting_within", "growing_weight", "watching_weight", "completing_weight")
         _positive(self, "horizon_s", "batch_points")
         if self.grow_waiting not in ("always", "free", "never"):

@@ -77,6 +77,18 @@ class JobState:
     wait_s: float = math.nan  # since its oldest live pod was created (a replacement waits afresh)
     diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
     workload: str = "training"  # scoring/workload.py WorkloadClass of its pods
+    planned_steps: float = math.nan  # the planned end the job reports (max_steps, in its step unit); NaN: none
+
+    def remaining_gpu_s(self) -> float:
+        """GPU-seconds of work left if the job runs to its planned end: the service attained so far
+        scaled by the share of planned steps still to go. NaN unknown (no planned end, no step yet)."""
+        if not math.isfinite(self.planned_steps) or self.estimate is None:
+            return math.nan
+        last = self.estimate.last_step
+        if not (math.isfinite(last) and last > 0
+                and math.isfinite(self.attained_gpu_s)):
+            return math.nan
+        return max(0.0, self.attained_gpu_s) * max(0.0, self.planned_steps - last) / last
 
     @property
     def held_gpus(self) -> float:

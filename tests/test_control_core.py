@@ -142,3 +142,27 @@ def test_a_waiting_job_is_grown_only_as_grow_waiting_allows(mode: str, within: f
     [offered] = [o for o in plan.options if o.key == "open/new"]
     feasible = [g for g in range(offered.rate.shape[0]) if g > 0 and np.isfinite(offered.rate[g]).any()]
     assert max(feasible) == largest  # "always" counts on the running job's 3 GPUs coming back
+
+
+def test_remaining_work_is_attained_service_scaled_by_the_planned_steps_left() -> None:
+    j = job("open/a", gpus=2, planned_steps=2000.0)  # 500 of 2000 steps done in 4 GPU-hours
+    assert j.remaining_gpu_s() == pytest.approx(4 * 3600.0 * 1500 / 500)
+    assert math.isnan(job("open/b").remaining_gpu_s())  # no planned end reported
+    assert math.isnan(job("open/c", planned_steps=2000.0, estimate=None).remaining_gpu_s())
+    assert job("open/d", planned_steps=100.0).remaining_gpu_s() == 0.0  # past its planned end
+
+
+def test_srpt_weight_favours_the_job_with_less_work_left_and_leaves_unknown_ones_alone() -> None:
+    growing = est(Phase.GROWING, 1.0)
+    short = job("open/short", elastic=(1, 8), estimate=growing, planned_steps=550.0)  # 0.4 GPU-h left
+    long = job("open/long", node="n1", elastic=(1, 8), estimate=growing, planned_steps=5000.0)  # 36 GPU-h
+    unknown = job("open/unknown", node="n1", elastic=(1, 8), estimate=growing)
+
+    def weights(power: float) -> dict[str, float]:
+        s = replace(S, elastic=replace(S.elastic, srpt_power=power))
+        return {o.key: o.weight for o in plan_elastic_for(world(short, long, unknown), s).options}
+
+    assert set(weights(0.0).values()) == {1.0}  # the default: off
+    w = weights(0.5)
+    assert w["open/short"] == pytest.approx(1.4 ** -0.5) and w["open/long"] == pytest.approx(37.0 ** -0.5)
+    assert w["open/unknown"] == 1.0

@@ -143,6 +143,7 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     assert got is not None and (got.batch_size, got.batch_min, got.batch_max, got.max_steps) == (256, 64, 4096, 1000)
     job = book.job_reports()["ns/j"]
     assert job.noise is not None and job.noise.base_batch == 64 and job.batch_range == (64, 4096)
+    assert job.planned_steps == 1000.0  # the planned end reaches the World (JobState.planned_steps)
     assert abs(job.noise.grad_var - var * 256 / 64) < 1e-12  # scaled to the smallest batch
     r.training(grad_var=10 * var)  # a later post changes one field, the others stay
     r.report(3, 0.8)

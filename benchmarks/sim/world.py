@@ -6,7 +6,9 @@ the time each was created), its opt-ins (JobSpec.checkpointable, elastic_min/max
 the loops leave on pods (migration count and time, the elastic plan's time), its convergence
 estimate from the points it would post to /v1/progress (scoring.tracker, the service's
 tracker), and, as a job reporting through the progress API's optional fields would, its batch
-size, batch range, gradient noise and measured step times. Not its remaining work.
+size, batch range, gradient noise, measured step times and planned end (`max_steps`: the
+application's epochs, the unit of its reported steps). Not its remaining time: the core derives
+that from what it attained and the steps left (JobState.remaining_gpu_s).
 
 Step times: the engine's profile (the Pollux artifact's measured placements) at the core's
 candidate batches, i.e. what the job measures once it has run at a size (Pollux's agent fits
@@ -138,6 +140,7 @@ class SimWorldBuilder:
             if gated else (),
             wait_s=math.nan if placed else now - engine.queue_time(j),
             pod_chunk=engine.cluster.settings.gpus_per_node,
+            planned_steps=float(engine.profiles.apps[s.app].max_epochs),
         )
 
 

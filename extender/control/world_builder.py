@@ -41,6 +41,7 @@ class JobReport:
     batch_size: int = 0
     batch_range: tuple[int, int] | None = None
     noise: GradientNoise | None = None
+    planned_steps: float = math.nan  # max_steps, the planned end; NaN: not reported
 
 
 NamespaceLabels = Callable[[], Mapping[str, Mapping[str, str]]]
@@ -127,6 +128,7 @@ class WorldBuilder:
             since_migration_s=now - mark.at if mark else math.inf,
             since_scaled_s=now - max(plan_at) if plan_at else math.inf,
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
+            planned_steps=report.planned_steps,
             step_samples=dict(self.step_samples.get(key, {})),
             gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
             # Inference if any pod is (DESIGN §3 classes; never moved or rescaled by flowsched).
