@@ -8,8 +8,10 @@ template or flowsched's webhook) and kube-scheduler ignores them until the gate 
 Per interval:
 1. The order: Tiresias' discretised least attained service. A job's queue is the number of
    `queue_thresholds_gpu_s` its attained GPU-seconds have passed (a job evicted earlier keeps
-   what it had attained); lower queues first, then the job whose pods have waited longest. A job
-   waiting longer than `starvation_factor` x max(attained, 1 GPU-hour) goes ahead of all queues.
+   what it had attained); lower queues first; within a queue, a job that ran before and is
+   predicted to end within `finish_first_s` first (`predicted_end_s`), then the job whose pods
+   have waited longest. A job waiting longer than `starvation_factor` x max(attained, 1 GPU-hour)
+   goes ahead of all queues.
 2. Gangs: the pods kube-scheduler already sees (ungated pending pods) are placed best-fit on the
    free GPUs first; then each gated job in order is admitted only if *all* its pods fit what is
    left (no partial gang ever holds GPUs); a job that does not fit is skipped and later, smaller
@@ -17,7 +19,8 @@ Per interval:
    and the GPUs it needs are kept for it.
 3. Preemption (DynamoML): the first job in order that has waited `preempt_after_s` and does not
    fit may have running jobs of a *later* queue evicted for it (checkpointable, namespace
-   allowed, running at least `min_runtime_s`), most attained service first, only as many as its
+   allowed, running at least `min_runtime_s`, not predicted to end within the migrator's
+   `min_remaining_s`), most attained service first, only as many as its
    pods need to fit, and only if they then do. The evicted jobs' replacement pods carry the gate
    again and are ordered by what they had attained.
 4. Namespaces flowsched must not touch (excluded or labelled out) are never held: their gated
@@ -34,8 +37,9 @@ from typing import Any
 import numpy as np
 
 from scoring.migration import place
+from scoring.remaining import evidence_weight
 from scoring.safety import namespace_refusal
-from scoring.settings import CoreSettings
+from scoring.settings import AdmissionLoopSettings, CoreSettings
 from scoring.world import JobState, World
 
 _ONE_GPU_HOUR = 3600.0
@@ -85,6 +89,19 @@ def starving(job: JobState, factor: float) -> bool:
     return factor > 0 and math.isfinite(job.wait_s) and job.wait_s > factor * max(att, _ONE_GPU_HOUR)
 
 
+def predicted_end_s(job: JobState, s: AdmissionLoopSettings) -> float:
+    """Seconds until the job ends, as far as flowsched may lean on it: its planned end at its step
+    rate, else its time to the plateau when the learnt interval weighs at least min_evidence;
+    NaN when there is no such prediction (a job that never reported is never ahead)."""
+    end = job.seconds_to_planned_end()
+    if math.isfinite(end):
+        return end
+    est = job.estimate
+    if est is None or not math.isfinite(est.remaining_seconds):
+        return math.nan
+    return est.remaining_seconds if evidence_weight(est.remaining_distribution()) >= s.min_evidence else math.nan
+
+
 @dataclass
 class _Room:
     """Free GPUs per node as the plan goes, and what has been promised."""
@@ -126,10 +143,11 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
     open_ns = [j for j in gated if namespace_refusal(j.namespace, world.namespace_labels, settings.safety) is None]
     closed = [j for j in gated if j not in open_ns]
 
-    def key(j: JobState) -> tuple[int, int, float, str]:
+    def key(j: JobState) -> tuple[int, int, int, float, str]:
         q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
         wait = j.wait_s if math.isfinite(j.wait_s) else 0.0
-        return (0 if starving(j, s.starvation_factor) else 1, q, -wait, j.key)
+        soon = predicted_end_s(j, s) <= s.finish_first_s  # NaN: False
+        return (0 if starving(j, s.starvation_factor) else 1, q, 0 if soon else 1, -wait, j.key)
 
     admits: list[Admit] = []
     preempts: list[Preempt] = []
@@ -155,6 +173,9 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
             room.take(j.gated_pods)
             budget.used_admits += 1
             why = "starving: ahead of every queue" if starve else f"queue {q}"
+            end = predicted_end_s(j, s)
+            if end <= s.finish_first_s:
+                why += f", predicted to end in {end:.0f}s"
             admits.append(Admit(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
                                 f"{why}, waited {j.wait_s:.0f}s, attained {_h(j.attained_gpu_s)} GPU-h; "
                                 f"all {len(j.gated_pods)} pod(s) ({sum(j.gated_pods):g} GPUs) fit now"))
@@ -193,6 +214,8 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
             continue
         if not (math.isfinite(r.runtime_s) and r.runtime_s >= s.min_runtime_s):
             continue
+        if r.seconds_to_planned_end() < settings.migrator.min_remaining_s:
+            continue  # ends by itself soon, cheaper than a restart
         if r.since_migration_s < settings.safety.hold_s or r.since_scaled_s < settings.safety.hold_s:
             continue
         cands.append(r)

@@ -144,8 +144,9 @@ def migration_arrays(world: World, settings: CoreSettings, elastic_on: bool
         runtime_s=np.array([j.runtime_s for j in rows], dtype=np.float64),
         phase=np.array([int(j.phase) for j in rows], dtype=np.int64),
         growth=np.array(growth, dtype=np.float64),
-        # The job's end is unknown: its convergence plateau is not the end of its training.
-        remaining_s=np.full(len(rows), math.nan),
+        # Its planned end when it reports one (max_steps); its convergence plateau is not the end
+        # of its training, so without a planned end the time left is unknown.
+        remaining_s=np.array([j.seconds_to_planned_end() for j in rows], dtype=np.float64),
         migrations=np.array([j.migrations for j in rows], dtype=np.int64),
         since_migration_s=np.array([j.since_migration_s for j in rows], dtype=np.float64),
         gpus_on=gpus_on,

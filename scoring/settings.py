@@ -199,11 +199,18 @@ class AdmissionLoopSettings(LoopSettings):
     max_preemptions_per_interval: int = 2
     max_preemptions_per_hour: int = 30
     min_runtime_s: float = 300.0  # a job is not preempted within this of its start
+    # What only flowsched knows: a job that ran before (preempted, migrated) and is predicted to end
+    # within finish_first_s goes ahead of the others in its queue; the prediction is its planned
+    # end (reported max_steps) at its step rate, else its time to the plateau if the learnt
+    # interval weighs at least min_evidence (scoring.remaining.evidence_weight: a wide interval is
+    # weak evidence). A job predicted to end within migrator.min_remaining_s is never preempted.
+    finish_first_s: float = 600.0
+    min_evidence: float = 0.5
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _non_negative(self, "starvation_factor", "preempt_after_s", "max_preemptions_per_interval",
-                      "max_preemptions_per_hour", "min_runtime_s")
+                      "max_preemptions_per_hour", "min_runtime_s", "finish_first_s", "min_evidence")
         _require(bool(self.gate), "gate must be a non-empty name")
         _require(list(self.queue_thresholds_gpu_s) == sorted(self.queue_thresholds_gpu_s),
                  "queue_thresholds_gpu_s must be ascending")

@@ -90,6 +90,15 @@ class JobState:
             return math.nan
         return max(0.0, self.attained_gpu_s) * max(0.0, self.planned_steps - last) / last
 
+    def seconds_to_planned_end(self) -> float:
+        """Seconds until its planned end at the step rate of its current run; NaN unknown."""
+        if not math.isfinite(self.planned_steps) or self.estimate is None:
+            return math.nan
+        last, rate = self.estimate.last_step, self.estimate.step_rate
+        if not (math.isfinite(last) and math.isfinite(rate) and rate > 0):
+            return math.nan
+        return max(0.0, self.planned_steps - last) / rate
+
     @property
     def held_gpus(self) -> float:
         return float(sum(self.gpus_on.values()))

@@ -89,3 +89,39 @@ def test_namespaces_flowsched_may_not_touch_are_never_held() -> None:
     assert [a.job for a in plan.admits] == ["frozen/job"]
     assert [a.job for a in plan_admission_for(world(replace(held, key="kube-system/j", namespace="kube-system"),
                                                      free=(0, 0)), S).admits] == ["kube-system/j"]
+
+
+def _ran_before(key: str, wait_s: float, *, planned: float = math.nan, remaining_s: float = math.nan,
+                low: float = math.nan, high: float = math.nan) -> JobState:
+    from scoring.convergence import ConvergenceEstimate, Phase
+    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
+                            remaining_steps=math.nan, remaining_seconds=remaining_s, step_rate=1.0, points_used=40,
+                            last_step=900.0, remaining_steps_low=low, remaining_steps_high=high)
+    return replace(gated(key, (4.0,), wait_s=wait_s), estimate=e, planned_steps=planned)
+
+
+def test_within_its_queue_a_job_predicted_to_end_soon_goes_first_if_the_evidence_is_strong() -> None:
+    first = gated("a/first", (4.0,), wait_s=900)  # never reported: no prediction
+
+    def admitted(other: JobState) -> list[str]:
+        return [a.job for a in plan_admission_for(world(first, other, free=(4, 0)), S).admits]
+
+    assert admitted(_ran_before("a/end", 100, planned=1000.0)) == ["a/end"]  # 100 s to its planned end
+    assert admitted(_ran_before("a/end", 100, planned=90_000.0)) == ["a/first"]  # far from it
+    # No planned end: its time to the plateau counts only when the learnt interval is tight.
+    assert admitted(_ran_before("a/end", 100, remaining_s=100.0, low=90.0, high=110.0)) == ["a/end"]
+    assert admitted(_ran_before("a/end", 100, remaining_s=100.0, low=1.0, high=1000.0)) == ["a/first"]
+    plan = plan_admission_for(world(first, _ran_before("a/end", 100, planned=1000.0), free=(4, 0)), S)
+    assert "predicted to end in 100s" in plan.admits[0].reason
+
+
+def test_a_job_about_to_reach_its_planned_end_is_not_preempted() -> None:
+    from scoring.convergence import ConvergenceEstimate, Phase
+    waiting = gated("a/new", (4.0,), wait_s=120)
+    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
+                            remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=1.0, points_used=40,
+                            last_step=900.0)
+    ending = running("a/served", "n0", 4, attained=30 * H, estimate=e, planned_steps=1000.0)  # 100 s left
+    assert plan_admission_for(world(waiting, ending, free=(0, 0)), S).preempts == ()
+    later = replace(ending, planned_steps=100_000.0)
+    assert [p.job for p in plan_admission_for(world(waiting, later, free=(0, 0)), S).preempts] == ["a/served"]

@@ -166,3 +166,10 @@ def test_srpt_weight_favours_the_job_with_less_work_left_and_leaves_unknown_ones
     w = weights(0.5)
     assert w["open/short"] == pytest.approx(1.4 ** -0.5) and w["open/long"] == pytest.approx(37.0 ** -0.5)
     assert w["open/unknown"] == 1.0
+
+
+def test_the_migrator_reads_a_planned_end_as_the_time_left_and_nothing_else() -> None:
+    from scoring.control import migration_arrays
+    ending = job("open/ending", planned_steps=600.0)  # 100 steps at 2 steps/s: 50 s left
+    _, arrays, _ = migration_arrays(world(ending, job("open/other", node="n1")), S, elastic_on=False)
+    assert arrays.remaining_s[0] == pytest.approx(50.0) and math.isnan(arrays.remaining_s[1])
