@@ -19,6 +19,7 @@ the job's speed and of how long it has run). A job getting worse is not growing:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,21 @@ class CurveFit:
             out: FloatArray = self.c + self.a * _basis(self.family, np.array([self.b]), x, self.shift)[0]
         return out
 
+    def value_at(self, step: float) -> float:
+        """predict() at one step, in scalar arithmetic (NaN where predict() is not finite)."""
+        x = (step - self.step0) / self.step_span
+        try:
+            if self.family == "exponential":
+                g = math.exp(-x / self.b)
+            elif self.family == "power":
+                g = (x + self.shift) ** (-self.b) if x + self.shift > 0 else math.nan
+            else:
+                g = 1.0 / (x + self.b)
+        except (OverflowError, ZeroDivisionError):
+            return math.nan
+        v = self.c + self.a * g
+        return v if isinstance(v, float) and math.isfinite(v) else math.nan
+
     def x_at_gap(self, gap: float) -> float:
         """The x at which a * g(x) = gap (> 0); inf or NaN when never."""
         with np.errstate(all="ignore"):
@@ -180,6 +196,11 @@ def clean_series(
     if k.shape != v.shape or (t is not None and t.shape != k.shape):
         raise ValueError(f"steps, values and timestamps differ in length: {k.size}, {v.size}, "
                          f"{None if t is None else t.size}")
+    if bool(np.isfinite(v).all() and np.isfinite(k).all() and (t is None or np.isfinite(t).all())) \
+            and (k.size < 2 or bool(np.all(k[1:] > k[:-1]))) and (k.size == 0 or k[0] >= 0):
+        # the usual series: every point valid, steps increasing (no restart): nothing to drop
+        return CleanSeries(steps=k.copy(), values=v.copy(), timestamps=None if t is None else t.copy(),
+                           rejected={}, restarts=0, superseded=0, run_start=0)
     reasons = {
         "value_nan": np.isnan(v),
         "value_inf": np.isinf(v),
@@ -220,6 +241,10 @@ def clean_series(
 def _median_filter(x: FloatArray, width: int) -> FloatArray:
     if width <= 1 or x.size < width:
         return x
+    if width == 3:  # the default: median of three as max(min(a, b), min(max(a, b), c)), no sort
+        padded = np.concatenate((x[:1], x, x[-1:]))
+        a, b, c = padded[:-2], x, padded[2:]
+        return np.asarray(np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c)), dtype=np.float64)
     half = width // 2
     padded = np.pad(x, half, mode="edge")
     windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
@@ -253,6 +278,15 @@ def window_ids(
     return (steps_count - 1 - np.arange(steps_count, dtype=np.int64)) // width
 
 
+def _median(a: FloatArray) -> float:
+    """np.median of a non-empty 1-d array by partition (np.median's own overhead dominates small ones)."""
+    half = a.size // 2
+    if a.size % 2:
+        return float(np.partition(a, half)[half])
+    mid = np.partition(a, (half - 1, half))
+    return float(mid[half - 1] + mid[half]) / 2.0
+
+
 def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: float = 2.0) -> FloatArray:
     """Relative pace at each window after the first, oldest first.
 
@@ -264,18 +298,25 @@ def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: floa
     noise counts as none: late in a long plateau the mean pace is tiny, and noise alone would
     otherwise read as fast growth. Gaps count as elapsed windows; no improvement yet is 0.
     """
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    if uniq.size < 2:
-        return np.empty(0)
-    means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
-    means, uniq = means[::-1], uniq[::-1]  # oldest window first
+    if ids.size and np.all(ids[1:] <= ids[:-1]):  # the usual order (oldest point first): no sort
+        starts = np.flatnonzero(np.diff(ids, prepend=ids[0] + 1))
+        if starts.size < 2:
+            return np.empty(0)
+        means = np.add.reduceat(norm, starts) / np.diff(starts, append=ids.size)
+        uniq = ids[starts]  # oldest window first
+    else:
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        if uniq.size < 2:
+            return np.empty(0)
+        means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
+        means, uniq = means[::-1], uniq[::-1]  # oldest window first
     elapsed = (uniq[0] - uniq).astype(np.float64)  # windows since the first, >= 1 from index 1
     here = np.arange(1, means.size)
     back = np.maximum(here - max(1, lag), 0)
     drop = means[back] - means[here]
     diffs = np.diff(means)
     # Robust noise of one window mean, from the spread of consecutive differences (MAD).
-    sigma = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0) if diffs.size >= 3 else 0.0
+    sigma = 1.4826 * _median(np.abs(diffs - _median(diffs))) / math.sqrt(2.0) if diffs.size >= 3 else 0.0
     real = drop > noise_z * sigma * math.sqrt(2.0)
     step = np.where(real, np.maximum(drop, 0.0), 0.0) / (elapsed[here] - elapsed[back])
     gained = means[0] - np.minimum.accumulate(means)[1:]  # improvement so far, >= 0
@@ -342,7 +383,103 @@ def _fit_grid(
 
 def _weights(n: int) -> FloatArray:
     """A linear ramp favouring recent points, which matter most for what comes next."""
-    return np.asarray(np.linspace(1.0 / n, 1.0, n), dtype=np.float64)
+    return np.arange(1, n + 1, dtype=np.float64) / n
+
+
+def _family_bases(families: tuple[str, ...], thetas: FloatArray, x: FloatArray, shift: float) -> FloatArray:
+    """_basis of every family's row of candidates (thetas: families x candidates) at x:
+    families x candidates x points. The power law as exp(-p log(x + shift)) (same values)."""
+    out = np.empty((len(families), thetas.shape[1], x.size))
+    logx = np.log(x + shift) if "power" in families else x
+    with np.errstate(all="ignore"):
+        for i, fam in enumerate(families):
+            if fam == "exponential":
+                np.exp(np.multiply.outer(-1.0 / thetas[i], x), out=out[i])
+            elif fam == "power":
+                np.exp(np.multiply.outer(-thetas[i], logx), out=out[i])
+            else:
+                np.divide(1.0, np.add.outer(thetas[i], x), out=out[i])
+    return out
+
+
+def _solve_grid(g: FloatArray, y: FloatArray, w: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """_fit_grid on a precomputed basis (candidates x points): (a, c, weighted sse), sse inf where
+    the fit does not decrease or is degenerate. The sse from the normal equations (sum w y^2 -
+    c sum w y - a sum w g y), not from the residuals: one pass less over the matrix."""
+    wy = w * y
+    sw, sy, syy = float(w.sum()), float(wy.sum()), float(wy @ y)
+    with np.errstate(all="ignore"):
+        sg, sgy = (g @ np.stack((w, wy), axis=1)).T
+        sgg = (g * g) @ w
+        det = sw * sgg - sg * sg
+        a = (sw * sgy - sg * sy) / det
+        c = (sy - a * sg) / sw
+        sse = np.maximum(syy - c * sy - a * sgy, 0.0)
+    ok = (a > 0) & (det > 1e-12 * sw * sgg) & np.isfinite(sse) & np.isfinite(c)
+    return a, c, np.where(ok, sse, np.inf)
+
+
+@functools.lru_cache(maxsize=32)
+def _coarse_grid(families: tuple[str, ...], size: int) -> FloatArray:
+    grid = np.vstack([_grid(fam, size) for fam in families])
+    grid.flags.writeable = False
+    return grid
+
+
+@functools.lru_cache(maxsize=32)
+def _unit_steps(size: int) -> FloatArray:
+    u = np.linspace(0.0, 1.0, size)
+    u.flags.writeable = False
+    return u
+
+
+def _fit_many(families: tuple[str, ...], steps: FloatArray, norm: FloatArray, grid: int) -> list[CurveFit]:
+    """fit_family for several families at once, in family order (those that fit): each pass
+    evaluates every family's candidates in one array (the per-call numpy overhead, not the
+    arithmetic, is most of a fit's cost at a few hundred points)."""
+    for fam in families:
+        if fam not in _GRID_LO_HI:
+            raise ValueError(f"unknown curve family {fam!r}; one of {FAMILIES}")
+    if steps.size < 3:
+        return []
+    step0, span = float(steps[0]), float(steps[-1] - steps[0])
+    if not span > 0 or not math.isfinite(span):
+        return []
+    x = (steps - step0) / span
+    shift = float(np.min(np.diff(x)))
+    if not shift > 0:  # the power law needs one step of offset
+        families = tuple(f for f in families if f != "power")
+    if not families:
+        return []
+    w = _weights(x.size)
+    m = max(4, grid // 2)
+    coarse = _coarse_grid(families, m)
+    f_count = len(families)
+    g1 = _family_bases(families, coarse, x, shift).reshape(f_count * m, x.size)
+    a1, c1, sse1 = (v.reshape(f_count, m) for v in _solve_grid(g1, norm, w))
+    live = np.asarray(np.isfinite(sse1).any(axis=1), dtype=bool)
+    if not live.any():
+        return []
+    rows = np.arange(f_count)
+    i = np.argmin(sse1, axis=1)
+    # second pass: a finer geometric grid between the best coarse candidate's neighbours
+    lo = coarse[rows, np.maximum(i - 1, 0)]
+    hi = coarse[rows, np.minimum(i + 1, m - 1)]
+    m2 = max(3, grid // 2)
+    fine = np.exp(np.log(lo)[:, None] + np.log(hi / lo)[:, None] * _unit_steps(m2)[None, :])
+    fine[:, 0], fine[:, -1] = lo, hi
+    g2 = _family_bases(families, fine, x, shift).reshape(f_count * m2, x.size)
+    a2, c2, sse2 = (v.reshape(f_count, m2) for v in _solve_grid(g2, norm, w))
+    j = np.argmin(sse2, axis=1)
+    use_fine = sse2[rows, j] <= sse1[rows, i]
+    theta = np.where(use_fine, fine[rows, j], coarse[rows, i])
+    a = np.where(use_fine, a2[rows, j], a1[rows, i])
+    c = np.where(use_fine, c2[rows, j], c1[rows, i])
+    basis = np.where(use_fine[:, None], g2[rows * m2 + j], g1[rows * m + i])
+    rmse = np.sqrt(np.mean((c[:, None] + a[:, None] * basis - norm[None, :]) ** 2, axis=1))
+    return [CurveFit(a=float(a[k]), b=float(theta[k]), c=float(c[k]), step0=step0, step_span=span,
+                     rmse=float(rmse[k]), family=fam, shift=shift if fam == "power" else 0.0)
+            for k, fam in enumerate(families) if live[k]]
 
 
 def fit_family(family: str, steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
@@ -350,35 +487,8 @@ def fit_family(family: str, steps: FloatArray, norm: FloatArray, grid: int = 48)
 
     The shape parameter is scanned over a fixed grid (in units of the observed span); for each
     the model is linear in (a, c). Weighted towards recent points."""
-    if family not in _GRID_LO_HI:
-        raise ValueError(f"unknown curve family {family!r}; one of {FAMILIES}")
-    if steps.size < 3:
-        return None
-    step0, span = float(steps[0]), float(steps[-1] - steps[0])
-    if not span > 0 or not math.isfinite(span):
-        return None
-    x = (steps - step0) / span
-    shift = float(np.min(np.diff(x))) if family == "power" else 0.0
-    if not shift > 0 and family == "power":
-        return None
-    w = _weights(x.size)
-    thetas = _grid(family, max(4, grid // 2))
-    a, c, sse = _fit_grid(family, x, norm, w, thetas, shift)
-    if not np.isfinite(sse).any():
-        return None
-    i = int(np.argmin(sse))
-    # second pass: a finer grid between the best coarse candidate's neighbours
-    lo, hi = thetas[max(0, i - 1)], thetas[min(thetas.size - 1, i + 1)]
-    fine = np.geomspace(lo, hi, max(3, grid // 2))
-    a2, c2, sse2 = _fit_grid(family, x, norm, w, fine, shift)
-    j = int(np.argmin(sse2))
-    if sse2[j] <= sse[i]:
-        thetas, a, c, i = fine, a2, c2, j
-    th = float(thetas[i])
-    pred = c[i] + a[i] * _basis(family, np.array([th]), x, shift)[0]
-    rmse = math.sqrt(float(np.mean((pred - norm) ** 2)))
-    return CurveFit(a=float(a[i]), b=th, c=float(c[i]), step0=step0, step_span=span, rmse=rmse,
-                    family=family, shift=shift)
+    fits = _fit_many((family,), steps, norm, grid)
+    return fits[0] if fits else None
 
 
 def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
@@ -391,8 +501,8 @@ def _thin(steps: FloatArray, norm: FloatArray, max_points: int) -> tuple[FloatAr
     n = steps.size
     if max_points < 3 or n <= max_points:
         return steps, norm
-    edges = np.unique(np.linspace(0, n, max_points + 1).astype(np.int64))[:-1]
-    counts = np.diff(np.append(edges, n))
+    edges = np.arange(max_points, dtype=np.int64) * n // max_points  # distinct, as n > max_points
+    counts = np.diff(edges, append=n)
     return (np.add.reduceat(steps, edges) / counts, np.add.reduceat(norm, edges) / counts)
 
 
@@ -402,8 +512,8 @@ def fit_families(
 ) -> list[CurveFit]:
     """Every family that fits (see fit_family), on at most max_points binned points."""
     steps, norm = _thin(steps, norm, max_points)
-    fits = (fit_family(fam, steps, norm, grid) for fam in families)
-    return [f for f in fits if f is not None]
+    order = {f.family: f for f in _fit_many(tuple(families), steps, norm, grid)}
+    return [order[fam] for fam in families if fam in order]
 
 
 def ensemble_remaining_steps(
@@ -452,7 +562,7 @@ def remaining_steps_to_plateau(
         if max_steps <= fit.step0 + fit.step_span:  # at or past the planned end
             return 0.0
         x_end = (max_steps - fit.step0) / fit.step_span
-        g_end = float(fit.predict(np.array([max_steps]))[0]) - fit.c
+        g_end = fit.value_at(max_steps) - fit.c
         if not (math.isfinite(g_end) and g_end >= 0):
             return math.nan
     total = 1.0 - fit.c - g_end
@@ -532,9 +642,9 @@ def curve_evidence(
             gap.append(math.nan)
             continue
         left.append(remaining_steps_to_plateau(f, settings.plateau_rel_tol, settings.max_horizon_factor, planned))
-        g_end = float(f.predict(np.array([planned]))[0]) - f.c if planned is not None else 0.0
+        g_end = f.value_at(planned) - f.c if planned is not None else 0.0
         total = 1.0 - f.c - g_end
-        ahead = float(f.predict(np.array([steps[-1]]))[0]) - f.c - g_end
+        ahead = f.value_at(float(steps[-1])) - f.c - g_end
         gap.append(ahead / total if total > 0 and math.isfinite(ahead) else math.nan)
     best = min(fits, key=lambda f: f.rmse)
     target_left = math.nan
