@@ -67,6 +67,12 @@ class ConvergenceSettings:
     fit_rmse_floor: float = 0.002  # in normalised units: noise below this does not separate families
     fit_max_points: int = 256  # longer histories are binned to this many points for the fit
     rate_points: int = 20  # recent points of the current run used for the step rate
+    # Recent points of the current run whose rate turns the steps left into seconds (remaining_rate):
+    # fewer than for step_rate, as time per step drifts (LCBench's epochs speed up and slow down: on
+    # its even tasks' cross-entropy curves, the true steps left at the last 4 points' rate are 17.5 %
+    # off the true seconds left at 50 % of the way to the plateau, at the last 20 points' 35.0 %).
+    # NaN there falls back to step_rate.
+    remaining_rate_points: int = 4
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
     # What remaining_steps reports: "ensemble" = the curve families' geometric mean; "learned" =
     # the median of scoring.remaining's boosted trees (fit on the even LCBench tasks): the steps left
@@ -172,6 +178,7 @@ class ConvergenceEstimate:
     plateaued: bool = False  # plateau_probability at or above the model's threshold (precision first)
     ensemble_remaining_steps: float = math.nan  # the curve families' geometric mean, whatever remaining_model
     learned_remaining_steps: float = math.nan  # the learned median (if not plateaued yet), whatever remaining_model
+    remaining_rate: float = math.nan  # steps/s the remaining seconds are computed at (recent; see settings)
 
     def remaining_distribution(self) -> RemainingDistribution:
         """The learned steps-left distribution, e.g. for evidence_weight()."""
@@ -299,10 +306,12 @@ def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: floa
     otherwise read as fast growth. Gaps count as elapsed windows; no improvement yet is 0.
     """
     if ids.size and np.all(ids[1:] <= ids[:-1]):  # the usual order (oldest point first): no sort
-        starts = np.flatnonzero(np.diff(ids, prepend=ids[0] + 1))
-        if starts.size < 2:
+        starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        if starts.size < 1:
             return np.empty(0)
-        means = np.add.reduceat(norm, starts) / np.diff(starts, append=ids.size)
+        starts = np.concatenate(([0], starts))
+        ends = np.concatenate((starts[1:], [ids.size]))
+        means = np.add.reduceat(norm, starts) / (ends - starts)
         uniq = ids[starts]  # oldest window first
     else:
         uniq, inverse = np.unique(ids, return_inverse=True)
@@ -314,7 +323,7 @@ def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: floa
     here = np.arange(1, means.size)
     back = np.maximum(here - max(1, lag), 0)
     drop = means[back] - means[here]
-    diffs = np.diff(means)
+    diffs = means[1:] - means[:-1]
     # Robust noise of one window mean, from the spread of consecutive differences (MAD).
     sigma = 1.4826 * _median(np.abs(diffs - _median(diffs))) / math.sqrt(2.0) if diffs.size >= 3 else 0.0
     real = drop > noise_z * sigma * math.sqrt(2.0)
@@ -446,7 +455,7 @@ def _fit_many(families: tuple[str, ...], steps: FloatArray, norm: FloatArray, gr
     if not span > 0 or not math.isfinite(span):
         return []
     x = (steps - step0) / span
-    shift = float(np.min(np.diff(x)))
+    shift = float(np.min(x[1:] - x[:-1]))
     if not shift > 0:  # the power law needs one step of offset
         families = tuple(f for f in families if f != "power")
     if not families:
@@ -502,7 +511,7 @@ def _thin(steps: FloatArray, norm: FloatArray, max_points: int) -> tuple[FloatAr
     if max_points < 3 or n <= max_points:
         return steps, norm
     edges = np.arange(max_points, dtype=np.int64) * n // max_points  # distinct, as n > max_points
-    counts = np.diff(edges, append=n)
+    counts = np.concatenate((edges[1:], [n])) - edges
     return (np.add.reduceat(steps, edges) / counts, np.add.reduceat(norm, edges) / counts)
 
 
@@ -579,10 +588,10 @@ def _recent_gain(steps: FloatArray, norm: FloatArray, last_share: float) -> floa
     """Share of the observed improvement (running best, normalised 0..1) made in the last
     last_share of the observed span."""
     cut = steps[0] + (1.0 - last_share) * (steps[-1] - steps[0])
-    before = norm[steps <= cut]
-    if before.size == 0:
+    before = int(np.searchsorted(steps, cut, side="right"))  # steps increase: the points at or before cut
+    if before == 0:
         return math.nan
-    return float(np.min(before) - np.min(norm))
+    return float(norm[:before].min() - norm.min())
 
 
 def _planned_end(max_steps: float | None) -> float | None:
@@ -662,7 +671,7 @@ def curve_evidence(
         planned_left=planned_left,
         target_left=target_left,
         last_value=float(norm[-1]),
-        recent_value=float(np.mean(norm[-3:])),
+        recent_value=sum(norm[-3:].tolist()) / min(3, norm.size),
         shape=prefix_shape(steps, norm, planned_left),
     )
 
@@ -715,6 +724,9 @@ def estimate(
     n = int(clean.steps.size)
     last_step = float(clean.steps[-1]) if n else math.nan
     rate = step_rate(clean, settings.rate_points)
+    recent_rate = step_rate(clean, settings.remaining_rate_points)
+    if not math.isfinite(recent_rate):
+        recent_rate = rate
     norm = normalise(clean.values, settings.higher_is_better, settings.median_points)
 
     ids = window_ids(n, clean.timestamps, settings)
@@ -755,7 +767,7 @@ def estimate(
     learned = settings.remaining_model == "learned" or (
         settings.remaining_model == "auto" and _planned_end(max_steps) is not None)
     remaining = dist.median if learned else ensemble
-    seconds, seconds_low, seconds_high = (_seconds(r, rate) for r in (remaining, dist.low, dist.high))
+    seconds, seconds_low, seconds_high = (_seconds(r, recent_rate) for r in (remaining, dist.low, dist.high))
     return ConvergenceEstimate(
         phase=phase,
         low_count=low,
@@ -778,6 +790,7 @@ def estimate(
         plateaued=dist.plateaued,
         ensemble_remaining_steps=ensemble,
         learned_remaining_steps=dist.median,
+        remaining_rate=recent_rate,
     )
 
 
