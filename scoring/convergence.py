@@ -634,8 +634,11 @@ def curve_evidence(
     max_steps: float | None = None, norm_target: float = math.nan,
 ) -> CurveEvidence | None:
     """The inputs of scoring.remaining's model for one cleaned, normalised prefix with its
-    family fits; None when there is nothing to extrapolate (no fit, no span)."""
-    if not fits or steps.size < 2:
+    family fits; None when there is no span. No fit at all (no family decreases over the prefix:
+    a loss rising again after its best, an accuracy falling) is evidence too: the family features
+    are then unknown and the prefix's shape speaks alone; those prefixes are mostly past the
+    plateau, and without evidence they could never be said to be."""
+    if steps.size < 2:
         return None
     span = float(steps[-1] - steps[0])
     if not span > 0 or not math.isfinite(span):
@@ -655,17 +658,20 @@ def curve_evidence(
         total = 1.0 - f.c - g_end
         ahead = f.value_at(float(steps[-1])) - f.c - g_end
         gap.append(ahead / total if total > 0 and math.isfinite(ahead) else math.nan)
-    best = min(fits, key=lambda f: f.rmse)
+    best = min(fits, key=lambda f: f.rmse) if fits else None
     target_left = math.nan
     if math.isfinite(norm_target):
-        target_left = target_steps_left(best, norm_target, float(norm[-1]))
+        if best is not None:
+            target_left = target_steps_left(best, norm_target, float(norm[-1]))
+        elif float(norm[-1]) <= norm_target:
+            target_left = 0.0
     planned_left = planned - float(steps[-1]) if planned is not None else math.nan
     return CurveEvidence(
         span=span,
         unit=span / max(1, steps.size - 1),
         family_left=tuple(left),
         family_gap=tuple(gap),
-        best_rmse=best.rmse,
+        best_rmse=best.rmse if best is not None else math.nan,
         recent_gain=(_recent_gain(steps, norm, 0.25), _recent_gain(steps, norm, 0.1)),
         horizon=settings.max_horizon_factor,
         planned_left=planned_left,

@@ -280,6 +280,23 @@ def test_remaining_seconds_use_the_recent_rate() -> None:
     assert f.remaining_rate == f.step_rate
 
 
+def test_a_loss_rising_after_its_first_points_has_evidence_and_reads_as_plateaued() -> None:
+    # no curve family decreases over this prefix (no fit at all); before, such prefixes had no
+    # evidence and could never be called plateaued (LCBench's overfitting cross-entropy curves)
+    k = np.arange(1.0, 41.0)
+    loss = np.where(k <= 3, 1.0 - 0.1 * k, 0.7 + 0.01 * (k - 3))
+    s = ConvergenceSettings()
+    clean = clean_series(k, loss, None)
+    norm = normalise(clean.values, False, s.median_points)
+    assert norm is not None and fit_families(clean.steps, norm) == []
+    ev = curve_evidence(clean.steps, norm, [], s)
+    assert ev is not None and all(math.isnan(v) for v in ev.family_left) and math.isnan(ev.best_rmse)
+    assert np.isfinite(feature_vector(ev)).all()
+    e = estimate(k, loss, k * 2.0, s)
+    assert e.plateaued and e.plateau_probability > 0.9
+    assert math.isnan(e.ensemble_remaining_steps)  # the families still have nothing to say
+
+
 def test_early_prefix_is_growing_and_a_long_flat_tail_is_plateaued() -> None:
     k, loss = curve(400)
     s = ConvergenceSettings(window_s=0.0)
