@@ -986,8 +986,8 @@ OPEN_END = RemainingModel(
             0.1, 0.1, 0.100034, 0.112889, 0.100001, -0.00551129, 0.00097098, -0.0344026,
         ),
     ),
-    spread=1.0,
-    plateau_threshold=0.65,
+    spread=0.95,
+    plateau_threshold=0.67,
 )
 
 PLANNED_END = RemainingModel(
@@ -1968,5 +1968,5 @@ PLANNED_END = RemainingModel(
         ),
     ),
     spread=1.0,
-    plateau_threshold=0.61,
+    plateau_threshold=0.63,
 )
