@@ -16,11 +16,11 @@ dominate), and boosted classification trees (depth 4, 120 trees; logistic loss, 
 weighs 1) for "past the plateau". Two numbers are then calibrated on out-of-fold predictions
 (the even tasks split in two by task id, each half predicted by trees fit on the other): the
 interval's spread (the smallest whose 80 % interval covers 80 % of the true time left at the
-prefixes convergence_eval asks at, in seconds at the rate estimate() uses, as convergence_eval
-measures) and the plateau threshold (the lowest probability at which "at the plateau" is right
-90 % of the time on each metric's prefixes); it prints those out-of-fold figures and the median's
-error in seconds at the asked prefixes, per metric. The shipped trees are then fit on all
-even tasks. Two models: one with no planned end, and one told each curve's last step as
+prefixes convergence_eval asks at on each metric's curves, in seconds at the rate estimate() uses,
+as convergence_eval measures) and the plateau threshold (the lowest probability at which "at the
+plateau" is right 90 % of the time on each metric's prefixes); it prints those out-of-fold figures
+and the median's error in seconds at the asked prefixes, per metric. The shipped trees are then
+fit on all even tasks. Two models: one with no planned end, and one told each curve's last step as
 max_steps (as convergence_eval --max-steps).
 
 Usage: python -m benchmarks.fit_remaining [--data DIR] [--out scoring/remaining_params.py] [--limit N]
@@ -295,8 +295,8 @@ def calibrate(models: list[tuple[RemainingModel, npt.NDArray[np.bool_]]], x: Flo
     """(spread, threshold, what they give) from out-of-fold predictions: each model predicts the rows
     of its mask. The spread: the smallest factor (from 0.5 on) whose 80 % interval, in seconds at the
     rate estimate() uses, covers 80 % of the true seconds left at the prefixes convergence_eval asks at
-    (as it measures); the threshold: the lowest probability at which "at the plateau" is right 90 %
-    of the time on every metric's prefixes (all prefixes)."""
+    (as it measures) on each metric's curves; the threshold: the lowest probability at which "at the
+    plateau" is right 90 % of the time on every metric's prefixes (all prefixes)."""
     p = np.zeros(len(samples.evidence))
     for model, rows in models:
         p[rows] = 1.0 / (1.0 + np.exp(-np.clip(trees_value(model.plateau_trees, x[rows]), -50, 50)))
@@ -312,13 +312,14 @@ def calibrate(models: list[tuple[RemainingModel, npt.NDArray[np.bool_]]], x: Flo
              for _ in samples.fraction[i] if math.isfinite(samples.rate[i]) and samples.rate[i] > 0]
     spread, covered = 1.0, 0.0
     for spread in np.arange(0.5, 4.01, 0.05):
-        hits = 0
+        hits: dict[str, list[int]] = {}
         for i, model in asked:
             d = predict(samples.evidence[i], replace(model, spread=float(spread)))
             rate = samples.rate[i]
-            hits += int(_seconds(d.low, rate) <= samples.seconds_left[i] <= _seconds(d.high, rate))
-        covered = hits / max(1, len(asked))
-        if covered >= 0.8:
+            hits.setdefault(samples.metric[i], []).append(
+                int(_seconds(d.low, rate) <= samples.seconds_left[i] <= _seconds(d.high, rate)))
+        covered = sum(sum(h) for h in hits.values()) / max(1, len(asked))
+        if all(sum(h) / len(h) >= 0.8 for h in hits.values()):
             break
     ape: dict[tuple[str, float], list[float]] = {}
     for i, model in dict(asked).items():  # the median's error in seconds, as convergence_eval measures it

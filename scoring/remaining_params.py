@@ -986,7 +986,7 @@ OPEN_END = RemainingModel(
             0.1, 0.1, 0.100034, 0.112889, 0.100001, -0.00551129, 0.00097098, -0.0344026,
         ),
     ),
-    spread=0.95,
+    spread=1.0,
     plateau_threshold=0.67,
 )
 
@@ -1967,6 +1967,6 @@ PLANNED_END = RemainingModel(
             0.108101, 0, 0, 0, 0.0999995, 0.1, 0.0999998, 0,
         ),
     ),
-    spread=1.0,
+    spread=1.05,
     plateau_threshold=0.63,
 )

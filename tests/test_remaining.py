@@ -158,7 +158,7 @@ def test_ensembles_of_different_depths_are_evaluated_together_as_one_by_one() ->
 def test_shipped_parameters_fit_the_features() -> None:
     for model in (remaining_params.OPEN_END, remaining_params.PLANNED_END):
         assert all(t.features_used <= FEATURES for t in (*model.quantile_trees, model.plateau_trees))
-        assert 1.0 <= model.spread <= 4.0 and 0.5 <= model.plateau_threshold < 1.0
+        assert 0.5 <= model.spread <= 4.0 and 0.5 <= model.plateau_threshold < 1.0  # fit_remaining's ranges
 
 
 # ---- the prefix's shape ----
