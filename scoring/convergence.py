@@ -395,37 +395,47 @@ def _weights(n: int) -> FloatArray:
     return np.arange(1, n + 1, dtype=np.float64) / n
 
 
-def _family_bases(families: tuple[str, ...], thetas: FloatArray, x: FloatArray, shift: float) -> FloatArray:
+def _family_bases(families: tuple[str, ...], thetas: FloatArray, x: FloatArray, logx: FloatArray) -> FloatArray:
     """_basis of every family's row of candidates (thetas: families x candidates) at x:
-    families x candidates x points. The power law as exp(-p log(x + shift)) (same values)."""
+    families x candidates x points. The power law as exp(-p log(x + shift)) (same values; logx is
+    log(x + shift)), so that its rows and the exponential's take one exp. Call under
+    np.errstate(all="ignore")."""
     out = np.empty((len(families), thetas.shape[1], x.size))
-    logx = np.log(x + shift) if "power" in families else x
-    with np.errstate(all="ignore"):
-        for i, fam in enumerate(families):
-            if fam == "exponential":
-                np.exp(np.multiply.outer(-1.0 / thetas[i], x), out=out[i])
-            elif fam == "power":
-                np.exp(np.multiply.outer(-thetas[i], logx), out=out[i])
-            else:
-                np.divide(1.0, np.add.outer(thetas[i], x), out=out[i])
+    exp_rows = []
+    for i, fam in enumerate(families):
+        if fam == "exponential":
+            np.multiply.outer(-1.0 / thetas[i], x, out=out[i])
+            exp_rows.append(i)
+        elif fam == "power":
+            np.multiply.outer(-thetas[i], logx, out=out[i])
+            exp_rows.append(i)
+        else:
+            np.divide(1.0, np.add.outer(thetas[i], x), out=out[i])
+    if exp_rows:
+        lo, hi = exp_rows[0], exp_rows[-1] + 1
+        if hi - lo == len(exp_rows):  # contiguous (the usual family order): one exp
+            np.exp(out[lo:hi], out=out[lo:hi])
+        else:
+            for i in exp_rows:
+                np.exp(out[i], out=out[i])
     return out
 
 
-def _solve_grid(g: FloatArray, y: FloatArray, w: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+def _solve_grid(g: FloatArray, sums: tuple[float, float, float], wy2: FloatArray,
+                w: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     """_fit_grid on a precomputed basis (candidates x points): (a, c, weighted sse), sse inf where
-    the fit does not decrease or is degenerate. The sse from the normal equations (sum w y^2 -
-    c sum w y - a sum w g y), not from the residuals: one pass less over the matrix."""
-    wy = w * y
-    sw, sy, syy = float(w.sum()), float(wy.sum()), float(wy @ y)
-    with np.errstate(all="ignore"):
-        sg, sgy = (g @ np.stack((w, wy), axis=1)).T
-        sgg = (g * g) @ w
-        det = sw * sgg - sg * sg
-        a = (sw * sgy - sg * sy) / det
-        c = (sy - a * sg) / sw
-        sse = np.maximum(syy - c * sy - a * sgy, 0.0)
-    ok = (a > 0) & (det > 1e-12 * sw * sgg) & np.isfinite(sse) & np.isfinite(c)
-    return a, c, np.where(ok, sse, np.inf)
+    the fit does not decrease or is degenerate. sums: (sum w, sum w y, sum w y^2); wy2: the
+    columns w and w y. The sse from the normal equations (sum w y^2 - c sum w y - a sum w g y),
+    not from the residuals: one pass less over the matrix. Call under np.errstate(all="ignore")."""
+    sw, sy, syy = sums
+    sg, sgy = (g @ wy2).T
+    sgg = (g * g) @ w
+    det = sw * sgg - sg * sg
+    a = (sw * sgy - sg * sy) / det
+    c = (sy - a * sg) / sw
+    sse = syy - c * sy - a * sgy
+    ok = (a > 0) & (det > 1e-12 * sw * sgg) & np.isfinite(sse)  # c NaN or inf: sse is too
+    return a, c, np.where(ok, np.maximum(sse, 0.0), np.inf)
 
 
 @functools.lru_cache(maxsize=32)
@@ -461,34 +471,43 @@ def _fit_many(families: tuple[str, ...], steps: FloatArray, norm: FloatArray, gr
     if not families:
         return []
     w = _weights(x.size)
-    m = max(4, grid // 2)
+    wy = w * norm
+    sums = (float(w.sum()), float(wy.sum()), float(wy @ norm))
+    wy2 = np.stack((w, wy), axis=1)
+    m, m2 = max(4, grid // 2), max(3, grid // 2)
     coarse = _coarse_grid(families, m)
     f_count = len(families)
-    g1 = _family_bases(families, coarse, x, shift).reshape(f_count * m, x.size)
-    a1, c1, sse1 = (v.reshape(f_count, m) for v in _solve_grid(g1, norm, w))
-    live = np.asarray(np.isfinite(sse1).any(axis=1), dtype=bool)
-    if not live.any():
-        return []
-    rows = np.arange(f_count)
-    i = np.argmin(sse1, axis=1)
-    # second pass: a finer geometric grid between the best coarse candidate's neighbours
-    lo = coarse[rows, np.maximum(i - 1, 0)]
-    hi = coarse[rows, np.minimum(i + 1, m - 1)]
-    m2 = max(3, grid // 2)
-    fine = np.exp(np.log(lo)[:, None] + np.log(hi / lo)[:, None] * _unit_steps(m2)[None, :])
-    fine[:, 0], fine[:, -1] = lo, hi
-    g2 = _family_bases(families, fine, x, shift).reshape(f_count * m2, x.size)
-    a2, c2, sse2 = (v.reshape(f_count, m2) for v in _solve_grid(g2, norm, w))
-    j = np.argmin(sse2, axis=1)
-    use_fine = sse2[rows, j] <= sse1[rows, i]
-    theta = np.where(use_fine, fine[rows, j], coarse[rows, i])
-    a = np.where(use_fine, a2[rows, j], a1[rows, i])
-    c = np.where(use_fine, c2[rows, j], c1[rows, i])
-    basis = np.where(use_fine[:, None], g2[rows * m2 + j], g1[rows * m + i])
-    rmse = np.sqrt(np.mean((c[:, None] + a[:, None] * basis - norm[None, :]) ** 2, axis=1))
-    return [CurveFit(a=float(a[k]), b=float(theta[k]), c=float(c[k]), step0=step0, step_span=span,
-                     rmse=float(rmse[k]), family=fam, shift=shift if fam == "power" else 0.0)
-            for k, fam in enumerate(families) if live[k]]
+    with np.errstate(all="ignore"):
+        logx = np.log(x + shift) if "power" in families else x
+        g1 = _family_bases(families, coarse, x, logx).reshape(f_count * m, x.size)
+        a1, c1, sse1 = (v.reshape(f_count, m) for v in _solve_grid(g1, sums, wy2, w))
+        i = np.argmin(sse1, axis=1)
+        best1 = sse1[np.arange(f_count), i].tolist()
+        live = [math.isfinite(v) for v in best1]
+        if not any(live):
+            return []
+        # second pass: a finer geometric grid between the best coarse candidate's neighbours
+        lo = coarse[np.arange(f_count), np.maximum(i - 1, 0)]
+        hi = coarse[np.arange(f_count), np.minimum(i + 1, m - 1)]
+        fine = np.exp(np.log(lo)[:, None] + np.log(hi / lo)[:, None] * _unit_steps(m2)[None, :])
+        fine[:, 0], fine[:, -1] = lo, hi
+        g2 = _family_bases(families, fine, x, logx).reshape(f_count * m2, x.size)
+        a2, c2, sse2 = _solve_grid(g2, sums, wy2, w)
+    out: list[CurveFit] = []
+    for k, fam in enumerate(families):
+        if not live[k]:
+            continue
+        i1 = k * m + int(i[k])
+        j = k * m2 + int(np.argmin(sse2[k * m2:(k + 1) * m2]))
+        if sse2[j] <= best1[k]:
+            th, aa, cc, basis = float(fine.flat[j]), float(a2[j]), float(c2[j]), g2[j]
+        else:
+            th, aa, cc, basis = float(coarse.flat[i1]), float(a1.flat[i1]), float(c1.flat[i1]), g1[i1]
+        resid = cc + aa * basis - norm
+        rmse = math.sqrt(float(resid @ resid) / norm.size)
+        out.append(CurveFit(a=aa, b=th, c=cc, step0=step0, step_span=span, rmse=rmse, family=fam,
+                            shift=shift if fam == "power" else 0.0))
+    return out
 
 
 def fit_family(family: str, steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
