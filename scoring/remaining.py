@@ -12,16 +12,18 @@ improvement is still ahead, the fit noise, and the shape of the observed prefix 
 of the improvement came in the last 5 .. 50 % of the span, how long ago the running best came
 within 50 .. 2 % of where it is now, whether the recent gains shrink, the planned end when the
 job gives one) become a feature vector, all scale-free (steps in units of the observed span,
-values in units of the observed range). Small boosted regression trees (depth 3, evaluated
-here with a few numpy operations) give the 10th, 50th and 90th percentiles of
-log((left + unit) / (span + unit)) for a curve that has not plateaued yet, and boosted
-classification trees the probability p that it has.
+values in units of the observed range; the families' answers unknown when none fits, as for a loss
+rising again after its best). Small boosted regression trees (depth 3, evaluated here with a few numpy
+operations per tree level for every ensemble at once) give the 10th, 50th and 90th percentiles
+of log((left + unit) / (span + unit)) for a curve that has not plateaued yet, and boosted
+classification trees (depth 4) the probability p that it has.
 
 The answer has two parts, as the evaluation asks two questions: whether the job is at its
 plateau already (p; "plateaued" from the model's threshold on, chosen so that it is right at
-least 90 % of the time on the even tasks), and, if it is not, how many steps are left (the
-median and the 80 % interval of the quantile trees, the interval widened by a spread calibrated
-to cover 80 % on the even tasks). The point estimate (estimate()'s remaining_steps with
+least 90 % of the time on each metric's curves of the even tasks, out of fold), and, if it is
+not, how many steps are left (the median and the 80 % interval of the quantile trees, the
+interval scaled by a spread calibrated to cover 80 % of the true time left on each metric's
+curves of the even tasks, out of fold). The point estimate (estimate()'s remaining_steps with
 remaining_model="learned") is that median: whether the job is done already is `plateaued`, not
 a 0 in the steps (a 0 there would be exactly the classifier's false alarms, at 100 % error).
 benchmarks/convergence_eval.py measures both parts against the families' geometric mean on
