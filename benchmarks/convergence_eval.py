@@ -10,7 +10,9 @@ plateau_rel_tol of the final best, relative to the whole improvement (worst - fi
 Online: the estimator sees only the prefix up to each point. Three remaining-time predictors,
 measured in the same run on the same prefixes:
   - ensemble: the curve families' geometric mean (estimate()'s remaining_steps by default, as
-    before issue 21; also ensemble_remaining_steps);
+    before issue 21; also ensemble_remaining_steps), in seconds at step_rate (the last 20 points);
+  - ensemble_rr: the same steps in seconds at remaining_rate (the last 4 points), the rate the
+    learned model's seconds use: what the recent rate alone changes;
   - learned: scoring.remaining's boosted trees (estimate()'s learned_remaining_steps: the median of
     the steps left if the curve has not plateaued yet, the 80 % interval remaining_*_low/high and
     plateau_probability; remaining_steps with remaining_model="learned"), fit on the even LCBench
@@ -146,9 +148,11 @@ class Counts:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else math.nan
 
 
-# The curve families' geometric mean (the estimator before issue 21), scoring.remaining's learnt model,
-# and candidate (a), the Bayesian family average of benchmarks/remaining_bayes.
-METHODS = ("ensemble", "learned", "bayes")
+# The curve families' geometric mean (the estimator before issue 21, in seconds at step_rate), the same
+# at remaining_rate (the recent rate estimate() now turns steps into seconds at: what the rate alone
+# changes), scoring.remaining's learnt model (at remaining_rate), and candidate (a), the Bayesian family
+# average of benchmarks/remaining_bayes (at step_rate).
+METHODS = ("ensemble", "ensemble_rr", "learned", "bayes")
 
 
 @dataclass
@@ -186,11 +190,12 @@ def predictions(
     e: ConvergenceEstimate, bayes: RemainingDistribution
 ) -> dict[str, tuple[float, float, float, bool]]:
     """Per method: (remaining seconds, 80 % interval low, high, says "at the plateau")."""
-    rate = e.step_rate
+    rate, recent = e.step_rate, e.remaining_rate
     ens = e.ensemble_remaining_steps
     return {
         "ensemble": (_seconds(ens, rate), math.nan, math.nan, ens == 0.0),
-        "learned": (_seconds(e.learned_remaining_steps, rate), e.remaining_seconds_low, e.remaining_seconds_high,
+        "ensemble_rr": (_seconds(ens, recent), math.nan, math.nan, ens == 0.0),
+        "learned": (_seconds(e.learned_remaining_steps, recent), e.remaining_seconds_low, e.remaining_seconds_high,
                     e.plateaued),
         "bayes": (_seconds(bayes.median, rate), _seconds(bayes.low, rate), _seconds(bayes.high, rate),
                   bayes.plateau_probability >= PLATEAU_PROBABILITY),

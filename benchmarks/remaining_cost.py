@@ -4,7 +4,8 @@ Three things are timed in alternating rounds on the same noisy curve, so that a 
 slows them alike: the prediction this issue adds (scoring.convergence.curve_evidence, with the
 prefix's shape, and scoring.remaining.predict's trees, given the family fits), the family fits
 that estimate() already did before (fit_families), and the whole estimate() the tracker runs per
-job update.
+job update. Wall clock and CPU time both: on a shared, loaded machine the wall clock also counts
+the waits for a core, the CPU time (time.process_time) does not.
 
 Usage: python -m benchmarks.remaining_cost [--points 2000] [--rounds 30] [--calls 20]
 """
@@ -12,6 +13,7 @@ Usage: python -m benchmarks.remaining_cost [--points 2000] [--rounds 30] [--call
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -30,11 +32,13 @@ from scoring.convergence import (
 from scoring.remaining import predict
 
 
-def per_call_us(fn: Callable[[], object], calls: int) -> float:
-    t0 = time.perf_counter()
+def per_call_us(fn: Callable[[], object], calls: int) -> tuple[float, float]:
+    """(wall, CPU) microseconds per call: the CPU time is what the call itself costs; on a busy
+    shared machine the wall time adds the waits for a core."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls * 1e6
+    return (time.perf_counter() - t0) / calls * 1e6, (time.process_time() - c0) / calls * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,14 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     for fn in things.values():  # warm up
         fn()
-    samples: dict[str, list[float]] = {name: [] for name in things}
+    wall: dict[str, list[float]] = {name: [] for name in things}
+    cpu: dict[str, list[float]] = {name: [] for name in things}
     for _ in range(args.rounds):
         for name, fn in things.items():
-            samples[name].append(per_call_us(fn, args.calls))
-    print(f"{args.points} points, {args.rounds} alternating rounds x {args.calls} calls; per call, "
-          f"median (min) over rounds:")
-    for name, xs in samples.items():
-        print(f"  {name:40} {statistics.median(xs) / 1000:7.3f} ms ({min(xs) / 1000:.3f} ms)")
+            w, c = per_call_us(fn, args.calls)
+            wall[name].append(w)
+            cpu[name].append(c)
+    load = f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs" if hasattr(os, "getloadavg") else ""
+    print(f"{args.points} points, {args.rounds} alternating rounds x {args.calls} calls{load}; per call, "
+          f"median (min) over rounds, wall clock and CPU time:")
+    for name in things:
+        print(f"  {name:40} wall {statistics.median(wall[name]) / 1000:6.3f} ms ({min(wall[name]) / 1000:.3f}), "
+              f"CPU {statistics.median(cpu[name]) / 1000:6.3f} ms ({min(cpu[name]) / 1000:.3f})")
     return 0
 
 

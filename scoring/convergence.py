@@ -19,6 +19,7 @@ the job's speed and of how long it has run). A job getting worse is not growing:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,12 @@ class ConvergenceSettings:
     fit_rmse_floor: float = 0.002  # in normalised units: noise below this does not separate families
     fit_max_points: int = 256  # longer histories are binned to this many points for the fit
     rate_points: int = 20  # recent points of the current run used for the step rate
+    # Recent points of the current run whose rate turns the steps left into seconds (remaining_rate):
+    # fewer than for step_rate, as time per step drifts (LCBench's epochs speed up and slow down: on
+    # its even tasks' cross-entropy curves, the true steps left at the last 4 points' rate are 17.5 %
+    # off the true seconds left at 50 % of the way to the plateau, at the last 20 points' 35.0 %).
+    # NaN there falls back to step_rate.
+    remaining_rate_points: int = 4
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
     # What remaining_steps reports: "ensemble" = the curve families' geometric mean; "learned" =
     # the median of scoring.remaining's boosted trees (fit on the even LCBench tasks): the steps left
@@ -118,6 +125,21 @@ class CurveFit:
             out: FloatArray = self.c + self.a * _basis(self.family, np.array([self.b]), x, self.shift)[0]
         return out
 
+    def value_at(self, step: float) -> float:
+        """predict() at one step, in scalar arithmetic (NaN where predict() is not finite)."""
+        x = (step - self.step0) / self.step_span
+        try:
+            if self.family == "exponential":
+                g = math.exp(-x / self.b)
+            elif self.family == "power":
+                g = (x + self.shift) ** (-self.b) if x + self.shift > 0 else math.nan
+            else:
+                g = 1.0 / (x + self.b)
+        except (OverflowError, ZeroDivisionError):
+            return math.nan
+        v = self.c + self.a * g
+        return v if isinstance(v, float) and math.isfinite(v) else math.nan
+
     def x_at_gap(self, gap: float) -> float:
         """The x at which a * g(x) = gap (> 0); inf or NaN when never."""
         with np.errstate(all="ignore"):
@@ -156,6 +178,7 @@ class ConvergenceEstimate:
     plateaued: bool = False  # plateau_probability at or above the model's threshold (precision first)
     ensemble_remaining_steps: float = math.nan  # the curve families' geometric mean, whatever remaining_model
     learned_remaining_steps: float = math.nan  # the learned median (if not plateaued yet), whatever remaining_model
+    remaining_rate: float = math.nan  # steps/s the remaining seconds are computed at (recent; see settings)
 
     def remaining_distribution(self) -> RemainingDistribution:
         """The learned steps-left distribution, e.g. for evidence_weight()."""
@@ -180,6 +203,11 @@ def clean_series(
     if k.shape != v.shape or (t is not None and t.shape != k.shape):
         raise ValueError(f"steps, values and timestamps differ in length: {k.size}, {v.size}, "
                          f"{None if t is None else t.size}")
+    if bool(np.isfinite(v).all() and np.isfinite(k).all() and (t is None or np.isfinite(t).all())) \
+            and (k.size < 2 or bool(np.all(k[1:] > k[:-1]))) and (k.size == 0 or k[0] >= 0):
+        # the usual series: every point valid, steps increasing (no restart): nothing to drop
+        return CleanSeries(steps=k.copy(), values=v.copy(), timestamps=None if t is None else t.copy(),
+                           rejected={}, restarts=0, superseded=0, run_start=0)
     reasons = {
         "value_nan": np.isnan(v),
         "value_inf": np.isinf(v),
@@ -220,6 +248,10 @@ def clean_series(
 def _median_filter(x: FloatArray, width: int) -> FloatArray:
     if width <= 1 or x.size < width:
         return x
+    if width == 3:  # the default: median of three as max(min(a, b), min(max(a, b), c)), no sort
+        padded = np.concatenate((x[:1], x, x[-1:]))
+        a, b, c = padded[:-2], x, padded[2:]
+        return np.asarray(np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c)), dtype=np.float64)
     half = width // 2
     padded = np.pad(x, half, mode="edge")
     windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
@@ -253,6 +285,15 @@ def window_ids(
     return (steps_count - 1 - np.arange(steps_count, dtype=np.int64)) // width
 
 
+def _median(a: FloatArray) -> float:
+    """np.median of a non-empty 1-d array by partition (np.median's own overhead dominates small ones)."""
+    half = a.size // 2
+    if a.size % 2:
+        return float(np.partition(a, half)[half])
+    mid = np.partition(a, (half - 1, half))
+    return float(mid[half - 1] + mid[half]) / 2.0
+
+
 def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: float = 2.0) -> FloatArray:
     """Relative pace at each window after the first, oldest first.
 
@@ -264,18 +305,27 @@ def window_progress(norm: FloatArray, ids: IntArray, lag: int = 3, noise_z: floa
     noise counts as none: late in a long plateau the mean pace is tiny, and noise alone would
     otherwise read as fast growth. Gaps count as elapsed windows; no improvement yet is 0.
     """
-    uniq, inverse = np.unique(ids, return_inverse=True)
-    if uniq.size < 2:
-        return np.empty(0)
-    means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
-    means, uniq = means[::-1], uniq[::-1]  # oldest window first
+    if ids.size and np.all(ids[1:] <= ids[:-1]):  # the usual order (oldest point first): no sort
+        starts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+        if starts.size < 1:
+            return np.empty(0)
+        starts = np.concatenate(([0], starts))
+        ends = np.concatenate((starts[1:], [ids.size]))
+        means = np.add.reduceat(norm, starts) / (ends - starts)
+        uniq = ids[starts]  # oldest window first
+    else:
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        if uniq.size < 2:
+            return np.empty(0)
+        means = np.bincount(inverse, weights=norm) / np.bincount(inverse)
+        means, uniq = means[::-1], uniq[::-1]  # oldest window first
     elapsed = (uniq[0] - uniq).astype(np.float64)  # windows since the first, >= 1 from index 1
     here = np.arange(1, means.size)
     back = np.maximum(here - max(1, lag), 0)
     drop = means[back] - means[here]
-    diffs = np.diff(means)
+    diffs = means[1:] - means[:-1]
     # Robust noise of one window mean, from the spread of consecutive differences (MAD).
-    sigma = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0) if diffs.size >= 3 else 0.0
+    sigma = 1.4826 * _median(np.abs(diffs - _median(diffs))) / math.sqrt(2.0) if diffs.size >= 3 else 0.0
     real = drop > noise_z * sigma * math.sqrt(2.0)
     step = np.where(real, np.maximum(drop, 0.0), 0.0) / (elapsed[here] - elapsed[back])
     gained = means[0] - np.minimum.accumulate(means)[1:]  # improvement so far, >= 0
@@ -342,7 +392,122 @@ def _fit_grid(
 
 def _weights(n: int) -> FloatArray:
     """A linear ramp favouring recent points, which matter most for what comes next."""
-    return np.asarray(np.linspace(1.0 / n, 1.0, n), dtype=np.float64)
+    return np.arange(1, n + 1, dtype=np.float64) / n
+
+
+def _family_bases(families: tuple[str, ...], thetas: FloatArray, x: FloatArray, logx: FloatArray) -> FloatArray:
+    """_basis of every family's row of candidates (thetas: families x candidates) at x:
+    families x candidates x points. The power law as exp(-p log(x + shift)) (same values; logx is
+    log(x + shift)), so that its rows and the exponential's take one exp. Call under
+    np.errstate(all="ignore")."""
+    out = np.empty((len(families), thetas.shape[1], x.size))
+    exp_rows = []
+    for i, fam in enumerate(families):
+        if fam == "exponential":
+            np.multiply.outer(-1.0 / thetas[i], x, out=out[i])
+            exp_rows.append(i)
+        elif fam == "power":
+            np.multiply.outer(-thetas[i], logx, out=out[i])
+            exp_rows.append(i)
+        else:
+            np.divide(1.0, np.add.outer(thetas[i], x), out=out[i])
+    if exp_rows:
+        lo, hi = exp_rows[0], exp_rows[-1] + 1
+        if hi - lo == len(exp_rows):  # contiguous (the usual family order): one exp
+            np.exp(out[lo:hi], out=out[lo:hi])
+        else:
+            for i in exp_rows:
+                np.exp(out[i], out=out[i])
+    return out
+
+
+def _solve_grid(g: FloatArray, sums: tuple[float, float, float], wy2: FloatArray,
+                w: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """_fit_grid on a precomputed basis (candidates x points): (a, c, weighted sse), sse inf where
+    the fit does not decrease or is degenerate. sums: (sum w, sum w y, sum w y^2); wy2: the
+    columns w and w y. The sse from the normal equations (sum w y^2 - c sum w y - a sum w g y),
+    not from the residuals: one pass less over the matrix. Call under np.errstate(all="ignore")."""
+    sw, sy, syy = sums
+    sg, sgy = (g @ wy2).T
+    sgg = (g * g) @ w
+    det = sw * sgg - sg * sg
+    a = (sw * sgy - sg * sy) / det
+    c = (sy - a * sg) / sw
+    sse = syy - c * sy - a * sgy
+    ok = (a > 0) & (det > 1e-12 * sw * sgg) & np.isfinite(sse)  # c NaN or inf: sse is too
+    return a, c, np.where(ok, np.maximum(sse, 0.0), np.inf)
+
+
+@functools.lru_cache(maxsize=32)
+def _coarse_grid(families: tuple[str, ...], size: int) -> FloatArray:
+    grid = np.vstack([_grid(fam, size) for fam in families])
+    grid.flags.writeable = False
+    return grid
+
+
+@functools.lru_cache(maxsize=32)
+def _unit_steps(size: int) -> FloatArray:
+    u = np.linspace(0.0, 1.0, size)
+    u.flags.writeable = False
+    return u
+
+
+def _fit_many(families: tuple[str, ...], steps: FloatArray, norm: FloatArray, grid: int) -> list[CurveFit]:
+    """fit_family for several families at once, in family order (those that fit): each pass
+    evaluates every family's candidates in one array (the per-call numpy overhead, not the
+    arithmetic, is most of a fit's cost at a few hundred points)."""
+    for fam in families:
+        if fam not in _GRID_LO_HI:
+            raise ValueError(f"unknown curve family {fam!r}; one of {FAMILIES}")
+    if steps.size < 3:
+        return []
+    step0, span = float(steps[0]), float(steps[-1] - steps[0])
+    if not span > 0 or not math.isfinite(span):
+        return []
+    x = (steps - step0) / span
+    shift = float(np.min(x[1:] - x[:-1]))
+    if not shift > 0:  # the power law needs one step of offset
+        families = tuple(f for f in families if f != "power")
+    if not families:
+        return []
+    w = _weights(x.size)
+    wy = w * norm
+    sums = (float(w.sum()), float(wy.sum()), float(wy @ norm))
+    wy2 = np.stack((w, wy), axis=1)
+    m, m2 = max(4, grid // 2), max(3, grid // 2)
+    coarse = _coarse_grid(families, m)
+    f_count = len(families)
+    with np.errstate(all="ignore"):
+        logx = np.log(x + shift) if "power" in families else x
+        g1 = _family_bases(families, coarse, x, logx).reshape(f_count * m, x.size)
+        a1, c1, sse1 = (v.reshape(f_count, m) for v in _solve_grid(g1, sums, wy2, w))
+        i = np.argmin(sse1, axis=1)
+        best1 = sse1[np.arange(f_count), i].tolist()
+        live = [math.isfinite(v) for v in best1]
+        if not any(live):
+            return []
+        # second pass: a finer geometric grid between the best coarse candidate's neighbours
+        lo = coarse[np.arange(f_count), np.maximum(i - 1, 0)]
+        hi = coarse[np.arange(f_count), np.minimum(i + 1, m - 1)]
+        fine = np.exp(np.log(lo)[:, None] + np.log(hi / lo)[:, None] * _unit_steps(m2)[None, :])
+        fine[:, 0], fine[:, -1] = lo, hi
+        g2 = _family_bases(families, fine, x, logx).reshape(f_count * m2, x.size)
+        a2, c2, sse2 = _solve_grid(g2, sums, wy2, w)
+    out: list[CurveFit] = []
+    for k, fam in enumerate(families):
+        if not live[k]:
+            continue
+        i1 = k * m + int(i[k])
+        j = k * m2 + int(np.argmin(sse2[k * m2:(k + 1) * m2]))
+        if sse2[j] <= best1[k]:
+            th, aa, cc, basis = float(fine.flat[j]), float(a2[j]), float(c2[j]), g2[j]
+        else:
+            th, aa, cc, basis = float(coarse.flat[i1]), float(a1.flat[i1]), float(c1.flat[i1]), g1[i1]
+        resid = cc + aa * basis - norm
+        rmse = math.sqrt(float(resid @ resid) / norm.size)
+        out.append(CurveFit(a=aa, b=th, c=cc, step0=step0, step_span=span, rmse=rmse, family=fam,
+                            shift=shift if fam == "power" else 0.0))
+    return out
 
 
 def fit_family(family: str, steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
@@ -350,35 +515,8 @@ def fit_family(family: str, steps: FloatArray, norm: FloatArray, grid: int = 48)
 
     The shape parameter is scanned over a fixed grid (in units of the observed span); for each
     the model is linear in (a, c). Weighted towards recent points."""
-    if family not in _GRID_LO_HI:
-        raise ValueError(f"unknown curve family {family!r}; one of {FAMILIES}")
-    if steps.size < 3:
-        return None
-    step0, span = float(steps[0]), float(steps[-1] - steps[0])
-    if not span > 0 or not math.isfinite(span):
-        return None
-    x = (steps - step0) / span
-    shift = float(np.min(np.diff(x))) if family == "power" else 0.0
-    if not shift > 0 and family == "power":
-        return None
-    w = _weights(x.size)
-    thetas = _grid(family, max(4, grid // 2))
-    a, c, sse = _fit_grid(family, x, norm, w, thetas, shift)
-    if not np.isfinite(sse).any():
-        return None
-    i = int(np.argmin(sse))
-    # second pass: a finer grid between the best coarse candidate's neighbours
-    lo, hi = thetas[max(0, i - 1)], thetas[min(thetas.size - 1, i + 1)]
-    fine = np.geomspace(lo, hi, max(3, grid // 2))
-    a2, c2, sse2 = _fit_grid(family, x, norm, w, fine, shift)
-    j = int(np.argmin(sse2))
-    if sse2[j] <= sse[i]:
-        thetas, a, c, i = fine, a2, c2, j
-    th = float(thetas[i])
-    pred = c[i] + a[i] * _basis(family, np.array([th]), x, shift)[0]
-    rmse = math.sqrt(float(np.mean((pred - norm) ** 2)))
-    return CurveFit(a=float(a[i]), b=th, c=float(c[i]), step0=step0, step_span=span, rmse=rmse,
-                    family=family, shift=shift)
+    fits = _fit_many((family,), steps, norm, grid)
+    return fits[0] if fits else None
 
 
 def fit_inverse_curve(steps: FloatArray, norm: FloatArray, grid: int = 48) -> CurveFit | None:
@@ -391,8 +529,8 @@ def _thin(steps: FloatArray, norm: FloatArray, max_points: int) -> tuple[FloatAr
     n = steps.size
     if max_points < 3 or n <= max_points:
         return steps, norm
-    edges = np.unique(np.linspace(0, n, max_points + 1).astype(np.int64))[:-1]
-    counts = np.diff(np.append(edges, n))
+    edges = np.arange(max_points, dtype=np.int64) * n // max_points  # distinct, as n > max_points
+    counts = np.concatenate((edges[1:], [n])) - edges
     return (np.add.reduceat(steps, edges) / counts, np.add.reduceat(norm, edges) / counts)
 
 
@@ -402,8 +540,8 @@ def fit_families(
 ) -> list[CurveFit]:
     """Every family that fits (see fit_family), on at most max_points binned points."""
     steps, norm = _thin(steps, norm, max_points)
-    fits = (fit_family(fam, steps, norm, grid) for fam in families)
-    return [f for f in fits if f is not None]
+    order = {f.family: f for f in _fit_many(tuple(families), steps, norm, grid)}
+    return [order[fam] for fam in families if fam in order]
 
 
 def ensemble_remaining_steps(
@@ -452,7 +590,7 @@ def remaining_steps_to_plateau(
         if max_steps <= fit.step0 + fit.step_span:  # at or past the planned end
             return 0.0
         x_end = (max_steps - fit.step0) / fit.step_span
-        g_end = float(fit.predict(np.array([max_steps]))[0]) - fit.c
+        g_end = fit.value_at(max_steps) - fit.c
         if not (math.isfinite(g_end) and g_end >= 0):
             return math.nan
     total = 1.0 - fit.c - g_end
@@ -469,10 +607,10 @@ def _recent_gain(steps: FloatArray, norm: FloatArray, last_share: float) -> floa
     """Share of the observed improvement (running best, normalised 0..1) made in the last
     last_share of the observed span."""
     cut = steps[0] + (1.0 - last_share) * (steps[-1] - steps[0])
-    before = norm[steps <= cut]
-    if before.size == 0:
+    before = int(np.searchsorted(steps, cut, side="right"))  # steps increase: the points at or before cut
+    if before == 0:
         return math.nan
-    return float(np.min(before) - np.min(norm))
+    return float(norm[:before].min() - norm.min())
 
 
 def _planned_end(max_steps: float | None) -> float | None:
@@ -515,8 +653,11 @@ def curve_evidence(
     max_steps: float | None = None, norm_target: float = math.nan,
 ) -> CurveEvidence | None:
     """The inputs of scoring.remaining's model for one cleaned, normalised prefix with its
-    family fits; None when there is nothing to extrapolate (no fit, no span)."""
-    if not fits or steps.size < 2:
+    family fits; None when there is no span. No fit at all (no family decreases over the prefix:
+    a loss rising again after its best, an accuracy falling) is evidence too: the family features
+    are then unknown and the prefix's shape speaks alone; those prefixes are mostly past the
+    plateau, and without evidence they could never be said to be."""
+    if steps.size < 2:
         return None
     span = float(steps[-1] - steps[0])
     if not span > 0 or not math.isfinite(span):
@@ -532,27 +673,30 @@ def curve_evidence(
             gap.append(math.nan)
             continue
         left.append(remaining_steps_to_plateau(f, settings.plateau_rel_tol, settings.max_horizon_factor, planned))
-        g_end = float(f.predict(np.array([planned]))[0]) - f.c if planned is not None else 0.0
+        g_end = f.value_at(planned) - f.c if planned is not None else 0.0
         total = 1.0 - f.c - g_end
-        ahead = float(f.predict(np.array([steps[-1]]))[0]) - f.c - g_end
+        ahead = f.value_at(float(steps[-1])) - f.c - g_end
         gap.append(ahead / total if total > 0 and math.isfinite(ahead) else math.nan)
-    best = min(fits, key=lambda f: f.rmse)
+    best = min(fits, key=lambda f: f.rmse) if fits else None
     target_left = math.nan
     if math.isfinite(norm_target):
-        target_left = target_steps_left(best, norm_target, float(norm[-1]))
+        if best is not None:
+            target_left = target_steps_left(best, norm_target, float(norm[-1]))
+        elif float(norm[-1]) <= norm_target:
+            target_left = 0.0
     planned_left = planned - float(steps[-1]) if planned is not None else math.nan
     return CurveEvidence(
         span=span,
         unit=span / max(1, steps.size - 1),
         family_left=tuple(left),
         family_gap=tuple(gap),
-        best_rmse=best.rmse,
+        best_rmse=best.rmse if best is not None else math.nan,
         recent_gain=(_recent_gain(steps, norm, 0.25), _recent_gain(steps, norm, 0.1)),
         horizon=settings.max_horizon_factor,
         planned_left=planned_left,
         target_left=target_left,
         last_value=float(norm[-1]),
-        recent_value=float(np.mean(norm[-3:])),
+        recent_value=sum(norm[-3:].tolist()) / min(3, norm.size),
         shape=prefix_shape(steps, norm, planned_left),
     )
 
@@ -605,6 +749,9 @@ def estimate(
     n = int(clean.steps.size)
     last_step = float(clean.steps[-1]) if n else math.nan
     rate = step_rate(clean, settings.rate_points)
+    recent_rate = step_rate(clean, settings.remaining_rate_points)
+    if not math.isfinite(recent_rate):
+        recent_rate = rate
     norm = normalise(clean.values, settings.higher_is_better, settings.median_points)
 
     ids = window_ids(n, clean.timestamps, settings)
@@ -645,7 +792,7 @@ def estimate(
     learned = settings.remaining_model == "learned" or (
         settings.remaining_model == "auto" and _planned_end(max_steps) is not None)
     remaining = dist.median if learned else ensemble
-    seconds, seconds_low, seconds_high = (_seconds(r, rate) for r in (remaining, dist.low, dist.high))
+    seconds, seconds_low, seconds_high = (_seconds(r, recent_rate) for r in (remaining, dist.low, dist.high))
     return ConvergenceEstimate(
         phase=phase,
         low_count=low,
@@ -668,6 +815,7 @@ def estimate(
         plateaued=dist.plateaued,
         ensemble_remaining_steps=ensemble,
         learned_remaining_steps=dist.median,
+        remaining_rate=recent_rate,
     )
 
 

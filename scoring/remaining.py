@@ -12,16 +12,18 @@ improvement is still ahead, the fit noise, and the shape of the observed prefix 
 of the improvement came in the last 5 .. 50 % of the span, how long ago the running best came
 within 50 .. 2 % of where it is now, whether the recent gains shrink, the planned end when the
 job gives one) become a feature vector, all scale-free (steps in units of the observed span,
-values in units of the observed range). Small boosted regression trees (depth 3, evaluated
-here with a few numpy operations) give the 10th, 50th and 90th percentiles of
-log((left + unit) / (span + unit)) for a curve that has not plateaued yet, and boosted
-classification trees the probability p that it has.
+values in units of the observed range; the families' answers unknown when none fits, as for a loss
+rising again after its best). Small boosted regression trees (depth 3, evaluated here with a few numpy
+operations per tree level for every ensemble at once) give the 10th, 50th and 90th percentiles
+of log((left + unit) / (span + unit)) for a curve that has not plateaued yet, and boosted
+classification trees (depth 4) the probability p that it has.
 
 The answer has two parts, as the evaluation asks two questions: whether the job is at its
 plateau already (p; "plateaued" from the model's threshold on, chosen so that it is right at
-least 90 % of the time on the even tasks), and, if it is not, how many steps are left (the
-median and the 80 % interval of the quantile trees, the interval widened by a spread calibrated
-to cover 80 % on the even tasks). The point estimate (estimate()'s remaining_steps with
+least 90 % of the time on each metric's curves of the even tasks, out of fold), and, if it is
+not, how many steps are left (the median and the 80 % interval of the quantile trees, the
+interval scaled by a spread calibrated to cover 80 % of the true time left on each metric's
+curves of the even tasks, out of fold). The point estimate (estimate()'s remaining_steps with
 remaining_model="learned") is that median: whether the job is done already is `plateaued`, not
 a 0 in the steps (a 0 there would be exactly the classifier's false alarms, at 100 % error).
 benchmarks/convergence_eval.py measures both parts against the families' geometric mean on
@@ -98,7 +100,8 @@ def prefix_shape(steps: FloatArray, norm: FloatArray, planned_left: float = math
     for a, b in ((0.1, 0.2), (0.2, 0.4)):
         recent, before = at[a] - end, at[b] - at[a]
         feats.append(math.log((recent + 1e-3) / (before + 1e-3)))
-    diffs = np.abs(np.diff(norm[-(_NOISE_POINTS + 1):]))  # recent noise; a median of thousands costs 50 us
+    tail = norm[-(_NOISE_POINTS + 1):]
+    diffs = np.abs(tail[1:] - tail[:-1])  # recent noise; a median of thousands costs 50 us
     half = diffs.size // 2  # the median by partition (np.median's own overhead is most of this function's)
     if diffs.size % 2:
         noise = float(np.partition(diffs, half)[half])
@@ -181,30 +184,41 @@ class RemainingModel:
             raise ValueError(f"model reads feature {used - 1}, the evidence gives {FEATURES} features")
 
     @cached_property
-    def _stacked(self) -> tuple[int, IntArray, FloatArray, FloatArray, IntArray, FloatArray] | None:
-        """Every ensemble's trees in one set of arrays (one pass per level for all of them), when
-        they share a depth: depth, features, thresholds, leaves, each ensemble's first tree, bases."""
+    def _stacked(self) -> tuple[int, IntArray, FloatArray, FloatArray, IntArray, FloatArray, IntArray, IntArray]:
+        """Every ensemble's trees in one set of flat arrays, each tree grown to the deepest
+        ensemble's depth (a shallower tree's leaf becomes a node that always goes left, to that
+        leaf's value), so that one pass per level evaluates them all: depth, features, thresholds,
+        leaves, each ensemble's first tree, bases, each tree's first node and first leaf."""
         ensembles = (*self.quantile_trees, self.plateau_trees)
-        depth = ensembles[0].depth
-        if any(t.depth != depth for t in ensembles):
-            return None
-        arrays = [t._arrays for t in ensembles]
-        starts = np.cumsum([0] + [a[2].shape[0] for a in arrays[:-1]]).astype(np.int64)
-        return (depth, np.vstack([a[0] for a in arrays]), np.vstack([a[1] for a in arrays]),
-                np.vstack([a[2] for a in arrays]), starts, np.array([t.base for t in ensembles]))
+        depth = max(t.depth for t in ensembles)
+        features, thresholds, leaves = [], [], []
+        for t in ensembles:
+            feature, threshold, leaf = t._arrays
+            trees = leaf.shape[0]
+            for level in range(t.depth, depth):  # one more level: every leaf a node going left
+                width = 1 << level
+                feature = np.hstack([feature, np.zeros((trees, width), dtype=np.int64)])
+                threshold = np.hstack([threshold, np.full((trees, width), np.inf)])
+                grown = np.zeros((trees, 2 * width))
+                grown[:, ::2] = leaf
+                leaf = grown
+            features.append(feature)
+            thresholds.append(threshold)
+            leaves.append(leaf)
+        counts = [a.shape[0] for a in leaves]
+        starts = np.cumsum([0, *counts[:-1]]).astype(np.int64)
+        rows = np.arange(sum(counts), dtype=np.int64)
+        return (depth, np.vstack(features).ravel(), np.vstack(thresholds).ravel(), np.vstack(leaves).ravel(),
+                starts, np.array([t.base for t in ensembles]), rows * ((1 << depth) - 1), rows * (1 << depth))
 
     def values(self, x: FloatArray) -> tuple[float, ...]:
         """Each quantile ensemble's value at x, then the plateau logit."""
-        stacked = self._stacked
-        if stacked is None:
-            return tuple(t.value(x) for t in (*self.quantile_trees, self.plateau_trees))
-        depth, feature, threshold, leaf, starts, bases = stacked
-        rows = np.arange(leaf.shape[0])
-        k = np.zeros(leaf.shape[0], dtype=np.int64)
+        depth, feature, threshold, leaf, starts, bases, node0, leaf0 = self._stacked
+        k = np.zeros(node0.size, dtype=np.int64)
         for level in range(depth):
-            node = (1 << level) - 1 + k
-            k = 2 * k + (x[feature[rows, node]] > threshold[rows, node])
-        return tuple(float(v) for v in bases + np.add.reduceat(leaf[rows, k], starts))
+            node = node0 + ((1 << level) - 1) + k
+            k = 2 * k + (x.take(feature.take(node)) > threshold.take(node))
+        return tuple((bases + np.add.reduceat(leaf.take(leaf0 + k), starts)).tolist())
 
 
 @dataclass(frozen=True)

@@ -132,10 +132,33 @@ def test_trees_follow_their_splits() -> None:
     assert two.value(np.array([0.5])) == 2.0 + 10.0  # the trees add up
 
 
+def test_ensembles_of_different_depths_are_evaluated_together_as_one_by_one() -> None:
+    rng = np.random.default_rng(5)
+
+    def random_trees(depth: int, trees: int) -> Trees:
+        inner, leaves = 2 ** depth - 1, 2 ** depth
+        return Trees(base=float(rng.normal()), depth=depth,
+                     feature=tuple(int(v) for v in rng.integers(0, 6, trees * inner)),
+                     threshold=tuple(float(v) for v in rng.normal(0.0, 1.0, trees * inner)),
+                     leaf=tuple(float(v) for v in rng.normal(0.0, 1.0, trees * leaves)))
+
+    model = RemainingModel(quantiles=QUANTILES, quantile_trees=(random_trees(1, 3), random_trees(3, 5),
+                                                                random_trees(2, 1)),
+                           plateau_trees=random_trees(4, 7))
+    for _ in range(50):
+        x = rng.normal(0.0, 1.0, FEATURES)
+        one_by_one = [t.value(x) for t in (*model.quantile_trees, model.plateau_trees)]
+        assert model.values(x) == pytest.approx(one_by_one, rel=1e-12, abs=1e-12)
+    for shipped in (remaining_params.OPEN_END, remaining_params.PLANNED_END):
+        x = rng.normal(0.0, 1.0, FEATURES)
+        assert shipped.values(x) == pytest.approx([t.value(x) for t in (*shipped.quantile_trees,
+                                                                         shipped.plateau_trees)])
+
+
 def test_shipped_parameters_fit_the_features() -> None:
     for model in (remaining_params.OPEN_END, remaining_params.PLANNED_END):
         assert all(t.features_used <= FEATURES for t in (*model.quantile_trees, model.plateau_trees))
-        assert 1.0 <= model.spread <= 4.0 and 0.5 <= model.plateau_threshold < 1.0
+        assert 0.5 <= model.spread <= 4.0 and 0.5 <= model.plateau_threshold < 1.0  # fit_remaining's ranges
 
 
 # ---- the prefix's shape ----
@@ -241,6 +264,37 @@ def test_estimate_carries_the_distribution_and_the_seconds() -> None:
     assert e.remaining_seconds_high == pytest.approx(e.remaining_steps_high * 4.0)
     assert e.remaining_distribution().median == e.learned_remaining_steps
     assert e.remaining_steps == e.ensemble_remaining_steps  # the default point estimate is unchanged
+
+
+def test_remaining_seconds_use_the_recent_rate() -> None:
+    k, loss = curve(40)
+    t = np.concatenate([k[:30] * 4.0, k[29] * 4.0 + (k[30:] - k[29]) * 1.0])  # 0.25 steps/s, then 1 step/s
+    e = estimate(k, loss, t, ConvergenceSettings(window_s=0.0))
+    assert e.remaining_rate == pytest.approx(1.0)  # the last 4 points' rate
+    assert e.step_rate < 0.7  # the last 20 points still mix in the slow part
+    assert e.remaining_seconds_high == pytest.approx(e.remaining_steps_high / e.remaining_rate)
+    assert e.remaining_seconds == pytest.approx(e.remaining_steps / e.remaining_rate)
+    same_time = t.copy()
+    same_time[-4:] = same_time[-4]  # no time passed over the last points: the longer rate stands in
+    f = estimate(k, loss, same_time, ConvergenceSettings(window_s=0.0))
+    assert f.remaining_rate == f.step_rate
+
+
+def test_a_loss_rising_after_its_first_points_has_evidence_and_reads_as_plateaued() -> None:
+    # no curve family decreases over this prefix (no fit at all); before, such prefixes had no
+    # evidence and could never be called plateaued (LCBench's overfitting cross-entropy curves)
+    k = np.arange(1.0, 41.0)
+    loss = np.where(k <= 3, 1.0 - 0.1 * k, 0.7 + 0.01 * (k - 3))
+    s = ConvergenceSettings()
+    clean = clean_series(k, loss, None)
+    norm = normalise(clean.values, False, s.median_points)
+    assert norm is not None and fit_families(clean.steps, norm) == []
+    ev = curve_evidence(clean.steps, norm, [], s)
+    assert ev is not None and all(math.isnan(v) for v in ev.family_left) and math.isnan(ev.best_rmse)
+    assert np.isfinite(feature_vector(ev)).all()
+    e = estimate(k, loss, k * 2.0, s)
+    assert e.plateaued and e.plateau_probability > 0.9
+    assert math.isnan(e.ensemble_remaining_steps)  # the families still have nothing to say
 
 
 def test_early_prefix_is_growing_and_a_long_flat_tail_is_plateaued() -> None:
