@@ -302,9 +302,9 @@ def evidence_weight(dist: RemainingDistribution) -> float:
 
     An 80 % interval spanning a factor r = (high + 1) / (low + 1) of steps weighs
     1 / (1 + log2(r)): a tight prediction (r ~ 1) counts fully, "somewhere between 1x and 4x"
-    counts 1/3, "between 1x and 1000x" about 1/11. Unknown (NaN) is no evidence: 0. Callers
-    (admission order, migrator) shrink their convergence preference towards neutral by it,
-    e.g. score = neutral + weight * (score - neutral)."""
+    counts 1/3, "between 1x and 1000x" about 1/11. Unknown (NaN) is no evidence: 0. The
+    admission order leans on a time to the plateau only at admission.min_evidence or more
+    (scoring.admission.predicted_end_s)."""
     lo, hi = dist.low, dist.high
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0 or hi < lo:
         return 0.0
