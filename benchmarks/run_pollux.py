@@ -1,9 +1,12 @@
 """The headline table: the Pollux artifact's workloads 1-8 at 1.0x and 2.0x load, every baseline
 and every flowsched variant (benchmarks/sim/variants.py), means over workloads (and seeds for
-the randomised policies), ratios to each baseline and to the artifact's published Pollux.
+the randomised policies), ratios to each baseline and to the artifact's published Pollux; then
+the same means on the workloads the defaults were tuned on (`--tuned`, 1-2) and on the others,
+unseen while tuning.
 
     .venv/bin/python -m benchmarks.run_pollux [--data benchmarks/data/pollux] [--seeds 1] \\
         [--loads 1.0,2.0] [--workloads 1-8] [--policies ...] [--procs 2] [--out DIR]
+    .venv/bin/python -m benchmarks.run_pollux --report DIR   # the tables again from DIR's runs.csv
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from benchmarks import data_paths
 from benchmarks.sim.engine import EngineSettings
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
-from benchmarks.sim.report import RunMetrics, aggregate, write_csv, write_summary_csv
+from benchmarks.sim.report import RunMetrics, aggregate, read_csv, write_csv, write_summary_csv
 from benchmarks.sim.variants import (
     BASELINES,
     DETERMINISTIC,
@@ -88,6 +91,47 @@ def format_headline(summary: dict[str, dict[str, float]], loops: dict[str, dict[
     return "\n".join(lines)
 
 
+def format_split(runs: list[RunMetrics], tuned: list[int]) -> str:
+    """avg JCT / p99 / makespan per policy on the tuned workloads and on the unseen ones."""
+    names = {f"workload-{w}" for w in tuned}
+    groups = [("tuned", [r for r in runs if r.workload in names]),
+              ("unseen", [r for r in runs if r.workload not in names])]
+    groups = [(g, rs) for g, rs in groups if rs]
+    if len(groups) < 2:
+        return ""
+    ids = {g: sorted({int(r.workload.rsplit("-", 1)[1]) for r in rs}) for g, rs in groups}
+    head = f"{'policy':<21}" + "".join(f"{g + ' ' + ','.join(map(str, ids[g])) + ': avg / p99 / makespan':>44}"
+                                       for g, _ in groups)
+    lines = [head]
+    sums = {g: aggregate(rs) for g, rs in groups}
+    for pol in sums[groups[0][0]]:
+        row = f"{pol:<21}"
+        for g, _ in groups:
+            x = sums[g].get(pol)
+            row += f"{x['avg_jct']:>24.0f} / {x['p99_jct']:>6.0f} / {x['makespan']:>6.0f}" if x else f"{'-':>44}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def report(folder: Path, tuned: list[int]) -> int:
+    """Print the tables of a finished run again from its runs.csv files (--out of that run)."""
+    found = sorted(folder.glob("mix-*/load-*/runs.csv"))
+    if not found:
+        print(f"no mix-*/load-*/runs.csv under {folder}", file=sys.stderr)
+        return 2
+    for path in found:
+        runs = read_csv(path)
+        mix, load = path.parent.parent.name.removeprefix("mix-"), path.parent.name.removeprefix("load-")
+        seeds = len({r.seed for r in runs})
+        print(f"\n== job mix {mix!r}: {MIX_TEXT.get(mix, mix)}\n== load {load}x: "
+              f"{len({r.workload for r in runs})} workloads, {seeds} seed(s) for the randomised policies "
+              f"(from {path})")
+        summary = aggregate(runs)
+        print(format_headline(summary, {}, PUBLISHED.get(load, {}).get("pollux", float("nan"))))
+        print(format_split(runs, tuned))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--data", default=str(data_paths.pollux_dir()),
@@ -101,7 +145,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a control-core setting, e.g. elastic.horizon_s=600 (printed with the table)")
     p.add_argument("--out", default="")
+    p.add_argument("--tuned", default="1-2", help="workloads the defaults were tuned on (reported apart)")
+    p.add_argument("--report", default="", metavar="DIR", help="print the tables of an earlier --out DIR; run nothing")
     a = p.parse_args(argv)
+    if a.report:
+        return report(Path(a.report), _wids(a.tuned))
     policies = [x.strip() for x in a.policies.split(",") if x.strip()]
     bad = [x for x in policies if not known(x)]
     if bad:
@@ -138,6 +186,9 @@ def main(argv: list[str]) -> int:
               f"{a.seeds} seed(s) for the randomised policies (fifo, tiresias: 1); restart penalty "
               f"{EngineSettings().restart_penalty:g} s; {time.perf_counter() - t0:.0f} s wall")
         print(format_headline(summary, loops, pollux))
+        split = format_split(runs, _wids(a.tuned))
+        if split:
+            print(split)
         print("queue: mean first start - arrival; restarts, resize, evict: per run; /x: avg JCT / x's avg JCT; "
               f"/Pollux: / published Pollux {pollux:.0f} s")
         tir = PUBLISHED[load]["tiresias"]

@@ -139,6 +139,16 @@ def write_csv(path: Path, runs: Sequence[RunMetrics]) -> None:
             w.writerow(asdict(r))
 
 
+def read_csv(path: Path) -> list[RunMetrics]:
+    """The runs write_csv wrote."""
+    kinds = {x.name: x.type for x in fields(RunMetrics)}
+    with path.open(newline="") as f:
+        return [RunMetrics(**{k: (str(v) if kinds[k] in ("str", str) else
+                                  int(float(v)) if kinds[k] in ("int", int) else float(v))
+                              for k, v in row.items()})  # type: ignore[arg-type]
+                for row in csv.DictReader(f)]
+
+
 def write_summary_csv(path: Path, summary: dict[str, dict[str, float]], reference: str = "flowsched") -> None:
     ref = summary.get(reference)
     with path.open("w", newline="") as f:
