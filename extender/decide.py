@@ -134,7 +134,7 @@ def _fragment_scores(terms: ScoreTerms, state: ClusterState, view: NodeView, dem
     mix = state.demand_mix()
     if mix.empty:
         return terms
-    arrays = view.arrays if rows is None else view.arrays.take(rows)
+    arrays = view.arrays if rows is None else view.take(rows)
     names: list[str] = []
     if state.shared:  # the names are needed only to find the nodes that share GPUs
         known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
@@ -342,7 +342,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     origin = _origin_mask(view, ask.origin(state, now))
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     scores[np.flatnonzero(known)[rows]] = _shared_scores(_fragment_scores(score_nodes(
-        view.arrays.take(rows), demand, placement, None if origin is None else origin[rows]),
+        view.take(rows), demand, placement, None if origin is None else origin[rows]),
         state, view, demand, placement, rows), shared, placement, rows).score
     keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
     return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
