@@ -50,7 +50,7 @@ class NodeView:
 
     def take(self, rows: IntArray) -> NodeArrays:
         """arrays.take(rows), gathered as one matrix (one fancy index instead of nine)."""
-        return _arrays(self.rows[rows])
+        return _arrays(self.rows.take(rows, axis=0))
 
 
 def _arrays(g: FloatArray) -> NodeArrays:
@@ -371,7 +371,10 @@ class ClusterState:
         with self._lock:
             # map() over dict.get runs in C: ~5x faster than a generator at 5,000 names.
             idx = np.fromiter(map(self._slot.get, names, repeat(-1)), dtype=np.int64, count=len(names))
-            g = self._cols[idx[idx >= 0]]  # the one gather; everything below is views of g
+            # The one gather (take: a fifth of the time of boolean-mask indexing); everything
+            # below is views of g.
+            known = idx >= 0
+            g = self._cols.take(idx if known.all() else idx[known], axis=0)
         # A row with no sample (NaN sampled_at) has NaN telemetry already (every writer keeps
         # the two together): only rows whose sample has aged need clearing.
         stale = now - g[:, _SAMPLED_AT] > stale_after_s
