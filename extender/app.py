@@ -301,8 +301,11 @@ def is_loopback(client: Any) -> bool:
 
 
 class ExtenderApp:
-    """ASGI entry: the three verbs are answered here, on the hot path, without FastAPI's
+    """ASGI entry: the verbs are answered here, on the hot path, without FastAPI's
     request/response machinery (~0.4 ms a call); everything else goes to the FastAPI app.
+    Under `flowsched serve` the verbs do not even take the ASGI route: the HTTP protocol calls
+    the direct_* methods below (extender.http_server.DirectApp), which answer with the same
+    guards, bytes and metrics; the ASGI route serves in-process clients (tests, benchmarks).
 
     Two guards sit in front of everything: at most max_in_flight requests at once (more get 503
     at once, so a flood of large bodies cannot take the memory), and the debug class of paths
