@@ -149,6 +149,10 @@ class DirectApp(Protocol):
     def direct_abort(self, path: str) -> None: ...
 
 
+_INTERNAL_ERROR: Reply = (500, b"Internal Server Error",
+                         [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
+
+
 def guarded_protocol(limits: ServerLimits, max_connections: int,
                      direct: DirectApp | None = None) -> type[HttpToolsProtocol]:
     """An httptools protocol class with the deadlines and the cap of `limits`; POSTs to
@@ -274,7 +278,12 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             path, chunks = self._direct, self._direct_body
             self._direct, self._direct_body = None, []
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            self._reply(direct.direct_answer(path, body))  # type: ignore[union-attr]
+            try:
+                reply = direct.direct_answer(path, body)  # type: ignore[union-attr]
+            except Exception:  # as uvicorn answers an ASGI app that raised
+                log.exception("answering %s failed", path)
+                reply = _INTERNAL_ERROR
+            self._reply(reply)
 
         def _reply(self, reply: Reply) -> None:
             """The response, in one send; then what uvicorn does after any response."""

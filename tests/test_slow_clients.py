@@ -411,3 +411,24 @@ def test_direct_verbs_keep_the_guards_in_flight_cap_method_close_and_disconnect(
         assert post(port, "/filter-ranked").status_code == 200
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
         assert 'flowsched_extender_requests_total{code="503",verb="any"} 1.0' in text
+
+
+def test_a_direct_verb_that_raises_gets_a_500_and_the_server_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    app = build_app(Settings(kube=False), small_cluster(), build_metrics())
+
+    def broken(path: str, body: bytes) -> tuple[int, bytes, object]:
+        app.in_flight -= 1
+        raise RuntimeError("boom")
+
+    direct_answer = app.direct_answer
+    app.direct_answer = broken  # type: ignore[method-assign,assignment]
+    with caplog.at_level(logging.ERROR, logger="flowsched.http"), serving(FAST, app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(5)
+            s.sendall(_request("/filter", FILTER))
+            head, body, _ = _read_response(s)
+            assert head.startswith(b"HTTP/1.1 500") and body == b"Internal Server Error"
+            assert b"connection: close" in head and closed_within(s, 5.0)
+        app.direct_answer = direct_answer  # type: ignore[method-assign]
+        assert post(port).status_code == 200 and app.in_flight == 0
+    assert "answering /filter failed" in caplog.text
