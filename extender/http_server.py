@@ -156,8 +156,9 @@ _INTERNAL_ERROR: Reply = (500, b"Internal Server Error",
 def guarded_protocol(limits: ServerLimits, max_connections: int,
                      direct: DirectApp | None = None) -> type[HttpToolsProtocol]:
     """An httptools protocol class with the deadlines and the cap of `limits`; POSTs to
-    direct.direct_paths are answered by `direct` without the ASGI machinery (about 0.1 ms of
-    CPU a call less: uvicorn's cycle, its task, the ASGI messages)."""
+    direct.direct_paths are answered by `direct` without the ASGI machinery (about 0.05 ms of
+    CPU a call less, an eighth of a filter-ranked call: uvicorn's cycle, its task, the ASGI
+    messages, the call_soon flush)."""
     events = _RateLimitedLog()
     header_s, body_s = limits.header_timeout_s, limits.body_timeout_s
     direct_paths = direct.direct_paths if direct is not None else frozenset()
