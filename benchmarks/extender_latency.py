@@ -2,8 +2,10 @@
 
     python -m benchmarks.extender_latency [--sizes 100,500,5000] [--requests 300] [--out DIR]
         [--verbs filter,prioritize,filter-ranked] [--client raw|stdlib] [--gc-freeze]
+        [--http flowsched|httptools|h11]
 
-Starts `python -m benchmarks.extender_latency serve` (the real service app under uvicorn, with
+Starts `python -m benchmarks.extender_latency serve` (the real service app under uvicorn with
+the service's own protocol unless --http says otherwise, with
 a snapshot of openb nodes replicated to the largest size and --pods pods), then times filter,
 prioritize and filter-ranked calls in names mode (nodeCacheCapable) and full-Node mode. Prints a table and
 writes latency.csv; also prints the server's resident memory (VmRSS) once populated.
@@ -57,6 +59,12 @@ def serve(ns: argparse.Namespace) -> int:
         gc.freeze()
     app = build_app(Settings(kube=False), state, build_metrics())
     print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
+    if ns.http == "flowsched":  # the protocol `flowsched serve` runs: the verbs answered directly
+        from extender.http_server import FlowschedServer, ServerLimits, server_config
+
+        FlowschedServer(server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(),
+                                      log_level="warning", loop=ns.loop)).run()
+        return 0
     uvicorn.run(app, host="127.0.0.1", port=ns.port, loop=ns.loop, http=ns.http, access_log=False,
                 log_level="warning")
     return 0
@@ -212,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--client", default="raw", choices=["raw", "stdlib"],
                    help="raw: minimal HTTP/1.1 over a socket; stdlib: http.client (about 0.1 ms more a request)")
     p.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
-    p.add_argument("--http", default="httptools", choices=["httptools", "h11"])
+    p.add_argument("--http", default="flowsched", choices=["flowsched", "httptools", "h11"],
+                   help="flowsched: the service's own protocol (extender/http_server.py); httptools, h11: "
+                        "plain uvicorn, every verb through ASGI")
     p.add_argument("--data", default=str(openb.DEFAULT_DIR))
     p.add_argument("--gc-freeze", action="store_true", help="freeze the populated heap (what serve does after a list)")
     p.add_argument("--out", default=os.environ.get("FLOWSCHED_BENCH_OUT", "results/extender"))

@@ -11,7 +11,7 @@ import asyncio
 import ipaddress
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -285,6 +285,8 @@ def build_app(
 
 
 _HEADERS = [(b"content-type", JSON.encode())]
+_BUSY_HEADERS = [*_HEADERS, (b"retry-after", b"1"), (b"connection", b"close")]
+Reply = tuple[int, bytes, Sequence[tuple[bytes, bytes]]]  # status, body, headers but content-length
 
 
 _PROBES = frozenset({"/healthz", "/readyz"})  # never refused for load: a refused probe restarts the pod
@@ -299,8 +301,11 @@ def is_loopback(client: Any) -> bool:
 
 
 class ExtenderApp:
-    """ASGI entry: the three verbs are answered here, on the hot path, without FastAPI's
+    """ASGI entry: the verbs are answered here, on the hot path, without FastAPI's
     request/response machinery (~0.4 ms a call); everything else goes to the FastAPI app.
+    Under `flowsched serve` the verbs do not even take the ASGI route: the HTTP protocol calls
+    the direct_* methods below (extender.http_server.DirectApp), which answer with the same
+    guards, bytes and metrics; the ASGI route serves in-process clients (tests, benchmarks).
 
     Two guards sit in front of everything: at most max_in_flight requests at once (more get 503
     at once, so a flood of large bodies cannot take the memory), and the debug class of paths
@@ -326,7 +331,7 @@ class ExtenderApp:
         if self.in_flight >= self.max_in_flight and path not in _PROBES:
             self.metrics.requests.labels("any", "503").inc()
             await self._send(send, 503, orjson.dumps({"error": "too many requests in flight; retry"}),
-                             [(b"retry-after", b"1"), (b"connection", b"close")])
+                             _BUSY_HEADERS[1:])
             return
         self.in_flight += 1
         try:
@@ -345,12 +350,50 @@ class ExtenderApp:
         try:
             raw = await receive_body(scope.get("headers", ()), receive, self.limit)
         except BodyTooLarge:
-            self.metrics.bad_requests.labels(verb[0], "too_large").inc()
-            self.metrics.requests.labels(verb[0], "413").inc()
-            await self._send(send, 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}))
+            await self._send(send, *self._too_large(verb)[:2])
             return
         status, body = self.answer(verb[0], raw, verb[1], verb[2])
         await self._send(send, status, body)
+
+    def _too_large(self, verb: Verb) -> Reply:
+        self.metrics.bad_requests.labels(verb[0], "too_large").inc()
+        self.metrics.requests.labels(verb[0], "413").inc()
+        return 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}), _HEADERS
+
+    # ---- the direct path (extender.http_server.DirectApp): the verbs answered from the HTTP
+    # protocol itself, without an ASGI cycle; the same guards, answers and metrics as above.
+    @property
+    def direct_paths(self) -> frozenset[str]:
+        return frozenset(self.verbs)
+
+    @property
+    def direct_max_body(self) -> int:
+        return self.limit
+
+    def direct_begin(self, path: str, headers: Sequence[tuple[bytes, bytes]]) -> Reply | None:
+        """A POST to a verb, its headers in: 503 past max_in_flight, 413 past the declared
+        length, else None (admitted: counted in flight until answered or aborted)."""
+        if self.in_flight >= self.max_in_flight:
+            self.metrics.requests.labels("any", "503").inc()
+            return 503, orjson.dumps({"error": "too many requests in flight; retry"}), _BUSY_HEADERS
+        for name, value in headers:
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                return self._too_large(self.verbs[path])
+        self.in_flight += 1
+        return None
+
+    def direct_answer(self, path: str, body: bytes) -> Reply:
+        self.in_flight -= 1
+        verb = self.verbs[path]
+        status, out = self.answer(verb[0], body, verb[1], verb[2])
+        return status, out, _HEADERS
+
+    def direct_too_large(self, path: str) -> Reply:
+        self.in_flight -= 1
+        return self._too_large(self.verbs[path])
+
+    def direct_abort(self, path: str) -> None:
+        self.in_flight -= 1
 
     @staticmethod
     async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:

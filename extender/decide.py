@@ -134,7 +134,7 @@ def _fragment_scores(terms: ScoreTerms, state: ClusterState, view: NodeView, dem
     mix = state.demand_mix()
     if mix.empty:
         return terms
-    arrays = view.arrays if rows is None else view.arrays.take(rows)
+    arrays = view.arrays if rows is None else view.take(rows)
     names: list[str] = []
     if state.shared:  # the names are needed only to find the nodes that share GPUs
         known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
@@ -253,9 +253,12 @@ class ScoreMemo:
         return scores  # type: ignore[return-value]  # None was ruled out just above
 
 
+_REJECTS = tuple(r for r in Reject if r != Reject.OK)
+
+
 def _rejected(reasons: IntArray) -> dict[Reject, int]:
     counts = np.bincount(reasons, minlength=len(Reject)).tolist()
-    return {r: counts[r] for r in Reject if r != Reject.OK and counts[r]}
+    return {r: counts[r] for r in _REJECTS if counts[r]}
 
 
 def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray, rejected: Mapping[Reject, int]
@@ -275,7 +278,11 @@ def _rejections(names: Sequence[str], reasons: IntArray, ok: BoolArray, rejected
 
 def _passed(names: Sequence[str], keep: BoolArray) -> list[str]:
     # Indexing the kept positions beats compress() over every name when few pass (ranked).
-    return list(map(names.__getitem__, np.flatnonzero(keep).tolist()))
+    return _passed_at(names, np.flatnonzero(keep))
+
+
+def _passed_at(names: Sequence[str], positions: IntArray) -> list[str]:
+    return list(map(names.__getitem__, positions.tolist()))
 
 
 def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float,
@@ -327,23 +334,30 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     cls = ask.workload
     placement = _placement(cls, policy)
     shared = _shared(state, view, cls, demand, placement)
-    known = view.idx >= 0
-    reasons = np.zeros(len(names), dtype=np.int64)
     known_reasons = _shared_verdict(filter_nodes(view.arrays, demand, placement), shared).reason
-    reasons[known] = known_reasons
+    unknown = len(names) - known_reasons.shape[0]
+    known = view.idx >= 0 if unknown else None
+    if known is None:
+        reasons = known_reasons  # every name known: row i is name i
+    else:
+        reasons = np.zeros(len(names), dtype=np.int64)
+        reasons[known] = known_reasons
     ok = reasons == Reject.OK
     rejected = _rejected(reasons)
-    unknown = int((~known).sum())
     if not ok.any():
         failed, unresolvable = _rejections(names, reasons, ok, rejected)
         return FilterAnswer([], failed, unresolvable, unknown, _texts(rejected))
     # Only the feasible rows are scored (at 5,000 names about 40 % of them: 10 % less time).
     rows = np.flatnonzero(known_reasons == Reject.OK)
     origin = _origin_mask(view, ask.origin(state, now))
-    scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
-    scores[np.flatnonzero(known)[rows]] = _shared_scores(_fragment_scores(score_nodes(
-        view.arrays.take(rows), demand, placement, None if origin is None else origin[rows]),
+    row_scores = _shared_scores(_fragment_scores(score_nodes(
+        view.take(rows), demand, placement, None if origin is None else origin[rows]),
         state, view, demand, placement, rows), shared, placement, rows).score
+    if known is None:  # the passing rows are the names' positions; the best of them stay
+        return FilterAnswer(_passed_at(names, rows[row_scores >= row_scores.max() - policy.rank_margin]),
+                            {}, {}, unknown, _texts(rejected))
+    scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
+    scores[np.flatnonzero(known)[rows]] = row_scores
     keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
     return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
 

@@ -21,12 +21,14 @@ import logging
 import resource
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+import httptools
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 log = logging.getLogger("flowsched.http")
 
@@ -93,6 +95,14 @@ class OneSendPerTurn:
         for c in chunks:
             self.write(c)
 
+    def write_now(self, data: bytes) -> None:
+        """data sent at once, after anything this turn wrote before it (one send when nothing did)."""
+        if self._buf:
+            self._buf.append(data)
+            self.flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
     def flush(self) -> None:
         if not self._buf:
             return
@@ -114,15 +124,54 @@ class OneSendPerTurn:
         return getattr(self._transport, name)
 
 
-def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToolsProtocol]:
-    """An httptools protocol class with the deadlines and the cap of `limits`."""
+Reply = tuple[int, bytes, Sequence[tuple[bytes, bytes]]]  # status, body, headers (not content-length)
+
+
+@runtime_checkable
+class DirectApp(Protocol):
+    """An app that answers some POST paths itself, synchronously, from the protocol (see
+    guarded_protocol): no ASGI request/response cycle, no task, no receive/send coroutines.
+
+    direct_begin is called when the headers are in: a reply ends the request there (the body,
+    if any, is read and dropped, as uvicorn does after an early response); None admits it, and
+    exactly one of direct_answer (the whole body in), direct_too_large (the body passed
+    direct_max_body) or direct_abort (the connection went) follows."""
+
+    direct_paths: frozenset[str]
+    direct_max_body: int
+
+    def direct_begin(self, path: str, headers: Sequence[tuple[bytes, bytes]]) -> Reply | None: ...
+
+    def direct_answer(self, path: str, body: bytes) -> Reply: ...
+
+    def direct_too_large(self, path: str) -> Reply: ...
+
+    def direct_abort(self, path: str) -> None: ...
+
+
+_INTERNAL_ERROR: Reply = (500, b"Internal Server Error",
+                         [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
+
+
+def guarded_protocol(limits: ServerLimits, max_connections: int,
+                     direct: DirectApp | None = None) -> type[HttpToolsProtocol]:
+    """An httptools protocol class with the deadlines and the cap of `limits`; POSTs to
+    direct.direct_paths are answered by `direct` without the ASGI machinery (about 0.05 ms of
+    CPU a call less, an eighth of a filter-ranked call: uvicorn's cycle, its task, the ASGI
+    messages, the call_soon flush)."""
     events = _RateLimitedLog()
     header_s, body_s = limits.header_timeout_s, limits.body_timeout_s
+    direct_paths = direct.direct_paths if direct is not None else frozenset()
 
     class GuardedProtocol(HttpToolsProtocol):
         counts = events.counts  # for tests and /debug/status
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            self._direct: str | None = None  # the direct path whose body is arriving
+            self._direct_body: list[bytes] = []
+            self._direct_size = 0
+            self._direct_drop = False  # answered early: the rest of this request's body is dropped
+            self._direct_last = False  # shutting down: close once the request being read is answered
             super().connection_made(OneSendPerTurn(transport, self.loop))  # type: ignore[arg-type]
             self._deadline: asyncio.TimerHandle | None = None
             self._since = time.monotonic()  # connection made, or its last response sent
@@ -168,13 +217,93 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
                 events.note(kind, "closed a connection past its %s (client %s)", kind, self.client)
                 self.transport.close()
 
+        def on_message_begin(self) -> None:
+            self._direct_drop = False
+            super().on_message_begin()
+
         def on_headers_complete(self) -> None:
+            if direct is not None and self._takes_direct():
+                path = self.scope["path"]
+                self.scope["method"] = "POST"
+                reply = direct.direct_begin(path, self.headers)
+                if reply is not None:
+                    self._direct_drop = True
+                    self._reply(reply)
+                else:
+                    self._direct, self._direct_body, self._direct_size = path, [], 0
+                    self._arm(body_s, "body_timeout")
+                return
             super().on_headers_complete()
             self._arm(body_s, "body_timeout")
 
+        def _takes_direct(self) -> bool:
+            """A POST to a direct path, with no earlier request still being answered (a
+            pipelined one waits its turn in uvicorn's queue) and nothing that needs the ASGI
+            cycle (Expect: 100-continue, an upgrade, a %-escaped path)."""
+            if self.parser.get_method() != b"POST" or self.expect_100_continue or self.parser.should_upgrade():
+                return False
+            if self.cycle is not None and not self.cycle.response_complete:
+                return False
+            raw = httptools.parse_url(self.url).path
+            if b"%" in raw:
+                return False
+            path = self.root_path + raw.decode("ascii")
+            if path not in direct_paths:
+                return False
+            self.scope["path"] = path
+            return True
+
+        def on_body(self, body: bytes) -> None:
+            if self._direct_drop:
+                return
+            if self._direct is None:
+                super().on_body(body)
+                return
+            self._direct_size += len(body)
+            if self._direct_size > direct.direct_max_body:  # type: ignore[union-attr]
+                path, self._direct, self._direct_body = self._direct, None, []
+                self._direct_drop = True
+                self._reply(direct.direct_too_large(path))  # type: ignore[union-attr]
+                return
+            self._direct_body.append(body)
+
         def on_message_complete(self) -> None:
-            super().on_message_complete()
+            if self._direct_drop:  # answered already: the deadline is the next request's
+                self._arm(header_s + limits.keep_alive_s, "header_timeout")
+                return
+            if self._direct is None:
+                super().on_message_complete()
+                self._disarm()
+                return
             self._disarm()
+            path, chunks = self._direct, self._direct_body
+            self._direct, self._direct_body = None, []
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            try:
+                reply = direct.direct_answer(path, body)  # type: ignore[union-attr]
+            except Exception:  # as uvicorn answers an ASGI app that raised
+                log.exception("answering %s failed", path)
+                reply = _INTERNAL_ERROR
+            self._reply(reply)
+
+        def _reply(self, reply: Reply) -> None:
+            """The response, in one send; then what uvicorn does after any response."""
+            status, body, headers = reply
+            keep_alive = (not self._direct_last and self.parser.get_http_version() != "1.0"
+                          and self.parser.should_keep_alive())
+            out = [STATUS_LINE[status]]
+            for name, value in (*self.server_state.default_headers, *headers):
+                if name == b"connection" and b"close" in value.lower():
+                    keep_alive = False
+                out += [name, b": ", value, b"\r\n"]
+            out += [b"content-length: ", str(len(body)).encode(), b"\r\n"]
+            if not keep_alive:
+                out.append(b"connection: close\r\n")
+            out += [b"\r\n", body]
+            self.transport.write_now(b"".join(out))  # type: ignore[attr-defined]
+            if not keep_alive:
+                self.transport.close()
+            self.on_response_complete()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -183,8 +312,17 @@ def guarded_protocol(limits: ServerLimits, max_connections: int) -> type[HttpToo
             if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
                 self._arm(header_s + limits.keep_alive_s, "header_timeout")
 
+        def shutdown(self) -> None:
+            if self._direct is not None:  # as uvicorn does for a request under way: answer, then close
+                self._direct_last = True
+                return
+            super().shutdown()
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._direct is not None:
+                path, self._direct, self._direct_body = self._direct, None, []
+                direct.direct_abort(path)  # type: ignore[union-attr]
             super().connection_lost(exc)
 
     return GuardedProtocol
@@ -206,8 +344,9 @@ def server_config(app: Any, *, host: str, port: int, limits: ServerLimits, log_l
     cap = effective_max_connections(limits.max_connections)
     if cap < limits.max_connections:
         log.info("max_connections %d lowered to %d to fit the open-file limit", limits.max_connections, cap)
+    direct = app if isinstance(app, DirectApp) else None
     return uvicorn.Config(
-        app, host=host, port=port, loop=loop, http=guarded_protocol(limits, cap),
+        app, host=host, port=port, loop=loop, http=guarded_protocol(limits, cap, direct),
         access_log=False, log_level=log_level, lifespan="on",
         timeout_keep_alive=limits.keep_alive_s, timeout_graceful_shutdown=limits.graceful_shutdown_s,
         proxy_headers=False,  # the peer address gates /debug/*; no header may claim another

@@ -41,8 +41,16 @@ class ObjectError(ValueError):
     """A Kubernetes object that does not have the shape the API guarantees."""
 
 
+_PARSED: dict[str, float] = {}  # quantity text -> value: pods repeat a handful of texts
+_PARSED_MAX = 4096
+
+
 def parse_quantity(value: object) -> float:
     """A resource.Quantity ('100m', '2Gi', '1e3', 4) as a float in base units."""
+    if type(value) is str:
+        q = _PARSED.get(value)
+        if q is not None:
+            return q
     if isinstance(value, bool):
         raise ObjectError(f"not a quantity: {value!r}")
     if isinstance(value, int | float):
@@ -56,6 +64,10 @@ def parse_quantity(value: object) -> float:
         raise ObjectError(f"not a quantity: {value!r}")
     if not math.isfinite(q):
         raise ObjectError(f"not a finite quantity: {value!r}")
+    if type(value) is str:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[value] = q
     return q
 
 
@@ -91,26 +103,32 @@ def _dict(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return v
 
 
-def _max(a: Resources, b: Resources) -> Resources:
-    return Resources(max(a.gpus, b.gpus), max(a.cpu_m, b.cpu_m), max(a.mem, b.mem))
+def _container_requests(c: Mapping[str, Any], gpu_resource: str) -> tuple[float, float, float]:
+    """A container's (gpus, millicores, bytes): its requests, else its limits."""
+    res = _dict(c, "resources")
+    limits, requests = _dict(res, "limits"), _dict(res, "requests")
+
+    def q(key: str) -> float:
+        return parse_quantity(requests[key] if key in requests else limits.get(key, 0))
+
+    return q(gpu_resource), q("cpu") * 1000.0, q("memory")
 
 
 def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Resources:
     """Effective requests as kube-scheduler computes them: max(sum of containers, each init
-    container) plus overhead. A container with a limit but no request requests the limit."""
-
-    def container_req(c: Mapping[str, Any]) -> Resources:
-        res = _dict(c, "resources")
-        limits, requests = dict(_dict(res, "limits")), dict(_dict(res, "requests"))
-        return resources_of({**limits, **requests}, gpu_resource)
-
-    total = Resources()
+    container) plus overhead. A container with a limit but no request requests the limit.
+    (Plain floats until the end: every pod of a watch and every verb call comes through here.)"""
+    gpus = cpu = mem = 0.0
     for c in spec.get("containers") or []:
-        total = total + container_req(c)
-    init_max = Resources()
+        g, cp, m = _container_requests(c, gpu_resource)
+        gpus, cpu, mem = gpus + g, cpu + cp, mem + m
+    init_gpus = init_cpu = init_mem = 0.0
     for c in spec.get("initContainers") or []:
-        init_max = _max(init_max, container_req(c))
-    return _max(total, init_max) + resources_of(_dict(spec, "overhead"), gpu_resource)
+        g, cp, m = _container_requests(c, gpu_resource)
+        init_gpus, init_cpu, init_mem = max(init_gpus, g), max(init_cpu, cp), max(init_mem, m)
+    over = resources_of(_dict(spec, "overhead"), gpu_resource)
+    return Resources(max(gpus, init_gpus) + over.gpus, max(cpu, init_cpu) + over.cpu_m,
+                     max(mem, init_mem) + over.mem)
 
 
 @dataclass(frozen=True)

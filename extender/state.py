@@ -21,7 +21,7 @@ from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo, Resources
 from extender.sharing import Mode, NodeSharing, node_sharing
 from scoring.convergence import Phase
 from scoring.fragmentation import DemandMix, DemandMixLearner
-from scoring.nodes import IntArray, NodeArrays
+from scoring.nodes import FloatArray, IntArray, NodeArrays
 from scoring.placement import PlacementSettings
 from scoring.world import is_completing
 
@@ -46,6 +46,28 @@ class NodeView:
     names: Sequence[str]
     idx: IntArray
     arrays: NodeArrays  # rows for the known nodes only, in the order of known
+    rows: FloatArray  # the same rows as one matrix (arrays holds copies of its columns)
+
+    def take(self, rows: IntArray) -> NodeArrays:
+        """arrays.take(rows), gathered as one matrix (one fancy index instead of nine)."""
+        return _arrays(self.rows.take(rows, axis=0))
+
+
+def _arrays(g: FloatArray) -> NodeArrays:
+    """The columns of g, each copied contiguous: the policies' elementwise passes over a few
+    hundred rows run ~10 % faster than on strided views of g's rows (the copies cost ~3 us)."""
+    cols = g[:, :_UTIL].T.copy()
+    return NodeArrays(
+        gpu_alloc=cols[_GPU_ALLOC],
+        gpu_used=cols[_GPU_USED],
+        cpu_alloc=cols[_CPU_ALLOC],
+        cpu_used=cols[_CPU_USED],
+        mem_alloc=cols[_MEM_ALLOC],
+        mem_used=cols[_MEM_USED],
+        gpu_util=np.ascontiguousarray(g[:, _UTIL:_FB]),
+        fb_free_mib=np.ascontiguousarray(g[:, _FB:]),
+        completing_gpus=cols[_COMPLETING],
+    )
 
 
 class ClusterState:
@@ -292,9 +314,10 @@ class ClusterState:
             f = np.asarray(fb_free_mib, dtype=np.float64)[:GPU_SLOTS]
             row = self._cols[i]
             row[_UTIL:] = np.nan
-            row[_UTIL:_UTIL + u.shape[0]] = u
-            row[_FB:_FB + f.shape[0]] = f
             row[_SAMPLED_AT] = sampled_at
+            if sampled_at == sampled_at:  # a sample with no time is no sample (view relies on it)
+                row[_UTIL:_UTIL + u.shape[0]] = u
+                row[_FB:_FB + f.shape[0]] = f
             return True
 
     def set_pod_gpu_util(self, util: Mapping[str, Sequence[float]], sampled_at: float) -> None:
@@ -351,23 +374,17 @@ class ClusterState:
         with self._lock:
             # map() over dict.get runs in C: ~5x faster than a generator at 5,000 names.
             idx = np.fromiter(map(self._slot.get, names, repeat(-1)), dtype=np.int64, count=len(names))
-            g = self._cols[idx[idx >= 0]]  # the one gather; everything below is views of g
-        stale = ~(now - g[:, _SAMPLED_AT] <= stale_after_s)  # NaN sampled_at is stale too
+            # The one gather (take: a fifth of the time of boolean-mask indexing).
+            known = idx >= 0
+            g = self._cols.take(idx if known.all() else idx[known], axis=0)
+        # A row with no sample (NaN sampled_at) has NaN telemetry already (every writer keeps
+        # the two together): only rows whose sample has aged need clearing.
+        stale = now - g[:, _SAMPLED_AT] > stale_after_s
         if stale.any():
             g[stale, _UTIL:] = np.nan
-        known = g[:, _CONV_KNOWN]
-        arrays = NodeArrays(
-            gpu_alloc=g[:, _GPU_ALLOC],
-            gpu_used=g[:, _GPU_USED],
-            cpu_alloc=g[:, _CPU_ALLOC],
-            cpu_used=g[:, _CPU_USED],
-            mem_alloc=g[:, _MEM_ALLOC],
-            mem_used=g[:, _MEM_USED],
-            gpu_util=g[:, _UTIL:_FB],
-            fb_free_mib=g[:, _FB:],
-            completing_gpus=np.where(known > 0, g[:, _COMPLETING], np.nan),
-        )
-        return NodeView(names=names, idx=idx, arrays=arrays)
+        g[:, _COMPLETING] = np.where(g[:, _CONV_KNOWN] > 0, g[:, _COMPLETING], np.nan)
+        arrays = _arrays(g)
+        return NodeView(names=names, idx=idx, arrays=arrays, rows=g)
 
     def count_telemetry_unknown(self, now: float, stale_after_s: float) -> int:
         """GPU nodes without a fresh sample, as the request path would see them right now."""

@@ -22,6 +22,21 @@ def test_bad_quantities_raise(bad: object) -> None:
         parse_quantity(bad)
 
 
+def test_remembered_quantities_stay_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender import k8s_objects
+
+    monkeypatch.setattr(k8s_objects, "_PARSED", {})
+    monkeypatch.setattr(k8s_objects, "_PARSED_MAX", 3)
+    for _ in range(2):  # the second round is answered from memory
+        assert [parse_quantity(t) for t in ("100m", "2Gi", " 3 ")] == [0.1, 2.0 * 2**30, 3.0]
+    with pytest.raises(ObjectError):  # a bad text is refused every time, never remembered
+        parse_quantity("1Zi")
+    with pytest.raises(ObjectError):
+        parse_quantity("1Zi")
+    parse_quantity("7")  # at the bound the memory starts over
+    assert k8s_objects._PARSED == {"7": 7.0}
+
+
 def test_pod_requests_follow_kube_scheduler_rules() -> None:
     p = pod("a", gpus=2, cpu="1500m")
     p["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "500m"}}})
@@ -31,6 +46,14 @@ def test_pod_requests_follow_kube_scheduler_rules() -> None:
     assert info.requests.gpus == 2  # limit-only GPU counts as request
     assert info.requests.cpu_m == pytest.approx(3000 + 100)  # init container dominates the 2000m sum
     assert info.requests.mem == pytest.approx(4 * 2**30)
+    # A request wins over its limit, even a zero one; a null request is not a quantity.
+    q = pod("b", gpus=0, cpu="2")
+    q["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "4", "memory": "8Gi"}
+    q["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "0", "memory": "1Gi"}
+    assert (parse_pod(q).requests.cpu_m, parse_pod(q).requests.mem) == (0.0, 2**30)
+    q["spec"]["containers"][0]["resources"]["requests"]["cpu"] = None
+    with pytest.raises(ObjectError):
+        parse_pod(q)
 
 
 def test_job_grouping_rules() -> None:

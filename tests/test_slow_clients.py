@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 
-from extender.app import build_app
+from extender.app import ExtenderApp, build_app
 from extender.http_server import FlowschedServer, ServerLimits, guarded_protocol, server_config
 from extender.k8s_objects import parse_node
 from extender.metrics import build_metrics
@@ -50,8 +50,9 @@ def small_cluster() -> ClusterState:
 
 
 @contextmanager
-def serving(limits: ServerLimits, **settings: object) -> Iterator[int]:
-    app = build_app(Settings(kube=False, **settings), small_cluster(), build_metrics())  # type: ignore[arg-type]
+def serving(limits: ServerLimits, app: ExtenderApp | None = None, **settings: object) -> Iterator[int]:
+    if app is None:
+        app = build_app(Settings(kube=False, **settings), small_cluster(), build_metrics())  # type: ignore[arg-type]
     port = free_port()
     server = FlowschedServer(server_config(app, host="127.0.0.1", port=port, limits=limits, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -289,3 +290,145 @@ def test_large_and_closing_responses_arrive_whole_through_the_one_send_transport
                 data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and orjson.loads(body)["NodeNames"] == ["n0", "n1"]
+
+
+# ---- the verbs' direct path (extender.http_server.DirectApp): answered from the protocol,
+# without an ASGI cycle; everything a client can see must be what the ASGI route answers ----
+
+def _asgi(app: ExtenderApp, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    import asyncio
+
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "client": ("127.0.0.1", 1),
+             "headers": [(b"content-length", str(len(body)).encode())]}
+    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    return int(sent[0]["status"]), bytes(sent[-1]["body"])  # type: ignore[call-overload]
+
+
+def _read_response(s: socket.socket, buf: bytes = b"") -> tuple[bytes, bytes, bytes]:
+    """One response off a socket: head, body, and whatever followed it."""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, buf
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(rest) < length:
+        chunk = s.recv(65536)
+        assert chunk
+        rest += chunk
+    return head, rest[:length], rest[length:]
+
+
+def _request(path: str, body: bytes, extra: bytes = b"") -> bytes:
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra
+            + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def test_direct_verbs_answer_byte_for_byte_what_the_asgi_route_answers() -> None:
+    app = build_app(Settings(kube=False), small_cluster(), build_metrics())
+    preempt = orjson.dumps({"Pod": pod("p"), "NodeNameToMetaVictims": {"n0": {"Pods": [{"UID": "u1"}],
+                                                                            "NumPDBViolations": 0}}})
+    cases = [("/filter", FILTER), ("/filter-ranked", FILTER), ("/prioritize", FILTER), ("/preempt", preempt),
+             ("/filter-ranked", b"{not json"), ("/filter", b'{"Pod": 3}'), ("/prioritize", b"[]")]
+    direct_answer, answered = app.direct_answer, []
+
+    def counted(path: str, body: bytes) -> tuple[int, bytes, object]:
+        answered.append(path)
+        return direct_answer(path, body)
+
+    app.direct_answer = counted  # type: ignore[method-assign,assignment]
+    statuses = []
+    with serving(FAST, app) as port, socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(5)
+        for path, body in cases:
+            want_status, want_body = _asgi(app, "POST", path, body)
+            s.sendall(_request(path, body))
+            head, got, rest = _read_response(s)
+            assert not rest and head.startswith(b"HTTP/1.1 %d " % want_status), (path, body, head)
+            assert b"content-type: application/json" in head and got == want_body, (path, body)
+            statuses.append(want_status)
+        assert app.in_flight == 0
+    assert answered == [p for p, _ in cases]  # every one of them went the direct way
+    assert statuses == [200, 200, 200, 200, 400, 400, 400]
+
+
+def test_pipelined_verbs_are_answered_in_order_on_one_connection() -> None:
+    ranked = orjson.dumps({"Pod": pod("q", gpus=8), "NodeNames": ["n0", "n1"]})  # fits nowhere: 0 passed
+    with serving(FAST) as port, socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(5)
+        s.sendall(_request("/filter", FILTER) + _request("/metrics", b"") .replace(b"POST", b"GET", 1)
+                  + _request("/filter-ranked", ranked) + _request("/prioritize", b"{"))
+        rest = b""
+        heads, bodies = [], []
+        for _ in range(4):
+            head, body, rest = _read_response(s, rest)
+            heads.append(head.split(b"\r\n")[0])
+            bodies.append(body)
+        assert heads == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
+        assert orjson.loads(bodies[0])["NodeNames"] == ["n0", "n1"]
+        assert b"flowsched_extender_requests_total" in bodies[1]
+        assert orjson.loads(bodies[2])["NodeNames"] == []
+        assert b"malformed JSON" in bodies[3]
+
+
+def test_direct_verbs_keep_the_guards_in_flight_cap_method_close_and_disconnect() -> None:
+    app = build_app(Settings(kube=False), small_cluster(), build_metrics())
+    with serving(FAST, app) as port:
+        app.in_flight = app.max_in_flight  # as if that many requests were under way
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(5)
+            s.sendall(_request("/filter-ranked", FILTER))
+            head, body, _ = _read_response(s)
+            assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head and b"connection: close" in head
+            assert closed_within(s, 5.0)
+        app.in_flight = 0
+        assert httpx.get(f"http://127.0.0.1:{port}/filter-ranked", timeout=10).status_code == 405
+        with socket.create_connection(("127.0.0.1", port)) as s:  # HTTP/1.0: answered, then closed
+            s.settimeout(5)
+            s.sendall(_request("/filter", FILTER).replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+            head, body, _ = _read_response(s)
+            assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head
+            assert orjson.loads(body)["NodeNames"] == ["n0", "n1"] and closed_within(s, 5.0)
+        with socket.create_connection(("127.0.0.1", port)) as s:  # a client gone mid-body
+            s.sendall(_request("/filter", FILTER)[:-5])
+            deadline = time.monotonic() + 5
+            while app.in_flight != 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        deadline = time.monotonic() + 5
+        while app.in_flight:
+            assert time.monotonic() < deadline, "the request of a closed connection stayed in flight"
+            time.sleep(0.01)
+        assert post(port, "/filter-ranked").status_code == 200
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        assert 'flowsched_extender_requests_total{code="503",verb="any"} 1.0' in text
+
+
+def test_a_direct_verb_that_raises_gets_a_500_and_the_server_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    app = build_app(Settings(kube=False), small_cluster(), build_metrics())
+
+    def broken(path: str, body: bytes) -> tuple[int, bytes, object]:
+        app.in_flight -= 1
+        raise RuntimeError("boom")
+
+    direct_answer = app.direct_answer
+    app.direct_answer = broken  # type: ignore[method-assign,assignment]
+    with caplog.at_level(logging.ERROR, logger="flowsched.http"), serving(FAST, app) as port:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(5)
+            s.sendall(_request("/filter", FILTER))
+            head, body, _ = _read_response(s)
+            assert head.startswith(b"HTTP/1.1 500") and body == b"Internal Server Error"
+            assert b"connection: close" in head and closed_within(s, 5.0)
+        app.direct_answer = direct_answer  # type: ignore[method-assign]
+        assert post(port).status_code == 200 and app.in_flight == 0
+    assert "answering /filter failed" in caplog.text
