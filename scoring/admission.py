@@ -143,10 +143,12 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
     open_ns = [j for j in gated if namespace_refusal(j.namespace, world.namespace_labels, settings.safety) is None]
     closed = [j for j in gated if j not in open_ns]
 
+    ends = {j.key: predicted_end_s(j, s) for j in open_ns}
+
     def key(j: JobState) -> tuple[int, int, int, float, str]:
         q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
         wait = j.wait_s if math.isfinite(j.wait_s) else 0.0
-        soon = predicted_end_s(j, s) <= s.finish_first_s  # NaN: False
+        soon = ends[j.key] <= s.finish_first_s  # NaN: False
         return (0 if starving(j, s.starvation_factor) else 1, q, 0 if soon else 1, -wait, j.key)
 
     admits: list[Admit] = []
@@ -173,9 +175,8 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
             room.take(j.gated_pods)
             budget.used_admits += 1
             why = "starving: ahead of every queue" if starve else f"queue {q}"
-            end = predicted_end_s(j, s)
-            if end <= s.finish_first_s:
-                why += f", predicted to end in {end:.0f}s"
+            if ends[j.key] <= s.finish_first_s:
+                why += f", predicted to end in {ends[j.key]:.0f}s"
             admits.append(Admit(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
                                 f"{why}, waited {j.wait_s:.0f}s, attained {_h(j.attained_gpu_s)} GPU-h; "
                                 f"all {len(j.gated_pods)} pod(s) ({sum(j.gated_pods):g} GPUs) fit now"))

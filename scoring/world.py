@@ -85,8 +85,7 @@ class JobState:
         if not math.isfinite(self.planned_steps) or self.estimate is None:
             return math.nan
         last = self.estimate.last_step
-        if not (math.isfinite(last) and last > 0
-                and math.isfinite(self.attained_gpu_s)):
+        if not (math.isfinite(last) and last > 0 and math.isfinite(self.attained_gpu_s)):
             return math.nan
         return max(0.0, self.attained_gpu_s) * max(0.0, self.planned_steps - last) / last
 
