@@ -304,6 +304,27 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight)
 
 
+def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> FloatArray:
+    """heSRPT's shares as DP weights. For m jobs numbered by work left, largest first (i = 1..m),
+    the mean-flow-time optimal share of job i under speed-up k^p is (i/m)^q - ((i-1)/m)^q with
+    q = 1/(1-p); maximising sum w_i k_i^p gives k_i proportional to w_i^q, so w_i = share_i^(1-p).
+    Scaled so the largest weight is 1. Unknown (NaN) work ranks as the smallest or the median."""
+    m = left.size
+    if m == 0:
+        return np.ones(0)
+    known = np.isfinite(left)
+    fill = -np.inf if unknown == "smallest" else (float(np.median(left[known])) if known.any() else 0.0)
+    key = np.where(known, left, fill)
+    order = np.argsort(-key, kind="stable")  # largest work first
+    rank = np.empty(m, dtype=np.float64)
+    rank[order] = np.arange(1, m + 1)
+    q = 1.0 / (1.0 - p)
+    share = (rank / m) ** q - ((rank - 1) / m) ** q
+    w = share ** (1.0 - p)
+    out: FloatArray = w / w.max()
+    return out
+
+
 def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool = False) -> ElasticLoopPlan:
     s = settings.elastic
     mine: list[JobState] = []
@@ -343,6 +364,9 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
             if node in world.node_names:
                 free[world.node_names.index(node)] += g
     options = [elastic_job(j, world, s, free, free_now) for j in mine]
+    if s.srpt_rank_p > 0:
+        w = rank_weights(np.array([j.remaining_gpu_s() for j in mine]), s.srpt_rank_p, s.srpt_rank_unknown)
+        options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
     refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped

@@ -131,6 +131,12 @@ class ElasticLoopSettings(LoopSettings):
     # Shortest remaining work first through the weights: x (1 + GPU-hours left)^-srpt_power, for jobs
     # that report a planned end (max_steps); JobState.remaining_gpu_s. Others keep their weight.
     srpt_power: float = 0.0
+    # heSRPT (Berg et al., 2020) through the weights: the jobs that report a planned end, ranked by
+    # work left, get the weights under which the DP gives a speed-up k^p the optimal mean-flow-time
+    # shares (by rank only, not size). Its value is that p, in (0, 1); 0 = off.
+    srpt_rank_p: float = 0.0
+    # A job with no known work left ranks as: "smallest" (new work goes first, as in LAS) or "median".
+    srpt_rank_unknown: str = "smallest"
     # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
     # into GPUs other jobs would first have to give up), "never".
     grow_waiting: str = "free"
@@ -150,6 +156,10 @@ class ElasticLoopSettings(LoopSettings):
         _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power", "srpt_power",
                       "grow_waiting_within", "growing_weight", "watching_weight", "completing_weight")
         _positive(self, "horizon_s", "batch_points")
+        if not 0.0 <= self.srpt_rank_p < 1.0:
+            raise ValueError(f"elastic.srpt_rank_p must be in [0, 1), not {self.srpt_rank_p}")
+        if self.srpt_rank_unknown not in ("smallest", "median"):
+            raise ValueError(f"elastic.srpt_rank_unknown must be smallest or median, not {self.srpt_rank_unknown!r}")
         if self.grow_waiting not in ("always", "free", "never"):
             raise ValueError(f"elastic.grow_waiting must be always, free or never, not {self.grow_waiting!r}")
 

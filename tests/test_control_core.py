@@ -168,6 +168,40 @@ def test_srpt_weight_favours_the_job_with_less_work_left_and_leaves_unknown_ones
     assert w["open/unknown"] == 1.0
 
 
+def test_rank_weights_give_the_dp_hesrpt_shares_by_rank_not_size() -> None:
+    from scoring.control import rank_weights
+    p = 0.5  # q = 2: heSRPT's shares are (2i - 1) / m^2, largest job i = 1
+    w = rank_weights(np.array([100.0, 1.0, 10.0, 20.0]), p)
+    q = 1.0 / (1.0 - p)
+    # maximising sum w_i k^p with sum k = 1 gives k_i proportional to w_i^q: heSRPT's shares
+    k = w ** q / (w ** q).sum()
+    assert k == pytest.approx(np.array([1.0, 7.0, 5.0, 3.0]) / 16.0)
+    assert w.max() == 1.0 and w[1] == 1.0  # the least work left weighs most
+    # only the order counts: the same ranks give the same weights whatever the sizes
+    assert rank_weights(np.array([1e6, 0.1, 2.0, 3.0]), p) == pytest.approx(w)
+    unknown = np.array([100.0, np.nan, 10.0])
+    assert rank_weights(unknown, p)[1] == 1.0  # "smallest": new work first
+    med = rank_weights(unknown, p, "median")
+    assert med[0] < med[1] < 1.0 or med[0] < med[2] < 1.0  # ranked beside the median, not first
+    assert rank_weights(np.zeros(0), p).size == 0
+
+
+def test_rank_weights_reach_the_optimizer_only_when_switched_on() -> None:
+    growing = est(Phase.GROWING, 1.0)
+    short = job("open/short", elastic=(1, 8), estimate=growing, planned_steps=550.0)
+    long = job("open/long", node="n1", elastic=(1, 8), estimate=growing, planned_steps=5000.0)
+
+    def weights(p: float) -> dict[str, float]:
+        s = replace(S, elastic=replace(S.elastic, srpt_rank_p=p))
+        return {o.key: o.weight for o in plan_elastic_for(world(short, long), s).options}
+
+    assert set(weights(0.0).values()) == {1.0}
+    w = weights(0.5)  # two jobs: shares 1/4 and 3/4, weights their square roots
+    assert w["open/short"] == 1.0 and w["open/long"] == pytest.approx(3.0 ** -0.5)
+    with pytest.raises(ValueError, match="srpt_rank_p"):
+        replace(S.elastic, srpt_rank_p=1.0)
+
+
 def test_the_migrator_reads_a_planned_end_as_the_time_left_and_nothing_else() -> None:
     from scoring.control import migration_arrays
     ending = job("open/ending", planned_steps=600.0)  # 100 steps at 2 steps/s: 50 s left
