@@ -22,6 +22,7 @@ import numpy as np
 
 from scoring.convergence import Phase
 from scoring.elastic import (
+    ElasticDecision,
     ElasticJob,
     ElasticPlan,
     ElasticSettings,
@@ -29,6 +30,7 @@ from scoring.elastic import (
     WeightSettings,
     convergence_weight,
     fit_step_time,
+    job_options,
     plan_elastic,
 )
 from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, place, plan_migrations
@@ -304,6 +306,51 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight)
 
 
+def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,
+                es: ElasticSettings) -> ElasticPlan:
+    """The DP counts GPUs, not where they are: a waiting job planned at a size whose pods fit no
+    node's free GPUs would wait with them idle (4-GPU pods and 1-3 GPUs free on each node). Each
+    waiting job planned to start gets the largest of its sizes up to the planned one whose pods
+    fit what is free once kube-scheduler's queue and the resized jobs' new pods are placed
+    (best-fit, as the extender packs), the jobs with the largest objective terms first; a job
+    that fits at no size keeps its plan and waits."""
+    names = world.node_names
+    col = {n: k for k, n in enumerate(names)}
+    mine_keys = {j.key for j in mine}
+    avail = np.maximum(world.free_gpus(), 0.0)
+    queued = [p.gpus for p in world.pending if p.job not in mine_keys]
+    if queued:
+        _, avail = place(avail, np.array(queued), np.full(len(queued), -1, dtype=np.int64))
+    resized = [(j, d) for j, d in zip(mine, plan.decisions, strict=True)
+               if j.held_gpus > 0 and d.gpus > 0 and d.gpus != j.live_gpus]
+    for j, _ in resized:  # replaced at the new size: the GPUs it holds come back first
+        for node, g in j.gpus_on.items():
+            if node in col:
+                avail[col[node]] += g
+    for j, d in resized:
+        pods = pods_for(j, d.gpus)
+        _, avail = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
+    out = list(plan.decisions)
+    waiting = [i for i, (j, d) in enumerate(zip(mine, plan.decisions, strict=True)) if j.held_gpus <= 0 and d.gpus > 0]
+    for i in sorted(waiting, key=lambda i: -out[i].value):
+        job, d = mine[i], out[i]
+        o = job_options(options[i], es)
+        for k in range(o.gpus.size - 1, -1, -1):
+            size = int(o.gpus[k])
+            if size <= 0 or size > d.gpus:
+                continue
+            pods = pods_for(job, size)
+            where, left = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
+            if (where >= 0).all():
+                avail = left
+                if size != d.gpus:
+                    out[i] = ElasticDecision(d.key, size, int(o.batch[k]), float(o.value[k]), d.current_gpus,
+                                             d.current_batch)
+                break
+    total = float(sum(d.value for d in out))
+    return replace(plan, decisions=tuple(out), total_value=total, gpus_used=sum(d.gpus for d in out))
+
+
 def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> FloatArray:
     """heSRPT's shares as DP weights. For m jobs numbered by work left, largest first (i = 1..m),
     the mean-flow-time optimal share of job i under speed-up k^p is (i/m)^q - ((i-1)/m)^q with
@@ -370,7 +417,10 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
     refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
-    plan = plan_elastic(options, max(capacity, floor), ElasticSettings(s.restart_s, s.horizon_s, s.min_gain))
+    es = ElasticSettings(s.restart_s, s.horizon_s, s.min_gain)
+    plan = plan_elastic(options, max(capacity, floor), es)
+    if plan.feasible and s.fit_waiting:
+        plan = fit_waiting(plan, mine, options, world, es)
     actions: list[Scale] = []
     if plan.feasible:
         for job, d in zip(mine, plan.decisions, strict=True):

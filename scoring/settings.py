@@ -141,6 +141,9 @@ class ElasticLoopSettings(LoopSettings):
     # into GPUs other jobs would first have to give up), "never".
     grow_waiting: str = "free"
     grow_waiting_within: float = 1.0  # with "free": up to this multiple of its ask as with "always"
+    # A waiting job is planned at the largest size up to the DP's whose pods fit the free GPUs node
+    # by node (control.fit_waiting); off: the DP's size, which may wait with GPUs idle.
+    fit_waiting: bool = True
     adapt_batch: bool = True  # choose the batch size too when the job reports its gradient noise
     batch_points: int = 8  # candidate batch sizes, geometric over the job's batch range
     patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)

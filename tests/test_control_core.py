@@ -202,6 +202,28 @@ def test_rank_weights_reach_the_optimizer_only_when_switched_on() -> None:
         replace(S.elastic, srpt_rank_p=1.0)
 
 
+def test_a_waiting_job_is_planned_at_a_size_whose_pods_fit_node_by_node() -> None:
+    # n0: an elastic job at its top holds 2 of 4; n1: a fixed job holds 2 of 4. 4 GPUs are free,
+    # 2 per node: the DP (it counts GPUs) plans the waiting job at 4, one 4-GPU pod that fits no node.
+    held = job("open/held", elastic=(1, 2), estimate=est(Phase.GROWING, 1.0))
+    fixed = job("open/fixed", node="n1")
+    waiting = job("open/wait", gpus_on={}, live_gpus=4, elastic=(1, 4), running=False, settling=False,
+                  runtime_s=math.nan, attained_gpu_s=0.0, estimate=None, pod_chunk=4, gated_pods=(4.0,),
+                  wait_s=600.0)
+
+    def planned(fit: bool) -> int:
+        s = replace(S, elastic=replace(S.elastic, fit_waiting=fit))
+        plan = plan_elastic_for(world(held, fixed, waiting), s)
+        assert plan.plan is not None
+        return {d.key: d.gpus for d in plan.plan.decisions}["open/wait"]
+
+    assert planned(False) == 4  # what the counting DP says: it would wait with 4 GPUs idle
+    assert planned(True) == 2  # the largest size whose pods fit: 2 GPUs on one node
+    s = replace(S, elastic=replace(S.elastic, fit_waiting=True))
+    [scale] = [a for a in plan_elastic_for(world(held, fixed, waiting), s).actions if a.job == "open/wait"]
+    assert (scale.gpus, scale.from_gpus) == (2, 4)  # its pods are replaced by ones that fit
+
+
 def test_the_migrator_reads_a_planned_end_as_the_time_left_and_nothing_else() -> None:
     from scoring.control import migration_arrays
     ending = job("open/ending", planned_steps=600.0)  # 100 steps at 2 steps/s: 50 s left
