@@ -433,12 +433,14 @@ def main(argv: list[str] | None = None) -> int:
         counts[name] = len(samples.evidence)
         models[name] = fit_model(samples)
         print(f"{name}: {len(samples.evidence)} prefixes, {sum(1 for v in samples.past if v == 0)} before the "
-              f"plateau; spread {models[name].spread}, plateau threshold {models[name].plateau_threshold} "
+              f"plateau, {sum(1 for v in samples.w if v > 0)} of them {DONE_WINDOW[0]:.0%} .. {DONE_WINDOW[1]:.0%} of "
+              f"the way; spread {models[name].spread}, plateau threshold {models[name].plateau_threshold} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     note = (f"Fit on the even-numbered OpenML tasks of lcbench/curves.csv (val_cross_entropy and val_accuracy;\n"
             f"{counts['OPEN_END']} prefixes), ConvergenceSettings() defaults; {TREES} boosted trees of depth {DEPTH}\n"
-            f"per quantile {QUANTILES}, {PLATEAU_TREES} of depth {PLATEAU_DEPTH} for the plateau probability; spread\n"
-            f"and threshold calibrated out of fold.\n"
+            f"per quantile {QUANTILES} (on the prefixes {DONE_WINDOW[0]:.0%} .. {DONE_WINDOW[1]:.0%} of the way to\n"
+            f"the plateau, each curve weighing 1, spread by the time each prefix stands), {PLATEAU_TREES} of depth\n"
+            f"{PLATEAU_DEPTH} for the plateau probability; spread and threshold calibrated out of fold.\n"
             f"Regenerate: python -m benchmarks.fit_remaining"
             + (f" --limit {args.limit}" if args.limit else ""))
     args.out.write_text(render(models, note))

@@ -2,8 +2,9 @@
 
 Fit on the even-numbered OpenML tasks of lcbench/curves.csv (val_cross_entropy and val_accuracy;
 48960 prefixes), ConvergenceSettings() defaults; 60 boosted trees of depth 3
-per quantile (0.1, 0.5, 0.9), 120 of depth 4 for the plateau probability; spread
-and threshold calibrated out of fold.
+per quantile (0.1, 0.5, 0.9) (on the prefixes 10% .. 90% of the way to
+the plateau, each curve weighing 1, spread by the time each prefix stands), 120 of depth
+4 for the plateau probability; spread and threshold calibrated out of fold.
 Regenerate: python -m benchmarks.fit_remaining
 """
 
