@@ -153,8 +153,8 @@ def collect(curves: Iterator[Curve], settings: ConvergenceSettings) -> dict[bool
 # The quantile trees learn from the prefixes 10 .. 90 % of the way (in time) to the plateau only, each
 # curve's weighing 1 in all. Out of fold on the even tasks (two halves by task id, median error of the
 # seconds left at 25 / 50 / 75 % of the way) this moved cross-entropy from 34.0 / 35.2 / 37.8 % to
-# 34.3 / 30.2 / 33.5 % and accuracy from 39.4 / 40.9 / 37.8 % to 39.2 / 35.5 / 31.0 % (three seeds:
-# within 1.5 points of that): the last prefixes before the plateau, with a step or two left and the
+# 34.3 / 30.2 / 33.5 % and accuracy from 39.4 / 40.9 / 37.8 % to 39.2 / 35.5 / 31.0 % (two more seeds:
+# within 2.1 points of that): the last prefixes before the plateau, with a step or two left and the
 # largest log ratios of error, pulled the median towards "little left" for every curve that looks
 # converged, and whether a job is there already is the plateau classifier's question, not the median's.
 # [0.05, 0.95] kept most of the error (35.4 / 33.5 / 34.7 %), [0.2, 0.8] traded 75 % for 50 %
