@@ -79,9 +79,10 @@ class ConvergenceSettings:
     # if the job has not plateaued yet (whether it has is plateau_probability / plateaued); "auto" =
     # learned when the job gives a planned end (max_steps), else ensemble. Why auto: on held-out
     # curves (odd LCBench tasks, Pollux; docs/progress-api.md) the learned median beats the
-    # families' mean on every set and fraction done when told the planned end, but without one it
-    # is worse on Pollux's curves at 75 % done. The interval and plateau probability are the learned
-    # model's in every case.
+    # families' mean on every set and fraction done when told the planned end; without one it was
+    # worse on Pollux's curves at 75 % done when auto was chosen, and now beats it there too, but the
+    # open-ended default stays until the control loops' figures (which read remaining_steps) are
+    # re-measured with it. The interval and plateau probability are the learned model's in every case.
     remaining_model: str = "auto"
 
     def __post_init__(self) -> None:

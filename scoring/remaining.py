@@ -15,7 +15,8 @@ job gives one) become a feature vector, all scale-free (steps in units of the ob
 values in units of the observed range; the families' answers unknown when none fits, as for a loss
 rising again after its best). Small boosted regression trees (depth 3, evaluated here with a few numpy
 operations per tree level for every ensemble at once) give the 10th, 50th and 90th percentiles
-of log((left + unit) / (span + unit)) for a curve that has not plateaued yet, and boosted
+of log((left + unit) / (span + unit)) for a curve that has not plateaued yet (learnt from the
+prefixes 10 .. 90 % of the way to the plateau: benchmarks/fit_remaining.DONE_WINDOW), and boosted
 classification trees (depth 4) the probability p that it has.
 
 The answer has two parts, as the evaluation asks two questions: whether the job is at its
