@@ -128,19 +128,31 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     time.sleep(0.5)  # the watch is established before the scheduler binds anything
     before = flowsched.http.get("/metrics").text if with_extender else ""
     cpu_before = _cpu_s(flowsched)
+    threads_before = _thread_cpu_s(flowsched)
     # The admin identity: the benchmark measures scheduling, not the RBAC the e2e tests check.
     cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], variant))
+    sampler = CpuSampler({"kube-scheduler": cp.scheduler.pid if cp.scheduler else None,
+                          "apiserver": cp.apiserver.pid if cp.apiserver else None,
+                          "etcd": cp.etcd.pid if cp.etcd else None,
+                          "flowsched": flowsched.proc.pid if flowsched.proc else None,
+                          "bench": os.getpid()})
+    sampler.start()
     # Done when every pod is bound, or (if some cannot be) when bindings stop for 10 s.
     while not done.wait(1.0):
         last = max(bound.values(), default=time.perf_counter())
         if time.perf_counter() - last > 10.0:
             break
     done.set()
+    sampler.stop()
     cp.stop_scheduler()
     times = sorted(bound.values())
+    cpu_span = sampler.per_pod_ms(times[0], times[-1], len(times) - 1) if len(times) > 1 else {}
     span = times[-1] - times[0] if len(times) > 1 else float("nan")
     after = flowsched.http.get("/metrics").text if with_extender else ""
     cpu_per_pod_ms = 1000 * (_cpu_s(flowsched) - cpu_before) / max(1, len(bound))
+    threads_after = _thread_cpu_s(flowsched)
+    by_thread = {k: round(1000 * (threads_after.get(k, 0.0) - threads_before.get(k, 0.0)) / max(1, len(bound)), 3)
+                 for k in sorted(set(threads_after) | set(threads_before))}
     calls = _sum(after, "flowsched_extender_requests_total{") - _sum(before, "flowsched_extender_requests_total{")
     handled = _sum(after, "flowsched_extender_seconds_count{") - _sum(before, "flowsched_extender_seconds_count{")
     seconds = _sum(after, "flowsched_extender_seconds_sum{") - _sum(before, "flowsched_extender_seconds_sum{")
@@ -154,7 +166,9 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     return {"variant": variant, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
             "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
             "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb,
-            "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3)}
+            "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3),
+            "cpu_ms_per_pod_by_thread": " ".join(f"{k}={v}" for k, v in by_thread.items() if v),
+            "cpu_ms_per_pod_between_bindings": " ".join(f"{k}={v}" for k, v in cpu_span.items())}
 
 
 def _cpu_s(flowsched: FlowschedService) -> float:
@@ -164,6 +178,73 @@ def _cpu_s(flowsched: FlowschedService) -> float:
         return 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """CPU seconds of named processes and of the whole machine (busy and idle, all cores),
+    sampled every 50 ms, so that the CPU spent between the first and the last binding can be
+    told apart from start-up and tear-down."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {k: v for k, v in pids.items() if v is not None}
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            try:
+                f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[name] = (int(f[11]) + int(f[12])) / tick
+            except OSError:
+                out[name] = float("nan")
+        cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        out["machine_idle"] = (cpu[3] + cpu[4]) / tick  # idle + iowait, all cores
+        out["machine_busy"] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), self._read()))
+            self._stop.wait(0.05)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def per_pod_ms(self, t0: float, t1: float, pods: int) -> dict[str, float]:
+        """CPU ms a pod of each process (and of the machine) between times t0 and t1."""
+        def at(t: float) -> dict[str, float]:
+            best = min(self.samples, key=lambda s: abs(s[0] - t))
+            return best[1]
+        a, b = at(t0), at(t1)
+        return {k: round(1000 * (b[k] - a[k]) / max(1, pods), 3) for k in a}
+
+
+def _thread_cpu_s(flowsched: FlowschedService) -> dict[str, float]:
+    """CPU seconds of the flowsched process so far per thread: "loop" (the main thread, which
+    answers the verbs), the threads by their OS names (the watches name theirs), the rest as
+    "other"; each also as NAME.sys, its time in the kernel."""
+    pid = flowsched.proc.pid if flowsched.proc is not None else None
+    out: dict[str, float] = {}
+    if pid is None:
+        return out
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            comm = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended
+            continue
+        name = "loop" if task.name == str(pid) else comm if comm.startswith("watch-") else "other"
+        tick = os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[name + ".sys"] = out.get(name + ".sys", 0.0) + int(fields[12]) / tick
+    return out
 
 
 def _sum(metrics_text: str, prefix: str) -> float:
@@ -212,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"(extender calls {row['extender_calls']}, flowsched's own handling "
                           f"{row['server_ms_per_call']} ms/call: filter {row['filter_ms']}, "
                           f"prioritize {row['prioritize_ms']}; its process used {row['flowsched_cpu_ms_per_pod']} "
-                          "ms CPU per pod)", flush=True)
+                          f"ms CPU per pod: {row['cpu_ms_per_pod_by_thread']}; between the first and "
+                          f"last binding, CPU ms per pod: {row['cpu_ms_per_pod_between_bindings']})", flush=True)
         finally:
             if flowsched is not None:
                 flowsched.close()

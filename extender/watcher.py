@@ -9,6 +9,7 @@ exponential backoff. One daemon thread per kind; the request path never waits on
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import logging
 import os
@@ -26,6 +27,13 @@ from extender.metrics import Metrics
 from extender.state import ClusterState
 
 log = logging.getLogger("flowsched.watch")
+
+
+def name_os_thread(name: str) -> None:
+    """The calling thread's name as the OS shows it (top -H, /proc/PID/task/*/comm; 15 bytes
+    at most), so a thread's CPU can be told apart from outside the process. Linux only."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 class WatchExpired(Exception):
@@ -159,6 +167,7 @@ class Watcher:
         return rv
 
     def run(self) -> None:
+        name_os_thread(f"watch-{self.kind}")
         backoff = 0.5
         rv: str | None = None
         next_resync = 0.0
