@@ -47,6 +47,7 @@ class NodeView:
     idx: IntArray
     arrays: NodeArrays  # rows for the known nodes only, in the order of known
     rows: FloatArray  # the same rows as one matrix (arrays holds copies of its columns)
+    telemetry: bool = True  # False: no row has a fresh sample (gpu_util, fb_free_mib all NaN)
 
     def take(self, rows: IntArray) -> NodeArrays:
         """arrays.take(rows), gathered as one matrix (one fancy index instead of nine)."""
@@ -379,12 +380,15 @@ class ClusterState:
             g = self._cols.take(idx if known.all() else idx[known], axis=0)
         # A row with no sample (NaN sampled_at) has NaN telemetry already (every writer keeps
         # the two together): only rows whose sample has aged need clearing.
-        stale = now - g[:, _SAMPLED_AT] > stale_after_s
-        if stale.any():
+        fresh = int(np.count_nonzero(now - g[:, _SAMPLED_AT] <= stale_after_s))
+        if fresh == 0:  # no fresh sample: every row's telemetry reads unknown
+            g[:, _UTIL:] = np.nan
+        elif fresh < g.shape[0]:
+            stale = now - g[:, _SAMPLED_AT] > stale_after_s
             g[stale, _UTIL:] = np.nan
         g[:, _COMPLETING] = np.where(g[:, _CONV_KNOWN] > 0, g[:, _COMPLETING], np.nan)
         arrays = _arrays(g)
-        return NodeView(names=names, idx=idx, arrays=arrays, rows=g)
+        return NodeView(names=names, idx=idx, arrays=arrays, rows=g, telemetry=fresh > 0)
 
     def count_telemetry_unknown(self, now: float, stale_after_s: float) -> int:
         """GPU nodes without a fresh sample, as the request path would see them right now."""

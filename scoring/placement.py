@@ -112,13 +112,19 @@ def _gpus_wanted(demand: PodDemand) -> int:
     return int(np.ceil(demand.gpus)) if demand.gpus > 0 else 0
 
 
-def filter_nodes(nodes: NodeArrays, demand: PodDemand, settings: PlacementSettings) -> FilterVerdict:
+def filter_nodes(nodes: NodeArrays, demand: PodDemand, settings: PlacementSettings,
+                 telemetry: bool = True) -> FilterVerdict:
+    """telemetry=False: the caller knows gpu_util and fb_free_mib hold no finite value (no node
+    has a fresh sample), so the saturation and memory checks cannot reject any node and are
+    skipped (the same verdict, a dozen numpy calls fewer)."""
     n = nodes.count
     reason = np.zeros(n, dtype=np.int64)
     if demand.gpus <= 0:
         return FilterVerdict(reason)
     free = nodes.gpu_alloc - nodes.gpu_used
     reason[free + 1e-9 < demand.gpus] = Reject.INSUFFICIENT_GPU
+    if not telemetry:
+        return FilterVerdict(reason)
 
     k = _gpus_wanted(demand)
     util = nodes.gpu_util
@@ -145,8 +151,10 @@ def score_nodes(
     demand: PodDemand,
     settings: PlacementSettings,
     origin: BoolArray | None = None,
+    telemetry: bool = True,
 ) -> ScoreTerms:
-    """Score each node 0..10. origin marks nodes the pod's job was migrated away from."""
+    """Score each node 0..10. origin marks nodes the pod's job was migrated away from.
+    telemetry=False: gpu_util holds no finite value (see filter_nodes); same scores."""
     n = nodes.count
     neutral = settings.neutral
     k = _gpus_wanted(demand)
@@ -163,9 +171,12 @@ def score_nodes(
 
     # Utilisation: mean of the k least busy GPUs (the ones the pod will likely get).
     if k > 0:
-        least_busy = _lowest_k(nodes.gpu_util, k)
-        known = np.isfinite(least_busy)
-        filled = np.where(known, least_busy, 100.0 * (1.0 - neutral))
+        if telemetry:
+            least_busy = _lowest_k(nodes.gpu_util, k)
+            filled = np.where(np.isfinite(least_busy), least_busy, 100.0 * (1.0 - neutral))
+        else:  # every value unknown: the same (n, k) matrix of the neutral fill, built at once
+            width = min(k, nodes.gpu_util.shape[1])
+            filled = np.full((n, width), 100.0 * (1.0 - neutral))
         util = np.clip(1.0 - filled.mean(axis=1) / 100.0, 0.0, 1.0) if filled.shape[1] else np.full(n, neutral)
     else:
         util = np.full(n, neutral)
