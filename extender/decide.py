@@ -342,10 +342,10 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     else:
         reasons = np.zeros(len(names), dtype=np.int64)
         reasons[known] = known_reasons
-    ok = reasons == Reject.OK
-    rejected = _rejected(reasons)
-    if not ok.any():
-        failed, unresolvable = _rejections(names, reasons, ok, rejected)
+    counts = np.bincount(reasons, minlength=len(Reject)).tolist()
+    rejected: dict[Reject, int] = {r: counts[r] for r in _REJECTS if counts[r]}
+    if not counts[Reject.OK]:  # no node passes (unknown nodes pass: none is unknown here)
+        failed, unresolvable = _rejections(names, reasons, reasons == Reject.OK, rejected)
         return FilterAnswer([], failed, unresolvable, unknown, _texts(rejected))
     # Only the feasible rows are scored (at 5,000 names about 40 % of them: 10 % less time).
     rows = np.flatnonzero(known_reasons == Reject.OK)
@@ -356,6 +356,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     if known is None:  # the passing rows are the names' positions; the best of them stay
         return FilterAnswer(_passed_at(names, rows[row_scores >= row_scores.max() - policy.rank_margin]),
                             {}, {}, unknown, _texts(rejected))
+    ok = reasons == Reject.OK
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     scores[np.flatnonzero(known)[rows]] = row_scores
     keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
