@@ -329,6 +329,7 @@ class ExtenderApp:
         self.fastapi, self.verbs, self.answer, self.limit, self.metrics = fastapi, verbs, answer, limit, metrics
         self.max_in_flight, self.debug_open = max_in_flight, debug_access == "open"
         self.in_flight = 0
+        self.verbs_in_flight = 0  # of which verbs (the watches defer their events meanwhile)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -359,18 +360,26 @@ class ExtenderApp:
         if scope["method"] != "POST":
             await self._send(send, 405, orjson.dumps({"error": "use POST"}))
             return
+        self.verbs_in_flight += 1
         try:
-            raw = await receive_body(scope.get("headers", ()), receive, self.limit)
-        except BodyTooLarge:
-            await self._send(send, *self._too_large(verb)[:2])
-            return
-        status, body = self.answer(verb[0], raw, verb[1], verb[2])
+            try:
+                raw = await receive_body(scope.get("headers", ()), receive, self.limit)
+            except BodyTooLarge:
+                await self._send(send, *self._too_large(verb)[:2])
+                return
+            status, body = self.answer(verb[0], raw, verb[1], verb[2])
+        finally:
+            self.verbs_in_flight -= 1
         await self._send(send, status, body)
 
     def _too_large(self, verb: Verb) -> Reply:
         self.metrics.bad_requests.labels(verb[0], "too_large").inc()
         self.metrics.requests.labels(verb[0], "413").inc()
         return 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}), _HEADERS
+
+    def answering(self) -> bool:
+        """Whether a verb is being answered right now (the watches hold their events meanwhile)."""
+        return self.verbs_in_flight > 0
 
     # ---- the direct path (extender.http_server.DirectApp): the verbs answered from the HTTP
     # protocol itself, without an ASGI cycle; the same guards, answers and metrics as above.
@@ -392,20 +401,26 @@ class ExtenderApp:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 return self._too_large(self.verbs[path])
         self.in_flight += 1
+        self.verbs_in_flight += 1
         return None
 
     def direct_answer(self, path: str, body: bytes) -> Reply:
-        self.in_flight -= 1
         verb = self.verbs[path]
-        status, out = self.answer(verb[0], body, verb[1], verb[2])
+        try:
+            status, out = self.answer(verb[0], body, verb[1], verb[2])
+        finally:
+            self.in_flight -= 1
+            self.verbs_in_flight -= 1
         return status, out, _HEADERS
 
     def direct_too_large(self, path: str) -> Reply:
         self.in_flight -= 1
+        self.verbs_in_flight -= 1
         return self._too_large(self.verbs[path])
 
     def direct_abort(self, path: str) -> None:
         self.in_flight -= 1
+        self.verbs_in_flight -= 1
 
     @staticmethod
     async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
