@@ -15,7 +15,9 @@ alternate for --rounds rounds so drift on a shared machine hits both.
 Variants: `without` (no extender), `deploy` (deploy/scheduler-config.yaml as it is),
 `prioritize` (filter + prioritize, weight 5: two calls per pod) and `filter-ranked` (the
 filter-only mode of docs/hot-path.md: one call per pod, no prioritizeVerb). Every with-variant
-is reported as a ratio to `without`.
+is reported as a ratio to `without`. `base` is `deploy` served by the flowsched code of another
+checkout (`--base-tree`, e.g. a worktree of main), so that two versions are compared in the same
+run, round by round (both services run, and watch, throughout).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from tests.cluster.manifests import scheduler_config_for_tests
 NS = "bench"
 
 
-VARIANTS = ("without", "deploy", "prioritize", "filter-ranked")
+VARIANTS = ("without", "deploy", "prioritize", "filter-ranked", "base")
 
 
 def scheduler_config(url: str, kubeconfig: Path, variant: str) -> str:
@@ -50,7 +52,7 @@ def scheduler_config(url: str, kubeconfig: Path, variant: str) -> str:
     cfg["clientConnection"].update({"qps": 5000, "burst": 5000})
     if variant == "without":
         cfg.pop("extenders", None)
-    elif variant != "deploy":
+    elif variant not in ("deploy", "base"):
         ext = cfg["extenders"][0]
         for key in ("filterVerb", "prioritizeVerb", "weight"):
             ext.pop(key, None)
@@ -97,8 +99,9 @@ def delete_pods(kube: Kube) -> None:
         time.sleep(0.2)
 
 
-def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods: list[dict[str, Any]],
+def run_variant(cp: ControlPlane, kube: Kube, services: dict[str, FlowschedService], pods: list[dict[str, Any]],
                 variant: str) -> dict[str, Any]:
+    flowsched = services["base" if variant == "base" else "this"]
     with_extender = variant != "without"
     cp.stop_scheduler()
     delete_pods(kube)
@@ -262,14 +265,17 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, from {', '.join(VARIANTS)}; each round runs them all, "
                          "in reverse order every other round")
     ap.add_argument("--rank-margin", type=int, default=0, help="flowsched's rank_margin (filter-ranked)")
+    ap.add_argument("--base-tree", type=Path, help="checkout whose flowsched serves the `base` variant")
     ap.add_argument("--out", default="results/extender")
     ns = ap.parse_args(argv)
     variants = [v.strip() for v in ns.variants.split(",") if v.strip()]
     if "without" not in variants or not set(variants) <= set(VARIANTS) or len(set(variants)) < 2:
         ap.error(f"--variants: 'without' and at least one of {', '.join(VARIANTS[1:])}")
+    if ("base" in variants) != (ns.base_tree is not None):
+        ap.error("the `base` variant and --base-tree go together")
     with tempfile.TemporaryDirectory(prefix="flowsched-bench-") as tmp:
         cp = ControlPlane(bin_dir=ensure_binaries(), workdir=Path(tmp) / "k8s")
-        flowsched = None
+        services: dict[str, FlowschedService] = {}
         try:
             cp.start()
             # A generous timeout: deleting 1,000 pods took over 15 s on the loaded 2-core machine.
@@ -280,13 +286,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
             config = Path(tmp) / "flowsched.yaml"
             config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin}))
-            flowsched = FlowschedService(Path(tmp), cp.kubeconfigs["admin"], ["--config", str(config)])
-            flowsched.start()
+            for name, repo in (("this", None), ("base", ns.base_tree)):
+                if name == "this" or repo is not None:
+                    workdir = Path(tmp) / name
+                    workdir.mkdir()
+                    services[name] = FlowschedService(workdir, cp.kubeconfigs["admin"], ["--config", str(config)],
+                                                      repo=repo)
+                    services[name].start()
             pods = pod_specs(ns.pods, ns.seed)
             rows = []
             for r in range(ns.rounds):
                 for variant in variants if r % 2 == 0 else variants[::-1]:
-                    row = {"round": r, **run_variant(cp, kube, flowsched, pods, variant)}
+                    row = {"round": r, **run_variant(cp, kube, services, pods, variant)}
                     rows.append(row)
                     print(f"round {r} {variant}: {row['bound']}/{row['pods']} "
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
@@ -296,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"ms CPU per pod: {row['cpu_ms_per_pod_by_thread']}; between the first and "
                           f"last binding, CPU ms per pod: {row['cpu_ms_per_pod_between_bindings']})", flush=True)
         finally:
-            if flowsched is not None:
-                flowsched.close()
+            for service in services.values():
+                service.close()
             cp.stop()
     mean = {v: float(np.mean([r["pods_per_s"] for r in rows if r["variant"] == v])) for v in variants}
     print(f"\nkube-scheduler throughput at {ns.nodes} nodes, {ns.pods} GPU pods, mean of {ns.rounds} rounds:")
