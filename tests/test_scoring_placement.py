@@ -121,3 +121,25 @@ def test_without_telemetry_the_short_path_gives_the_same_verdicts_and_scores() -
         for field in ("score", "headroom", "utilisation", "convergence", "penalty"):
             x, y = getattr(a, field), getattr(b, field)
             assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), field
+
+
+def test_combined_score_is_bit_identical_to_the_array_of_weights_form() -> None:
+    """combined_score's plain-float weights and skipped zero penalty give exactly the bits of
+    the form it replaced (a numpy array of weights, its sum, and `- penalty`)."""
+    from scoring.placement import MAX_SCORE, combined_score
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n = int(rng.integers(1, 50))
+        w = rng.choice([0.0, 0.1, 0.3, 0.5, 0.7, 1.0, 1e16], 3)
+        s = PlacementSettings(weight_headroom=float(w[0]), weight_utilisation=float(w[1]),
+                              weight_convergence=float(w[2]))
+        h, u, c = rng.uniform(-1, 2, n), rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+        h[rng.random(n) < 0.1], u[rng.random(n) < 0.1] = NAN, -0.0
+        p = np.where(rng.random(n) < 0.3, 3.0, 0.0)
+        arr = np.array([s.weight_headroom, s.weight_utilisation, s.weight_convergence])
+        total = float(arr.sum()) or 1.0
+        for util in (u, 0.5):
+            ref = (arr[0] * h + arr[1] * util + arr[2] * c) / total * MAX_SCORE
+            assert (ref - p).tobytes() == combined_score(h, util, c, p, s).tobytes()
+            assert (ref - np.zeros(n)).tobytes() == combined_score(h, util, c, None, s).tobytes()
