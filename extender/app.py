@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -330,6 +331,8 @@ class ExtenderApp:
         self.max_in_flight, self.debug_open = max_in_flight, debug_access == "open"
         self.in_flight = 0
         self.verbs_in_flight = 0  # of which verbs (the watches defer their events meanwhile)
+        self._quiet = threading.Event()  # set when the last verb in flight is answered, if waited for
+        self._quiet_wanted = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -369,7 +372,7 @@ class ExtenderApp:
                 return
             status, body = self.answer(verb[0], raw, verb[1], verb[2])
         finally:
-            self.verbs_in_flight -= 1
+            self._verb_done()
         await self._send(send, status, body)
 
     def _too_large(self, verb: Verb) -> Reply:
@@ -377,9 +380,23 @@ class ExtenderApp:
         self.metrics.requests.labels(verb[0], "413").inc()
         return 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}), _HEADERS
 
-    def answering(self) -> bool:
-        """Whether a verb is being answered right now (the watches hold their events meanwhile)."""
-        return self.verbs_in_flight > 0
+    def _verb_done(self) -> None:
+        self.verbs_in_flight -= 1
+        if self._quiet_wanted and not self.verbs_in_flight:
+            self._quiet_wanted = False
+            self._quiet.set()
+
+    def wait_quiet(self, timeout_s: float) -> None:
+        """For the watch threads: return once no verb is being answered, or after timeout_s.
+        The event loop wakes the waiter when it answers (no polling); with no verb in flight
+        this returns at once."""
+        if not self.verbs_in_flight:
+            return
+        self._quiet.clear()
+        self._quiet_wanted = True
+        if self.verbs_in_flight:  # not answered between the first check and the flag
+            self._quiet.wait(timeout_s)
+        self._quiet_wanted = False
 
     # ---- the direct path (extender.http_server.DirectApp): the verbs answered from the HTTP
     # protocol itself, without an ASGI cycle; the same guards, answers and metrics as above.
@@ -410,17 +427,17 @@ class ExtenderApp:
             status, out = self.answer(verb[0], body, verb[1], verb[2])
         finally:
             self.in_flight -= 1
-            self.verbs_in_flight -= 1
+            self._verb_done()
         return status, out, _HEADERS
 
     def direct_too_large(self, path: str) -> Reply:
         self.in_flight -= 1
-        self.verbs_in_flight -= 1
+        self._verb_done()
         return self._too_large(self.verbs[path])
 
     def direct_abort(self, path: str) -> None:
         self.in_flight -= 1
-        self.verbs_in_flight -= 1
+        self._verb_done()
 
     @staticmethod
     async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:

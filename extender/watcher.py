@@ -102,13 +102,14 @@ class Watcher:
         watch_timeout_s: int,
         backoff_max_s: float,
         clock: Callable[[], float] = time.monotonic,
-        busy: Callable[[], bool] | None = None,
+        quiet: Callable[[float], None] | None = None,
     ) -> None:
         self.kind, self.list_fn, self.state, self.metrics = kind, list_fn, state, metrics
-        # True while a verb is being answered: an event then waits (at most DEFER_MAX_S) so that
-        # decoding and applying it does not take the interpreter from the answer, which
-        # kube-scheduler is waiting for (a binding's event arrives as the next pod's call does).
-        self.busy = busy
+        # Returns once no verb is being answered (or after its timeout): each event waits for it,
+        # at most DEFER_MAX_S, so that decoding and applying the event does not take the
+        # interpreter from an answer kube-scheduler is waiting for (a binding's event arrives as
+        # the next pod's call does). The events stay in order, applied at most that much later.
+        self.quiet = quiet
         self.gpu_resource = gpu_resource
         self.resync_s, self.watch_timeout_s, self.backoff_max_s = resync_s, watch_timeout_s, backoff_max_s
         self.clock = clock
@@ -157,8 +158,8 @@ class Watcher:
             for line in iter_lines(self._resp):
                 if self._stop.is_set():
                     break
-                if self.busy is not None and self.busy():
-                    self._wait_quiet()
+                if self.quiet is not None:
+                    self.quiet(self.DEFER_MAX_S)
                 event = orjson.loads(line)
                 new_rv = apply_event(self.state, self.kind, event, self.gpu_resource)
                 self.metrics.watch_events.labels(self.kind, str(event.get("type"))).inc()
@@ -174,15 +175,6 @@ class Watcher:
         return rv
 
     DEFER_MAX_S = 0.002
-    DEFER_POLL_S = 0.0002
-
-    def _wait_quiet(self) -> None:
-        """Sleep (the interpreter free for the verbs) until no verb is being answered, at most
-        DEFER_MAX_S: the events stay in order, applied at most a few ms later."""
-        assert self.busy is not None
-        deadline = time.monotonic() + self.DEFER_MAX_S
-        while self.busy() and time.monotonic() < deadline:
-            time.sleep(self.DEFER_POLL_S)
 
     def run(self) -> None:
         name_os_thread(f"watch-{self.kind}")
@@ -239,15 +231,15 @@ def kube_api_client(kubeconfig: str | None) -> Any:
 
 def start_watchers(api_client: Any, state: ClusterState, metrics: Metrics, *, gpu_resource: str,
                    resync_s: float, watch_timeout_s: int, backoff_max_s: float,
-                   busy: Callable[[], bool] | None = None) -> list[Watcher]:
+                   quiet: Callable[[float], None] | None = None) -> list[Watcher]:
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
     watchers = [
         Watcher("nodes", core.list_node, state, metrics, gpu_resource=gpu_resource, resync_s=resync_s,
-                watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, busy=busy),
+                watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, quiet=quiet),
         Watcher("pods", core.list_pod_for_all_namespaces, state, metrics, gpu_resource=gpu_resource,
-                resync_s=resync_s, watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, busy=busy),
+                resync_s=resync_s, watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, quiet=quiet),
     ]
     for w in watchers:
         w.start()
