@@ -15,7 +15,9 @@ alternate for --rounds rounds so drift on a shared machine hits both.
 Variants: `without` (no extender), `deploy` (deploy/scheduler-config.yaml as it is),
 `prioritize` (filter + prioritize, weight 5: two calls per pod) and `filter-ranked` (the
 filter-only mode of docs/hot-path.md: one call per pod, no prioritizeVerb). Every with-variant
-is reported as a ratio to `without`.
+is reported as a ratio to `without`. `base` is `deploy` served by the flowsched code of another
+checkout (`--base-tree`, e.g. a worktree of main), so that two versions are compared in the same
+run, round by round (both services run, and watch, throughout).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from tests.cluster.manifests import scheduler_config_for_tests
 NS = "bench"
 
 
-VARIANTS = ("without", "deploy", "prioritize", "filter-ranked")
+VARIANTS = ("without", "deploy", "prioritize", "filter-ranked", "base")
 
 
 def scheduler_config(url: str, kubeconfig: Path, variant: str) -> str:
@@ -50,7 +52,7 @@ def scheduler_config(url: str, kubeconfig: Path, variant: str) -> str:
     cfg["clientConnection"].update({"qps": 5000, "burst": 5000})
     if variant == "without":
         cfg.pop("extenders", None)
-    elif variant != "deploy":
+    elif variant not in ("deploy", "base"):
         ext = cfg["extenders"][0]
         for key in ("filterVerb", "prioritizeVerb", "weight"):
             ext.pop(key, None)
@@ -97,8 +99,9 @@ def delete_pods(kube: Kube) -> None:
         time.sleep(0.2)
 
 
-def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods: list[dict[str, Any]],
+def run_variant(cp: ControlPlane, kube: Kube, services: dict[str, FlowschedService], pods: list[dict[str, Any]],
                 variant: str) -> dict[str, Any]:
+    flowsched = services["base" if variant == "base" else "this"]
     with_extender = variant != "without"
     cp.stop_scheduler()
     delete_pods(kube)
@@ -128,19 +131,31 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     time.sleep(0.5)  # the watch is established before the scheduler binds anything
     before = flowsched.http.get("/metrics").text if with_extender else ""
     cpu_before = _cpu_s(flowsched)
+    threads_before = _thread_cpu_s(flowsched)
     # The admin identity: the benchmark measures scheduling, not the RBAC the e2e tests check.
     cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], variant))
+    sampler = CpuSampler({"kube-scheduler": cp.scheduler.pid if cp.scheduler else None,
+                          "apiserver": cp.apiserver.pid if cp.apiserver else None,
+                          "etcd": cp.etcd.pid if cp.etcd else None,
+                          "flowsched": flowsched.proc.pid if flowsched.proc else None,
+                          "bench": os.getpid()})
+    sampler.start()
     # Done when every pod is bound, or (if some cannot be) when bindings stop for 10 s.
     while not done.wait(1.0):
         last = max(bound.values(), default=time.perf_counter())
         if time.perf_counter() - last > 10.0:
             break
     done.set()
+    sampler.stop()
     cp.stop_scheduler()
     times = sorted(bound.values())
+    cpu_span = sampler.per_pod_ms(times[0], times[-1], len(times) - 1) if len(times) > 1 else {}
     span = times[-1] - times[0] if len(times) > 1 else float("nan")
     after = flowsched.http.get("/metrics").text if with_extender else ""
     cpu_per_pod_ms = 1000 * (_cpu_s(flowsched) - cpu_before) / max(1, len(bound))
+    threads_after = _thread_cpu_s(flowsched)
+    by_thread = {k: round(1000 * (threads_after.get(k, 0.0) - threads_before.get(k, 0.0)) / max(1, len(bound)), 3)
+                 for k in sorted(set(threads_after) | set(threads_before))}
     calls = _sum(after, "flowsched_extender_requests_total{") - _sum(before, "flowsched_extender_requests_total{")
     handled = _sum(after, "flowsched_extender_seconds_count{") - _sum(before, "flowsched_extender_seconds_count{")
     seconds = _sum(after, "flowsched_extender_seconds_sum{") - _sum(before, "flowsched_extender_seconds_sum{")
@@ -154,7 +169,9 @@ def run_variant(cp: ControlPlane, kube: Kube, flowsched: FlowschedService, pods:
     return {"variant": variant, "pods": len(pods), "bound": len(bound), "span_s": round(span, 3),
             "pods_per_s": round((len(times) - 1) / span, 1), "extender_calls": int(calls),
             "server_ms_per_call": round(1000 * seconds / handled, 3) if handled else float("nan"), **per_verb,
-            "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3)}
+            "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3),
+            "cpu_ms_per_pod_by_thread": " ".join(f"{k}={v}" for k, v in by_thread.items() if v),
+            "cpu_ms_per_pod_between_bindings": " ".join(f"{k}={v}" for k, v in cpu_span.items())}
 
 
 def _cpu_s(flowsched: FlowschedService) -> float:
@@ -164,6 +181,73 @@ def _cpu_s(flowsched: FlowschedService) -> float:
         return 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """CPU seconds of named processes and of the whole machine (busy and idle, all cores),
+    sampled every 50 ms, so that the CPU spent between the first and the last binding can be
+    told apart from start-up and tear-down."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {k: v for k, v in pids.items() if v is not None}
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        out: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            try:
+                f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[name] = (int(f[11]) + int(f[12])) / tick
+            except OSError:
+                out[name] = float("nan")
+        cpu = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        out["machine_idle"] = (cpu[3] + cpu[4]) / tick  # idle + iowait, all cores
+        out["machine_busy"] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), self._read()))
+            self._stop.wait(0.05)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def per_pod_ms(self, t0: float, t1: float, pods: int) -> dict[str, float]:
+        """CPU ms a pod of each process (and of the machine) between times t0 and t1."""
+        def at(t: float) -> dict[str, float]:
+            best = min(self.samples, key=lambda s: abs(s[0] - t))
+            return best[1]
+        a, b = at(t0), at(t1)
+        return {k: round(1000 * (b[k] - a[k]) / max(1, pods), 3) for k in a}
+
+
+def _thread_cpu_s(flowsched: FlowschedService) -> dict[str, float]:
+    """CPU seconds of the flowsched process so far per thread: "loop" (the main thread, which
+    answers the verbs), the threads by their OS names (the watches name theirs), the rest as
+    "other"; each also as NAME.sys, its time in the kernel."""
+    pid = flowsched.proc.pid if flowsched.proc is not None else None
+    out: dict[str, float] = {}
+    if pid is None:
+        return out
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            comm = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended
+            continue
+        name = "loop" if task.name == str(pid) else comm if comm.startswith("watch-") else "other"
+        tick = os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[name + ".sys"] = out.get(name + ".sys", 0.0) + int(fields[12]) / tick
+    return out
 
 
 def _sum(metrics_text: str, prefix: str) -> float:
@@ -181,14 +265,17 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, from {', '.join(VARIANTS)}; each round runs them all, "
                          "in reverse order every other round")
     ap.add_argument("--rank-margin", type=int, default=0, help="flowsched's rank_margin (filter-ranked)")
+    ap.add_argument("--base-tree", type=Path, help="checkout whose flowsched serves the `base` variant")
     ap.add_argument("--out", default="results/extender")
     ns = ap.parse_args(argv)
     variants = [v.strip() for v in ns.variants.split(",") if v.strip()]
     if "without" not in variants or not set(variants) <= set(VARIANTS) or len(set(variants)) < 2:
         ap.error(f"--variants: 'without' and at least one of {', '.join(VARIANTS[1:])}")
+    if ("base" in variants) != (ns.base_tree is not None):
+        ap.error("the `base` variant and --base-tree go together")
     with tempfile.TemporaryDirectory(prefix="flowsched-bench-") as tmp:
         cp = ControlPlane(bin_dir=ensure_binaries(), workdir=Path(tmp) / "k8s")
-        flowsched = None
+        services: dict[str, FlowschedService] = {}
         try:
             cp.start()
             # A generous timeout: deleting 1,000 pods took over 15 s on the loaded 2-core machine.
@@ -199,23 +286,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
             config = Path(tmp) / "flowsched.yaml"
             config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin}))
-            flowsched = FlowschedService(Path(tmp), cp.kubeconfigs["admin"], ["--config", str(config)])
-            flowsched.start()
+            for name, repo in (("this", None), ("base", ns.base_tree)):
+                if name == "this" or repo is not None:
+                    workdir = Path(tmp) / name
+                    workdir.mkdir()
+                    services[name] = FlowschedService(workdir, cp.kubeconfigs["admin"], ["--config", str(config)],
+                                                      repo=repo)
+                    services[name].start()
             pods = pod_specs(ns.pods, ns.seed)
             rows = []
             for r in range(ns.rounds):
                 for variant in variants if r % 2 == 0 else variants[::-1]:
-                    row = {"round": r, **run_variant(cp, kube, flowsched, pods, variant)}
+                    row = {"round": r, **run_variant(cp, kube, services, pods, variant)}
                     rows.append(row)
                     print(f"round {r} {variant}: {row['bound']}/{row['pods']} "
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "
                           f"(extender calls {row['extender_calls']}, flowsched's own handling "
                           f"{row['server_ms_per_call']} ms/call: filter {row['filter_ms']}, "
                           f"prioritize {row['prioritize_ms']}; its process used {row['flowsched_cpu_ms_per_pod']} "
-                          "ms CPU per pod)", flush=True)
+                          f"ms CPU per pod: {row['cpu_ms_per_pod_by_thread']}; between the first and "
+                          f"last binding, CPU ms per pod: {row['cpu_ms_per_pod_between_bindings']})", flush=True)
         finally:
-            if flowsched is not None:
-                flowsched.close()
+            for service in services.values():
+                service.close()
             cp.stop()
     mean = {v: float(np.mean([r["pods_per_s"] for r in rows if r["variant"] == v])) for v in variants}
     print(f"\nkube-scheduler throughput at {ns.nodes} nodes, {ns.pods} GPU pods, mean of {ns.rounds} rounds:")

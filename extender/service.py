@@ -94,7 +94,7 @@ class Service:
         self.watchers = start_watchers(
             self.api_client, self.state, self.metrics, gpu_resource=self.settings.gpu_resource,
             resync_s=self.settings.resync_s, watch_timeout_s=self.settings.watch_timeout_s,
-            backoff_max_s=self.settings.backoff_max_s,
+            backoff_max_s=self.settings.backoff_max_s, quiet=self.app.wait_quiet,
         )
 
     def stop(self) -> None:

@@ -177,3 +177,28 @@ def test_rank_margin_setting_reaches_the_ranked_filter() -> None:
         app = build_app(Settings(kube=False, rank_margin=margin), state, build_metrics(), clock=lambda: 0.0)
         passed[margin] = TestClient(app).post("/filter-ranked", json=body).json()["NodeNames"]
     assert passed == {0: ["a"], 10: ["a", "c"]}
+
+
+def test_watches_wait_for_the_verb_in_flight_and_are_woken_when_it_is_answered() -> None:
+    import threading
+    import time
+
+    app = build_app(Settings(kube=False), ClusterState(), build_metrics())
+    t0 = time.monotonic()
+    app.wait_quiet(5.0)  # nothing in flight: at once
+    assert time.monotonic() - t0 < 0.5
+    assert app.direct_begin("/filter-ranked", []) is None  # a verb admitted: in flight
+    done = threading.Event()
+
+    def watch() -> None:
+        app.wait_quiet(5.0)
+        done.set()
+
+    waiter = threading.Thread(target=watch)
+    waiter.start()
+    time.sleep(0.1)
+    assert not done.is_set()  # held while the verb is in flight
+    app.direct_abort("/filter-ranked")
+    assert done.wait(2.0)  # woken when it ends, long before its 5 s bound
+    waiter.join()
+    assert app.verbs_in_flight == 0 and app.in_flight == 0

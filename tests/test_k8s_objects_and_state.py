@@ -190,3 +190,39 @@ def test_pod_times_for_the_migrator() -> None:
     assert p.created_at is not None and p.started_at is not None and p.started_at - p.created_at == 60.0
     q = parse_pod({"metadata": {"name": "b"}, "spec": {}, "status": {}})
     assert q.created_at is None and q.started_at is None
+
+
+def test_watch_defers_its_events_while_a_verb_is_answered_and_still_applies_them() -> None:
+    """The pod watch waits for quiet (no verb being answered, at most DEFER_MAX_S) before each
+    event, then applies every event in order."""
+    import time
+
+    import orjson
+
+    from extender.metrics import build_metrics
+    from extender.watcher import Watcher
+
+    lines = [orjson.dumps({"type": "ADDED", "object": pod(f"p{i}", node_name="n1", gpus=1)}) for i in range(3)]
+
+    class Resp:
+        def stream(self, *_a: object, **_k: object) -> list[bytes]:
+            return [b"\n".join(lines) + b"\n"]
+
+        def release_conn(self) -> None:
+            pass
+
+    waits: list[float] = []
+
+    def always_busy(timeout_s: float) -> None:  # a verb always in flight: every event waits it out
+        waits.append(timeout_s)
+        time.sleep(timeout_s)
+
+    state = ClusterState()
+    w = Watcher("pods", lambda **_k: Resp(), state, build_metrics(), gpu_resource="nvidia.com/gpu", resync_s=60,
+                watch_timeout_s=10, backoff_max_s=1, quiet=always_busy)
+    w._watch("1", until=time.monotonic() + 60)
+    assert len(state.pods) == 3 and waits == [Watcher.DEFER_MAX_S] * 3  # each event waited, none dropped
+    quiet = Watcher("pods", lambda **_k: Resp(), ClusterState(), build_metrics(), gpu_resource="nvidia.com/gpu",
+                    resync_s=60, watch_timeout_s=10, backoff_max_s=1, quiet=None)
+    quiet._watch("1", until=time.monotonic() + 60)
+    assert len(quiet.state.pods) == 3

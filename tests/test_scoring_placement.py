@@ -96,3 +96,50 @@ def test_preemption_preference_tiers() -> None:
     assert preferred_candidates(VictimArrays(np.array([], dtype=np.int64), np.array([], dtype=bool),
                                              np.array([], dtype=bool), np.array([])), np.array([], dtype=np.int64)
                                 ).shape == (0,)
+
+
+def test_without_telemetry_the_short_path_gives_the_same_verdicts_and_scores() -> None:
+    """filter_nodes / score_nodes with telemetry=False (the extender's view found no fresh
+    sample) skip the telemetry terms; every verdict and every term must be bit-identical."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n, width = int(rng.integers(1, 40)), int(rng.integers(0, 9))
+        alloc = rng.choice([0.0, 1.0, 2.0, 4.0, 8.0], n)
+        used = np.minimum(alloc, rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, 8.0], n))
+        nodes = nodes_from_columns(alloc, used, cpu_alloc=rng.uniform(0, 64000, n), cpu_used=rng.uniform(0, 64000, n),
+                                   gpu_util=np.full((n, width), NAN), fb_free_mib=np.full((n, width), NAN),
+                                   completing_gpus=rng.choice([NAN, 0.0, 1.0], n))
+        settings = PlacementSettings(neutral=float(rng.choice([0.5, 0.33, 0.1, 0.7])),
+                                     min_fb_free_mib=float(rng.choice([0.0, 16000.0])),
+                                     pack_gpus=bool(trial % 3))
+        demand = PodDemand(gpus=float(rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, 8.0])), cpu=4000.0)
+        origin = rng.random(n) < 0.1 if trial % 2 else None
+        full, short = filter_nodes(nodes, demand, settings), filter_nodes(nodes, demand, settings, telemetry=False)
+        assert full.reason.tolist() == short.reason.tolist()
+        a = score_nodes(nodes, demand, settings, origin)
+        b = score_nodes(nodes, demand, settings, origin, telemetry=False)
+        for field in ("score", "headroom", "utilisation", "convergence", "penalty"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), field
+
+
+def test_combined_score_is_bit_identical_to_the_array_of_weights_form() -> None:
+    """combined_score's plain-float weights and skipped zero penalty give exactly the bits of
+    the form it replaced (a numpy array of weights, its sum, and `- penalty`)."""
+    from scoring.placement import MAX_SCORE, combined_score
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        n = int(rng.integers(1, 50))
+        w = rng.choice([0.0, 0.1, 0.3, 0.5, 0.7, 1.0, 1e16], 3)
+        s = PlacementSettings(weight_headroom=float(w[0]), weight_utilisation=float(w[1]),
+                              weight_convergence=float(w[2]))
+        h, u, c = rng.uniform(-1, 2, n), rng.uniform(0, 1, n), rng.uniform(0, 1, n)
+        h[rng.random(n) < 0.1], u[rng.random(n) < 0.1] = NAN, -0.0
+        p = np.where(rng.random(n) < 0.3, 3.0, 0.0)
+        arr = np.array([s.weight_headroom, s.weight_utilisation, s.weight_convergence])
+        total = float(arr.sum()) or 1.0
+        for util in (u, 0.5):
+            ref = (arr[0] * h + arr[1] * util + arr[2] * c) / total * MAX_SCORE
+            assert (ref - p).tobytes() == combined_score(h, util, c, p, s).tobytes()
+            assert (ref - np.zeros(n)).tobytes() == combined_score(h, util, c, None, s).tobytes()

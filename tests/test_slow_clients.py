@@ -432,3 +432,30 @@ def test_a_direct_verb_that_raises_gets_a_500_and_the_server_goes_on(caplog: pyt
         app.direct_answer = direct_answer  # type: ignore[method-assign]
         assert post(port).status_code == 200 and app.in_flight == 0
     assert "answering /filter failed" in caplog.text
+
+
+def test_deadlines_hold_on_a_kept_alive_connection_whose_requests_arm_no_timer() -> None:
+    """The deadline timer is moved only when a deadline comes sooner than it fires: after quick
+    requests on one connection, a dripped body is still cut at the body timeout, and an idle
+    connection is still closed."""
+    limits = ServerLimits(header_timeout_s=0.3, body_timeout_s=0.5, keep_alive_s=1, max_connections=2048,
+                          graceful_shutdown_s=2)
+    request = (b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+               + str(len(FILTER)).encode() + b"\r\n\r\n" + FILTER)
+    with serving(limits) as port:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(5)
+            for _ in range(5):
+                s.sendall(request)
+                assert s.recv(65536).startswith(b"HTTP/1.1 200")
+            s.sendall(request[: len(request) - 10])  # the body's last bytes never come
+            t0 = time.monotonic()
+            assert closed_within(s, 3.0)
+            assert 0.4 <= time.monotonic() - t0 < 1.3  # the body timeout, not the 1.3 s idle one
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.settimeout(5)
+            s.sendall(request)
+            assert s.recv(65536).startswith(b"HTTP/1.1 200")
+            t0 = time.monotonic()
+            assert closed_within(s, 5.0)
+            assert 0.9 <= time.monotonic() - t0 < 2.5  # uvicorn's keep-alive (ours, 1.3 s, is a backstop)

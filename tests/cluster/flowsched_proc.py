@@ -24,7 +24,10 @@ def flowsched_argv() -> list[str]:
 
 
 class FlowschedService:
-    def __init__(self, workdir: Path, kubeconfig: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(self, workdir: Path, kubeconfig: Path, extra_args: list[str] | None = None,
+                 repo: Path | None = None) -> None:
+        """repo: the checkout whose code runs (default this one; benchmarks compare two)."""
+        self.repo = repo or REPO
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.extra_args = extra_args or []
@@ -42,7 +45,7 @@ class FlowschedService:
         argv = [*flowsched_argv(), "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--kubeconfig", str(self.kubeconfig), "--debug-telemetry-injection", *self.extra_args]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.repo), env.get("PYTHONPATH")]))
         # Settings come from flags here; a developer's FLOWSCHED_* must not leak in.
         for k in [k for k in env if k.startswith("FLOWSCHED_")]:
             del env[k]
