@@ -313,7 +313,9 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
     waiting job planned to start gets the largest of its sizes up to the planned one whose pods
     fit what is free once kube-scheduler's queue and the resized jobs' new pods are placed
     (best-fit, as the extender packs), the jobs with the largest objective terms first; a job
-    that fits at no size keeps its plan and waits."""
+    that fits at no size keeps its plan and waits. A running job planned to grow grows to the
+    largest size above its own whose pods fit (its own GPUs counted free); if none does, its plan
+    stands."""
     names = world.node_names
     col = {n: k for k, n in enumerate(names)}
     mine_keys = {j.key for j in mine}
@@ -321,34 +323,60 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
     queued = [p.gpus for p in world.pending if p.job not in mine_keys]
     if queued:
         _, avail = place(avail, np.array(queued), np.full(len(queued), -1, dtype=np.int64))
-    resized = [(j, d) for j, d in zip(mine, plan.decisions, strict=True)
-               if j.held_gpus > 0 and d.gpus > 0 and d.gpus != j.live_gpus]
-    for j, _ in resized:  # replaced at the new size: the GPUs it holds come back first
-        for node, g in j.gpus_on.items():
-            if node in col:
-                avail[col[node]] += g
-    for j, d in resized:
-        pods = pods_for(j, d.gpus)
-        _, avail = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
     out = list(plan.decisions)
-    waiting = [i for i, (j, d) in enumerate(zip(mine, plan.decisions, strict=True)) if j.held_gpus <= 0 and d.gpus > 0]
-    for i in sorted(waiting, key=lambda i: -out[i].value):
+    resized = [i for i, (j, d) in enumerate(zip(mine, out, strict=True))
+               if j.held_gpus > 0 and d.gpus > 0 and d.gpus != j.live_gpus]
+    growing = [i for i in resized if out[i].gpus > mine[i].live_gpus]
+    for i in resized:  # replaced at the new size: the GPUs it holds come back first
+        if i not in growing:
+            _give_back(avail, mine[i], col, +1)
+    for i in resized:  # a shrinking job's pods fit where its bigger ones were
+        if i not in growing:
+            pods = pods_for(mine[i], out[i].gpus)
+            _, avail = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
+    # A growing job whose new pods fit nowhere would wait with its GPUs given up: it grows only as
+    # far as its pods fit. When no larger size fits, the DP's size stands: keeping such jobs at
+    # their size cost the demo 3481 -> 3719 s (docs/elastic.md).
+    for i in sorted(growing, key=lambda i: -out[i].value):
         job, d = mine[i], out[i]
-        o = job_options(options[i], es)
-        for k in range(o.gpus.size - 1, -1, -1):
-            size = int(o.gpus[k])
-            if size <= 0 or size > d.gpus:
-                continue
-            pods = pods_for(job, size)
-            where, left = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
-            if (where >= 0).all():
-                avail = left
-                if size != d.gpus:
-                    out[i] = ElasticDecision(d.key, size, int(o.batch[k]), float(o.value[k]), d.current_gpus,
-                                             d.current_batch)
-                break
+        _give_back(avail, job, col, +1)
+        size, avail = _largest_fit(job, options[i], es, d.gpus, job.live_gpus + 1, avail)
+        if size == 0:  # no larger size fits now: the plan stands (staying put did worse, below)
+            _give_back(avail, job, col, -1)
+        elif size != d.gpus:
+            out[i] = _decision_at(d, options[i], es, size)
+    waiting = [i for i, (j, d) in enumerate(zip(mine, out, strict=True)) if j.held_gpus <= 0 and d.gpus > 0]
+    for i in sorted(waiting, key=lambda i: -out[i].value):
+        size, avail = _largest_fit(mine[i], options[i], es, out[i].gpus, 1, avail)
+        if size and size != out[i].gpus:
+            out[i] = _decision_at(out[i], options[i], es, size)
     total = float(sum(d.value for d in out))
     return replace(plan, decisions=tuple(out), total_value=total, gpus_used=sum(d.gpus for d in out))
+
+
+def _give_back(avail: FloatArray, job: JobState, col: dict[str, int], sign: int) -> None:
+    for node, g in job.gpus_on.items():
+        if node in col:
+            avail[col[node]] += sign * g
+
+
+def _largest_fit(job: JobState, option: ElasticJob, es: ElasticSettings, top: int, bottom: int,
+                 avail: FloatArray) -> tuple[int, FloatArray]:
+    """The largest of the job's sizes in bottom..top whose pods fit `avail` (0: none) and what is
+    left after them."""
+    o = job_options(option, es)
+    for size in sorted((int(g) for g in o.gpus if bottom <= g <= top), reverse=True):
+        pods = pods_for(job, size)
+        where, left = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
+        if (where >= 0).all():
+            return size, left
+    return 0, avail
+
+
+def _decision_at(d: ElasticDecision, option: ElasticJob, es: ElasticSettings, size: int) -> ElasticDecision:
+    o = job_options(option, es)
+    k = int(np.flatnonzero(o.gpus == size)[0])
+    return ElasticDecision(d.key, size, int(o.batch[k]), float(o.value[k]), d.current_gpus, d.current_batch)
 
 
 def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> FloatArray:

@@ -224,6 +224,24 @@ def test_a_waiting_job_is_planned_at_a_size_whose_pods_fit_node_by_node() -> Non
     assert (scale.gpus, scale.from_gpus) == (2, 4)  # its pods are replaced by ones that fit
 
 
+def test_a_growing_job_grows_only_as_far_as_its_pods_fit() -> None:
+    # n0: the elastic job holds 2, a fixed one 1 (1 free); n1: a fixed job holds 2 (2 free). The DP
+    # grows the elastic job to 5 GPUs (pods 4 + 1), but with its own 2 back n0 has 3 free: its
+    # largest size that fits is 3, one 3-GPU pod on n0.
+    grow = job("open/grow", elastic=(1, 8), estimate=est(Phase.GROWING, 1.0), pod_chunk=4)
+    small = job("open/small", gpus=1)
+    fixed = job("open/fixed", node="n1")
+
+    def planned(fit: bool) -> int:
+        s = replace(S, elastic=replace(S.elastic, fit_waiting=fit))
+        plan = plan_elastic_for(world(grow, small, fixed), s)
+        assert plan.plan is not None
+        return {d.key: d.gpus for d in plan.plan.decisions}["open/grow"]
+
+    assert planned(False) == 5
+    assert planned(True) == 3
+
+
 def test_the_migrator_reads_a_planned_end_as_the_time_left_and_nothing_else() -> None:
     from scoring.control import migration_arrays
     ending = job("open/ending", planned_steps=600.0)  # 100 steps at 2 steps/s: 50 s left
