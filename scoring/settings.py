@@ -142,7 +142,8 @@ class ElasticLoopSettings(LoopSettings):
     grow_waiting: str = "free"
     grow_waiting_within: float = 1.0  # with "free": up to this multiple of its ask as with "always"
     # A waiting job is planned at the largest size up to the DP's whose pods fit the free GPUs node
-    # by node (control.fit_waiting); off: the DP's size, which may wait with GPUs idle.
+    # by node, and a growing one grows only as far as its pods fit (control.fit_waiting); off: the
+    # DP's sizes, which may leave jobs waiting beside idle GPUs.
     fit_waiting: bool = True
     adapt_batch: bool = True  # choose the batch size too when the job reports its gradient noise
     batch_points: int = 8  # candidate batch sizes, geometric over the job's batch range
