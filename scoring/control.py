@@ -245,9 +245,14 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     return Throughput(batches, np.asarray(step, dtype=np.float64), realised)
 
 
+def _place_pods(pods: list[float], free: FloatArray) -> tuple[bool, FloatArray]:
+    """Best-fit the pods into `free`: whether all fit, and what is left (those that fit taken)."""
+    where, left = place(free, np.asarray(pods, dtype=np.float64), np.full(len(pods), -1, dtype=np.int64))
+    return bool((where >= 0).all()), left
+
+
 def _fits(pods: list[float], free: FloatArray) -> bool:
-    where, _ = place(free, np.asarray(pods, dtype=np.float64), np.full(len(pods), -1, dtype=np.int64))
-    return bool((where >= 0).all())
+    return _place_pods(pods, free)[0]
 
 
 def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None,
@@ -320,9 +325,7 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
     col = {n: k for k, n in enumerate(names)}
     mine_keys = {j.key for j in mine}
     avail = np.maximum(world.free_gpus(), 0.0)
-    queued = [p.gpus for p in world.pending if p.job not in mine_keys]
-    if queued:
-        _, avail = place(avail, np.array(queued), np.full(len(queued), -1, dtype=np.int64))
+    _, avail = _place_pods([p.gpus for p in world.pending if p.job not in mine_keys], avail)
     out = list(plan.decisions)
     resized = [i for i, (j, d) in enumerate(zip(mine, out, strict=True))
                if j.held_gpus > 0 and d.gpus > 0 and d.gpus != j.live_gpus]
@@ -332,24 +335,22 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
             _give_back(avail, mine[i], col, +1)
     for i in resized:  # a shrinking job's pods fit where its bigger ones were
         if i not in growing:
-            pods = pods_for(mine[i], out[i].gpus)
-            _, avail = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
+            _, avail = _place_pods(pods_for(mine[i], out[i].gpus), avail)
     # A growing job whose new pods fit nowhere would wait with its GPUs given up: it grows only as
     # far as its pods fit. When no larger size fits, the DP's size stands: keeping such jobs at
     # their size cost the demo 3481 -> 3719 s (docs/elastic.md).
     for i in sorted(growing, key=lambda i: -out[i].value):
         job, d = mine[i], out[i]
         _give_back(avail, job, col, +1)
-        size, avail = _largest_fit(job, options[i], es, d.gpus, job.live_gpus + 1, avail)
-        if size == 0:  # no larger size fits now: the plan stands (staying put did worse, below)
+        fit, avail = _largest_fit(job, options[i], es, d, job.live_gpus + 1, avail)
+        if fit is None:  # no larger size fits now: the plan stands (staying put did worse, above)
             _give_back(avail, job, col, -1)
-        elif size != d.gpus:
-            out[i] = _decision_at(d, options[i], es, size)
+        else:
+            out[i] = fit
     waiting = [i for i, (j, d) in enumerate(zip(mine, out, strict=True)) if j.held_gpus <= 0 and d.gpus > 0]
     for i in sorted(waiting, key=lambda i: -out[i].value):
-        size, avail = _largest_fit(mine[i], options[i], es, out[i].gpus, 1, avail)
-        if size and size != out[i].gpus:
-            out[i] = _decision_at(out[i], options[i], es, size)
+        fit, avail = _largest_fit(mine[i], options[i], es, out[i], 1, avail)
+        out[i] = fit or out[i]
     total = float(sum(d.value for d in out))
     return replace(plan, decisions=tuple(out), total_value=total, gpus_used=sum(d.gpus for d in out))
 
@@ -360,23 +361,20 @@ def _give_back(avail: FloatArray, job: JobState, col: dict[str, int], sign: int)
             avail[col[node]] += sign * g
 
 
-def _largest_fit(job: JobState, option: ElasticJob, es: ElasticSettings, top: int, bottom: int,
-                 avail: FloatArray) -> tuple[int, FloatArray]:
-    """The largest of the job's sizes in bottom..top whose pods fit `avail` (0: none) and what is
-    left after them."""
+def _largest_fit(job: JobState, option: ElasticJob, es: ElasticSettings, d: ElasticDecision, bottom: int,
+                 avail: FloatArray) -> tuple[ElasticDecision | None, FloatArray]:
+    """The decision at the largest of the job's sizes in bottom..d.gpus whose pods fit `avail` (d
+    itself when that size is d's; None when none fits) and what is left after its pods."""
     o = job_options(option, es)
-    for size in sorted((int(g) for g in o.gpus if bottom <= g <= top), reverse=True):
-        pods = pods_for(job, size)
-        where, left = place(avail, np.array(pods), np.full(len(pods), -1, dtype=np.int64))
-        if (where >= 0).all():
-            return size, left
-    return 0, avail
-
-
-def _decision_at(d: ElasticDecision, option: ElasticJob, es: ElasticSettings, size: int) -> ElasticDecision:
-    o = job_options(option, es)
-    k = int(np.flatnonzero(o.gpus == size)[0])
-    return ElasticDecision(d.key, size, int(o.batch[k]), float(o.value[k]), d.current_gpus, d.current_batch)
+    for k in np.flatnonzero((o.gpus >= bottom) & (o.gpus <= d.gpus))[::-1]:
+        size = int(o.gpus[k])
+        fits, left = _place_pods(pods_for(job, size), avail)
+        if fits:
+            if size == d.gpus:
+                return d, left
+            return ElasticDecision(d.key, size, int(o.batch[k]), float(o.value[k]), d.current_gpus,
+                                   d.current_batch), left
+    return None, avail
 
 
 def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> FloatArray:
