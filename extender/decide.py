@@ -257,7 +257,11 @@ _REJECTS = tuple(r for r in Reject if r != Reject.OK)
 
 
 def _rejected(reasons: IntArray) -> dict[Reject, int]:
-    counts = np.bincount(reasons, minlength=len(Reject)).tolist()
+    return _rejected_of(np.bincount(reasons, minlength=len(Reject)).tolist())
+
+
+def _rejected_of(counts: list[int]) -> dict[Reject, int]:
+    """The rejection counts from a bincount of the reasons (Reject.OK left out)."""
     return {r: counts[r] for r in _REJECTS if counts[r]}
 
 
@@ -343,7 +347,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
         reasons = np.zeros(len(names), dtype=np.int64)
         reasons[known] = known_reasons
     counts = np.bincount(reasons, minlength=len(Reject)).tolist()
-    rejected: dict[Reject, int] = {r: counts[r] for r in _REJECTS if counts[r]}
+    rejected = _rejected_of(counts)
     if not counts[Reject.OK]:  # no node passes (unknown nodes pass: none is unknown here)
         failed, unresolvable = _rejections(names, reasons, reasons == Reject.OK, rejected)
         return FilterAnswer([], failed, unresolvable, unknown, _texts(rejected))

@@ -381,12 +381,12 @@ class ClusterState:
             g = self._cols.take(idx if not names or idx.min() >= 0 else idx[idx >= 0], axis=0)
         # A row with no sample (NaN sampled_at) has NaN telemetry already (every writer keeps
         # the two together): only rows whose sample has aged need clearing.
-        fresh = int(np.count_nonzero(now - g[:, _SAMPLED_AT] <= stale_after_s))
+        age = now - g[:, _SAMPLED_AT]
+        fresh = int(np.count_nonzero(age <= stale_after_s))
         if fresh == 0:  # no fresh sample: every row's telemetry reads unknown
             g[:, _UTIL:] = np.nan
         elif fresh < g.shape[0]:
-            stale = now - g[:, _SAMPLED_AT] > stale_after_s
-            g[stale, _UTIL:] = np.nan
+            g[age > stale_after_s, _UTIL:] = np.nan
         g[:, _COMPLETING] = np.where(g[:, _CONV_KNOWN] > 0, g[:, _COMPLETING], np.nan)
         arrays = _arrays(g, fresh > 0)
         return NodeView(names=names, idx=idx, arrays=arrays, rows=g, telemetry=fresh > 0)

@@ -330,12 +330,11 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
     resized = [i for i, (j, d) in enumerate(zip(mine, out, strict=True))
                if j.held_gpus > 0 and d.gpus > 0 and d.gpus != j.live_gpus]
     growing = [i for i in resized if out[i].gpus > mine[i].live_gpus]
-    for i in resized:  # replaced at the new size: the GPUs it holds come back first
-        if i not in growing:
-            _give_back(avail, mine[i], col, +1)
-    for i in resized:  # a shrinking job's pods fit where its bigger ones were
-        if i not in growing:
-            _, avail = _place_pods(pods_for(mine[i], out[i].gpus), avail)
+    shrinking = [i for i in resized if out[i].gpus < mine[i].live_gpus]
+    for i in shrinking:  # replaced at the new size: the GPUs it holds come back first
+        _give_back(avail, mine[i], col, +1)
+    for i in shrinking:  # ... and its smaller pods fit where its bigger ones were
+        _, avail = _place_pods(pods_for(mine[i], out[i].gpus), avail)
     # A growing job whose new pods fit nowhere would wait with its GPUs given up: it grows only as
     # far as its pods fit. When no larger size fits, the DP's size stands: keeping such jobs at
     # their size cost the demo 3481 -> 3719 s (docs/elastic.md).
