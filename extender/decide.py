@@ -165,6 +165,7 @@ class PodAsk:
     demand: PodDemand
     migrated_from: str | None
     meta: Mapping[str, Any]
+    nominated: str | None = None  # status.nominatedNodeName: where it preempted (ClusterState.view)
 
     @property
     def workload(self) -> WorkloadClass:
@@ -189,13 +190,16 @@ def ask_of(raw: Mapping[str, Any], gpu_resource: str) -> PodAsk:
         r = pod_requests(spec, gpu_resource)
         annotations = meta.get("annotations") or {}
         migrated_from = annotations.get(MIGRATED_FROM)
+        status = raw.get("status")
+        nominated = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
     except (ObjectError, TypeError, ValueError, AttributeError) as e:
         raise WireError(f"Pod: {e}") from e
     # Each quantity is finite, but a sum of huge ones (containers + overhead) can overflow.
     if not (math.isfinite(r.gpus) and math.isfinite(r.cpu_m) and math.isfinite(r.mem)):
         raise WireError("Pod: resource requests overflow (sum of containers and overhead is not finite)")
     return PodAsk(PodDemand(gpus=r.gpus, cpu=r.cpu_m, mem=r.mem),
-                  migrated_from if isinstance(migrated_from, str) else None, meta)
+                  migrated_from if isinstance(migrated_from, str) else None, meta,
+                  nominated if isinstance(nominated, str) and nominated else None)
 
 
 @dataclass(frozen=True)
@@ -293,7 +297,7 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
                   memo: ScoreMemo | None = None) -> FilterAnswer:
     ask = ask_of(args.pod, policy.gpu_resource)
     names = args.names
-    view = state.view(names, now, policy.stale_after_s)
+    view = state.view(names, now, policy.stale_after_s, ask.nominated)
     demand = ask.demand
     cls = ask.workload
     placement = _placement(cls, policy)
@@ -333,7 +337,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     """
     ask = ask_of(args.pod, policy.gpu_resource)
     names = args.names
-    view = state.view(names, now, policy.stale_after_s)
+    view = state.view(names, now, policy.stale_after_s, ask.nominated)
     demand = ask.demand
     cls = ask.workload
     placement = _placement(cls, policy)
@@ -391,7 +395,7 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
         if remembered is not None:
             return ScoreAnswer(names, remembered, 0)
     ask = ask_of(args.pod, policy.gpu_resource)
-    view = state.view(names, now, policy.stale_after_s)
+    view = state.view(names, now, policy.stale_after_s, ask.nominated)
     cls = ask.workload
     placement = _placement(cls, policy)
     terms = _shared_scores(_fragment_scores(

@@ -373,12 +373,17 @@ class ClusterState:
     def slot_of(self, name: str) -> int:
         return self._slot.get(name, -1)
 
-    def view(self, names: Sequence[str], now: float, stale_after_s: float) -> NodeView:
+    def view(self, names: Sequence[str], now: float, stale_after_s: float,
+             nominated: str | None = None) -> NodeView:
+        """nominated: the node kube-scheduler nominated the pod to after preempting there; the
+        GPUs of that node's terminating pods count as free in this view (below)."""
         with self._lock:
             # map() over dict.get runs in C: ~5x faster than a generator at 5,000 names.
             idx = np.fromiter(map(self._slot.get, names, repeat(-1)), dtype=np.int64, count=len(names))
             # The one gather (take: a fifth of the time of boolean-mask indexing).
             g = self._cols.take(idx if not names or idx.min() >= 0 else idx[idx >= 0], axis=0)
+            if nominated:
+                self._release_terminating(g, idx, nominated)
         # A row with no sample (NaN sampled_at) has NaN telemetry already (every writer keeps
         # the two together): only rows whose sample has aged need clearing.
         age = now - g[:, _SAMPLED_AT]
@@ -390,6 +395,20 @@ class ClusterState:
         g[:, _COMPLETING] = np.where(g[:, _CONV_KNOWN] > 0, g[:, _COMPLETING], np.nan)
         arrays = _arrays(g, fresh > 0)
         return NodeView(names=names, idx=idx, arrays=arrays, rows=g, telemetry=fresh > 0)
+
+    def _release_terminating(self, g: FloatArray, idx: IntArray, node: str) -> None:
+        """A preemptor's victims are on their way out once kube-scheduler has nominated it: its
+        cache drops a victim when the DELETED event arrives, and it retries the pod at once, often
+        before this snapshot has applied the same event. Counting the victims' GPUs as still held
+        then rejected the nominated node and made kube-scheduler preempt a second victim
+        elsewhere. Only GPUs: they are what this filter checks (kube-scheduler checks the rest)."""
+        slot = self._slot.get(node)
+        if slot is None:
+            return
+        held = sum(p.requests.gpus for uid in self._pods_on.get(node, ())
+                   if (p := self.pods[uid]).terminating and p.holds_resources)
+        if held > 0:
+            g[idx[idx >= 0] == slot, _GPU_USED] -= held
 
     def count_telemetry_unknown(self, now: float, stale_after_s: float) -> int:
         """GPU nodes without a fresh sample, as the request path would see them right now."""

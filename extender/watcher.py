@@ -158,7 +158,9 @@ class Watcher:
             for line in iter_lines(self._resp):
                 if self._stop.is_set():
                     break
-                if self.quiet is not None:
+                # A deletion is never held: it frees capacity kube-scheduler (told by its own
+                # watch) may be placing a pod on in the very call the hold would wait for.
+                if self.quiet is not None and not line.startswith(b'{"type":"DELETED"'):
                     self.quiet(self.DEFER_MAX_S)
                 event = orjson.loads(line)
                 new_rv = apply_event(self.state, self.kind, event, self.gpu_resource)

@@ -68,6 +68,27 @@ def test_filter_names_mode(client: TestClient) -> None:
     assert r.json()["FailedNodes"] == {n: "flowsched: insufficient nvidia.com/gpu" for n in ("n1", "n3")}
 
 
+def test_nominated_node_counts_its_terminating_victims_gpus_as_free(client: TestClient, state: ClusterState) -> None:
+    """After preempting on n3, kube-scheduler retries the pod as soon as its cache drops the
+    victim, often before flowsched's watch has; the victim, terminating in flowsched's view, no
+    longer holds n3's GPUs for the pod nominated there, and for no other pod."""
+    victim = pod("full", gpus=2, node_name="n3", phase="Running")
+    victim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    state.upsert_pod(parse_pod(victim))
+    for path in ("/filter", "/filter-ranked"):
+        urgent = pod("urgent", gpus=2)
+        r = client.post(path, json=args_names(urgent, ["n1", "n3"]))
+        assert r.json()["NodeNames"] in (None, []) and "n3" in r.json()["FailedNodes"]  # not nominated: still held
+        urgent["status"]["nominatedNodeName"] = "n3"
+        r = client.post(path, json=args_names(urgent, ["n1", "n3"]))
+        assert r.json()["NodeNames"] == ["n3"], (path, r.json())
+        failed = {"n1": "flowsched: insufficient nvidia.com/gpu"} if path == "/filter" else {}
+        assert r.json()["FailedNodes"] == failed
+        urgent["status"]["nominatedNodeName"] = "n1"  # n1's pod is not terminating: nothing released
+        r = client.post(path, json=args_names(urgent, ["n1", "n3"]))
+        assert r.json()["NodeNames"] in (None, [])
+
+
 def test_filter_full_node_mode_returns_the_sent_objects(client: TestClient) -> None:
     objs = [node(n) for n in ("n0", "n1", "n2")]
     objs[0]["metadata"]["annotations"] = {"kept": "verbatim"}

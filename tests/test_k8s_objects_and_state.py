@@ -226,3 +226,9 @@ def test_watch_defers_its_events_while_a_verb_is_answered_and_still_applies_them
                     resync_s=60, watch_timeout_s=10, backoff_max_s=1, quiet=None)
     quiet._watch("1", until=time.monotonic() + 60)
     assert len(quiet.state.pods) == 3
+
+    # A deletion is applied at once, never held: it frees GPUs kube-scheduler may be placing on.
+    lines.append(orjson.dumps({"type": "DELETED", "object": pod("p0", node_name="n1", gpus=1)}))
+    waits.clear()
+    w._watch("1", until=time.monotonic() + 60)
+    assert len(state.pods) == 2 and waits == [Watcher.DEFER_MAX_S] * 3
