@@ -280,7 +280,9 @@ def window_ids(
 ) -> IntArray:
     """Window index of each point, 0 = the latest window, counted back from the last point."""
     if timestamps is not None and timestamps.size and settings.window_s > 0:
-        back = (float(timestamps.max()) - timestamps) / settings.window_s
+        # Timestamps ~1e308 apart overflow the difference to inf; the clip bounds it (no warning).
+        with np.errstate(over="ignore"):
+            back = (float(timestamps.max()) - timestamps) / settings.window_s
         return np.floor(np.clip(back, 0.0, 1e12)).astype(np.int64)
     width = max(1, settings.window_points)
     return (steps_count - 1 - np.arange(steps_count, dtype=np.int64)) // width
