@@ -12,6 +12,7 @@ unseen while tuning.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import sys
 import time
@@ -113,6 +114,26 @@ def format_split(runs: list[RunMetrics], tuned: list[int]) -> str:
     return "\n".join(lines)
 
 
+LOOP_COUNTS = ("resizes", "evictions")
+
+
+def write_loops(path: Path, loops: dict[str, dict[str, float]]) -> None:
+    """The control loops' actions per run, per policy (runs.csv does not hold them)."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", *LOOP_COUNTS])
+        for pol, counts in loops.items():
+            w.writerow([pol, *(counts.get(k, float("nan")) for k in LOOP_COUNTS)])
+
+
+def read_loops(path: Path) -> dict[str, dict[str, float]]:
+    """write_loops' file; empty (the table prints "-") for runs saved before it existed."""
+    if not path.exists():
+        return {}
+    with path.open(newline="") as f:
+        return {row["policy"]: {k: float(row[k]) for k in LOOP_COUNTS} for row in csv.DictReader(f)}
+
+
 def report(folder: Path, tuned: list[int]) -> int:
     """Print the tables of a finished run again from its runs.csv files (--out of that run)."""
     found = sorted(folder.glob("mix-*/load-*/runs.csv"))
@@ -127,7 +148,8 @@ def report(folder: Path, tuned: list[int]) -> int:
               f"{len({r.workload for r in runs})} workloads, {seeds} seed(s) for the randomised policies "
               f"(from {path})")
         summary = aggregate(runs)
-        print(format_headline(summary, {}, PUBLISHED.get(load, {}).get("pollux", float("nan"))))
+        print(format_headline(summary, read_loops(path.parent / "loops.csv"),
+                              PUBLISHED.get(load, {}).get("pollux", float("nan"))))
         print(format_split(runs, tuned))
     return 0
 
@@ -178,7 +200,7 @@ def main(argv: list[str]) -> int:
         loops: dict[str, dict[str, float]] = {}
         for pol in policies:
             mine = [lp for (m, lp) in results if m.policy == pol]
-            loops[pol] = {k: float(np.mean([lp[k] for lp in mine])) for k in ("resizes", "evictions")}
+            loops[pol] = {k: float(np.mean([lp[k] for lp in mine])) for k in LOOP_COUNTS}
         summary = aggregate(runs)
         pollux = PUBLISHED[load]["pollux"]
         print(f"\n== job mix {mix!r}: {MIX_TEXT[mix]} (the baselines ignore the marks)")
@@ -201,6 +223,7 @@ def main(argv: list[str]) -> int:
             out.mkdir(parents=True, exist_ok=True)
             write_csv(out / "runs.csv", runs)
             write_summary_csv(out / "summary.csv", summary)
+            write_loops(out / "loops.csv", loops)
     return 0
 
 

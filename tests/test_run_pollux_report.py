@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.run_pollux import format_split, main
+import pytest
+
+from benchmarks.run_pollux import format_split, main, read_loops, write_loops
 from benchmarks.sim.report import RunMetrics, read_csv, write_csv
 
 
@@ -23,5 +25,18 @@ def test_runs_round_trip_and_the_split_separates_tuned_from_unseen(tmp_path: Pat
     assert "tuned 1,2" in text and "unseen 5" in text
     assert lines["tiresias"].split()[1] == "200" and lines["flowsched"].split()[6] == "2000"
     assert format_split([r for r in runs if r.workload != "workload-5"], [1, 2]) == ""  # nothing unseen
-    assert main(["--report", str(tmp_path)]) == 0
     assert main(["--report", str(tmp_path / "nothing")]) == 2
+
+
+def test_report_prints_the_loops_counts_it_saved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "mix-all" / "load-1.0"
+    write_csv(folder / "runs.csv", [run("tiresias", 1, 100.0), run("flowsched", 1, 50.0)])
+    assert main(["--report", str(tmp_path)]) == 0
+    before = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines() if ln.startswith("flowsched")}
+    assert before["flowsched"][7:9] == ["-", "-"]  # saved before loops.csv existed: unknown, not zero
+    loops = {"tiresias": {"resizes": 0.0, "evictions": 0.0}, "flowsched": {"resizes": 612.0, "evictions": 3.0}}
+    write_loops(folder / "loops.csv", loops)
+    assert read_loops(folder / "loops.csv") == loops
+    assert main(["--report", str(tmp_path)]) == 0
+    after = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines() if ln.startswith("flowsched")}
+    assert after["flowsched"][7:9] == ["612", "3"]
