@@ -380,7 +380,10 @@ def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> Float
     """heSRPT's shares as DP weights. For m jobs numbered by work left, largest first (i = 1..m),
     the mean-flow-time optimal share of job i under speed-up k^p is (i/m)^q - ((i-1)/m)^q with
     q = 1/(1-p); maximising sum w_i k_i^p gives k_i proportional to w_i^q, so w_i = share_i^(1-p).
-    Scaled so the largest weight is 1. Unknown (NaN) work ranks as the smallest or the median."""
+    Scaled so the largest weight is 1. Unknown (NaN) work ranks as the smallest or the median.
+    Jobs with equal work left (unknown ones among them) share their ranks' shares equally: a tie
+    broken by list order would weigh equal jobs apart, and with no job's work known every weight
+    is 1 (the plan is as with the ranking off)."""
     m = left.size
     if m == 0:
         return np.ones(0)
@@ -388,10 +391,13 @@ def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> Float
     fill = -np.inf if unknown == "smallest" else (float(np.median(left[known])) if known.any() else 0.0)
     key = np.where(known, left, fill)
     order = np.argsort(-key, kind="stable")  # largest work first
-    rank = np.empty(m, dtype=np.float64)
-    rank[order] = np.arange(1, m + 1)
     q = 1.0 / (1.0 - p)
-    share = (rank / m) ** q - ((rank - 1) / m) ** q
+    pos = np.arange(1, m + 1, dtype=np.float64)
+    by_pos = (pos / m) ** q - ((pos - 1) / m) ** q  # heSRPT's share at each rank
+    _, group = np.unique(-key[order], return_inverse=True)  # equal work, one group, in rank order
+    mean = np.bincount(group, weights=by_pos) / np.bincount(group)
+    share = np.empty(m, dtype=np.float64)
+    share[order] = mean[group]
     w = share ** (1.0 - p)
     out: FloatArray = w / w.max()
     return out

@@ -133,10 +133,13 @@ class ElasticLoopSettings(LoopSettings):
     srpt_power: float = 0.0
     # heSRPT (Berg et al., 2020) through the weights: the jobs that report a planned end, ranked by
     # work left, get the weights under which the DP gives a speed-up k^p the optimal mean-flow-time
-    # shares (by rank only, not size). Its value is that p, in (0, 1); 0 = off.
-    srpt_rank_p: float = 0.0
+    # shares (by rank only, not size). Its value is that p, in (0, 1); 0 = off. 0.7 with unknown
+    # work at the median, chosen on the Pollux workloads 1-2 once fit_waiting was on (docs/elastic.md):
+    # every job elastic, 2915 -> 2552 s at 1.0x and 5327 -> 5083 s at 2.0x; p from 0.5 to 0.9 gave
+    # 2550-2578 and 5080-5106 s.
+    srpt_rank_p: float = 0.7
     # A job with no known work left ranks as: "smallest" (new work goes first, as in LAS) or "median".
-    srpt_rank_unknown: str = "smallest"
+    srpt_rank_unknown: str = "median"
     # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
     # into GPUs other jobs would first have to give up), "never".
     grow_waiting: str = "free"

@@ -159,10 +159,10 @@ def test_srpt_weight_favours_the_job_with_less_work_left_and_leaves_unknown_ones
     unknown = job("open/unknown", node="n1", elastic=(1, 8), estimate=growing)
 
     def weights(power: float) -> dict[str, float]:
-        s = replace(S, elastic=replace(S.elastic, srpt_power=power))
+        s = replace(S, elastic=replace(S.elastic, srpt_power=power, srpt_rank_p=0.0))
         return {o.key: o.weight for o in plan_elastic_for(world(short, long, unknown), s).options}
 
-    assert set(weights(0.0).values()) == {1.0}  # the default: off
+    assert set(weights(0.0).values()) == {1.0}  # off
     w = weights(0.5)
     assert w["open/short"] == pytest.approx(1.4 ** -0.5) and w["open/long"] == pytest.approx(37.0 ** -0.5)
     assert w["open/unknown"] == 1.0
@@ -184,9 +184,19 @@ def test_rank_weights_give_the_dp_hesrpt_shares_by_rank_not_size() -> None:
     med = rank_weights(unknown, p, "median")
     assert med[0] < med[1] < 1.0 or med[0] < med[2] < 1.0  # ranked beside the median, not first
     assert rank_weights(np.zeros(0), p).size == 0
+    # ties share their ranks' shares: equal jobs weigh the same, and all-unknown is neutral
+    tied = rank_weights(np.array([100.0, 5.0, 5.0, 1.0]), p)
+    assert tied[1] == tied[2] and tied[0] < tied[1] < tied[3] == 1.0
+    k2 = tied ** q / (tied ** q).sum()
+    assert k2 == pytest.approx(np.array([1.0, 4.0, 4.0, 7.0]) / 16.0)  # (3 + 5) / 2 each
+    for how in ("smallest", "median"):
+        assert rank_weights(np.full(3, np.nan), p, how).tolist() == [1.0, 1.0, 1.0]
+        both = rank_weights(np.array([10.0, np.nan, np.nan]), p, how)
+        assert both[1] == both[2]
 
 
 def test_rank_weights_reach_the_optimizer_only_when_switched_on() -> None:
+    assert S.elastic.srpt_rank_p == 0.7 and S.elastic.srpt_rank_unknown == "median"  # on by default
     growing = est(Phase.GROWING, 1.0)
     short = job("open/short", elastic=(1, 8), estimate=growing, planned_steps=550.0)
     long = job("open/long", node="n1", elastic=(1, 8), estimate=growing, planned_steps=5000.0)
