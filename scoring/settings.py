@@ -135,8 +135,8 @@ class ElasticLoopSettings(LoopSettings):
     # work left, get the weights under which the DP gives a speed-up k^p the optimal mean-flow-time
     # shares (by rank only, not size). Its value is that p, in (0, 1); 0 = off. 0.7 with unknown
     # work at the median, chosen on the Pollux workloads 1-2 once fit_waiting was on (docs/elastic.md):
-    # every job elastic, 2915 -> 2552 s at 1.0x and 5327 -> 5083 s at 2.0x; p from 0.5 to 0.9 gave
-    # 2550-2578 and 5080-5106 s.
+    # every job elastic, 2915 -> 2528 s at 1.0x and 5327 -> 4910 s at 2.0x; p 0.5 and 0.85 gave
+    # 2543 / 2469 and 4905 / 4922 s. Equal work left shares its ranks (rank_weights).
     srpt_rank_p: float = 0.7
     # A job with no known work left ranks as: "smallest" (new work goes first, as in LAS) or "median".
     srpt_rank_unknown: str = "median"
