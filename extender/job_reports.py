@@ -29,6 +29,7 @@ class TrainingReport:
     grad_var: float | None = None
     max_steps: int | None = None
     at: float = math.nan
+    batch_live: bool | None = None
 
     def as_job_report(self) -> JobReport:
         b = self.batch_size or 0
@@ -42,12 +43,13 @@ class TrainingReport:
             base = rng[0] if rng is not None else b
             noise = GradientNoise(self.grad_sqr, self.grad_var * b / base, base)
         return JobReport(batch_size=b, batch_range=rng, noise=noise,
-                         planned_steps=float(self.max_steps) if self.max_steps else math.nan)
+                         planned_steps=float(self.max_steps) if self.max_steps else math.nan,
+                         batch_live=bool(self.batch_live))
 
     def as_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "batch_min": self.batch_min, "batch_max": self.batch_max,
                 "grad_sqr": self.grad_sqr, "grad_var": self.grad_var, "max_steps": self.max_steps,
-                "at": self.at if math.isfinite(self.at) else None}
+                "batch_live": self.batch_live, "at": self.at if math.isfinite(self.at) else None}
 
 
 class JobReportBook:
@@ -79,4 +81,4 @@ class JobReportBook:
             self._reports.pop(job, None)
 
 
-_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps")
+_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live")

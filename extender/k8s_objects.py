@@ -207,6 +207,18 @@ class PodInfo:
         return float(self.elastic_plan["at"]) if self.elastic_plan is not None else None
 
     @property
+    def elastic_resized_at(self) -> float | None:
+        """When the elastic optimizer last changed the job's GPU count: the plan's "resized_at"
+        (a plan that changed only the batch keeps the one before), else its "at"."""
+        if self.elastic_plan is None:
+            return None
+        try:
+            r = float(self.elastic_plan.get("resized_at", self.elastic_plan["at"]))
+        except (TypeError, ValueError):
+            return self.elastic_plan_at
+        return r if math.isfinite(r) else self.elastic_plan_at
+
+    @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 

@@ -6,7 +6,7 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
      "points": [{"step": 120, "loss": 0.83, "timestamp": 1732250000.5,    # timestamp optional
                  "metrics": {"accuracy": 0.71}}],                          # metrics optional
      "training": {"batch_size": 512, "batch_min": 128, "batch_max": 4096,  # all optional
-                  "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000}}
+                  "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000, "batch_live": true}}
   200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}, "plan": {...} | null}:
       points with a NaN, inf or null loss or a non-finite timestamp are rejected one by one, and
       so are points stamped more than max_future_skew_s (1 h) ahead of the server's clock or
@@ -97,6 +97,7 @@ class TrainingIn(BaseModel):
     grad_sqr: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
     grad_var: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
     max_steps: StrictInt | None = Field(default=None, ge=1, le=2**63 - 1)
+    batch_live: StrictBool | None = None  # adopts a planned batch while it runs (no restart needed)
 
 
 class ReportIn(BaseModel):
@@ -295,7 +296,8 @@ def build_progress_router(
             t = report.training
             reports.put(key, TrainingReport(t.batch_size, t.batch_min, t.batch_max,
                                             None if t.grad_sqr is None else float(t.grad_sqr),
-                                            None if t.grad_var is None else float(t.grad_var), t.max_steps, now))
+                                            None if t.grad_var is None else float(t.grad_var), t.max_steps, now,
+                                            t.batch_live))
         body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
         return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
 

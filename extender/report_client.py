@@ -125,10 +125,11 @@ class Reporter:
 
     def training(self, *, batch_size: int | None = None, batch_min: int | None = None,
                  batch_max: int | None = None, grad_sqr: float | None = None, grad_var: float | None = None,
-                 max_steps: int | None = None) -> None:
-        """What the job tells the elastic optimizer; fields left None keep their last value."""
+                 max_steps: int | None = None, batch_live: bool | None = None) -> None:
+        """What the job tells the elastic optimizer; fields left None keep their last value.
+        batch_live=True: the script adopts planned_batch_size() while it runs (docs/elastic.md)."""
         given = {"batch_size": batch_size, "batch_min": batch_min, "batch_max": batch_max,
-                 "grad_sqr": grad_sqr, "grad_var": grad_var, "max_steps": max_steps}
+                 "grad_sqr": grad_sqr, "grad_var": grad_var, "max_steps": max_steps, "batch_live": batch_live}
         with self._lock:
             for k, v in given.items():
                 if v is None:
@@ -140,7 +141,8 @@ class Reporter:
 
     def planned_batch_size(self) -> int | None:
         """The batch size flowsched planned for this job (None: keep yours). A script honours it
-        when it next starts from its checkpoint (docs/elastic.md)."""
+        when it next starts from its checkpoint, or, having said batch_live=True, at its next step
+        (docs/elastic.md)."""
         b = (self.plan or {}).get("batch_size")
         return int(b) if isinstance(b, int) and b > 0 else None
 

@@ -308,7 +308,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     left = job.remaining_gpu_s()
     if s.srpt_power > 0 and math.isfinite(left):
         weight *= (1.0 + left / 3600.0) ** -s.srpt_power
-    return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight)
+    live = bool(cur) and job.batch_live and min_b != max_b  # only when the optimizer chooses its batch
+    return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
+                      batch_live=live)
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,

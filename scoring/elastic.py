@@ -192,6 +192,7 @@ class ElasticJob:
     max_batch: int = 0  # 0 = no upper bound
     weight: float = 1.0
     may_idle: bool | None = None  # g = 0 allowed; default: only when pending
+    batch_live: bool = False  # a running job changes its batch without a restart (at its current size)
 
 
 @dataclass(frozen=True)
@@ -259,12 +260,15 @@ def job_options(job: ElasticJob, s: ElasticSettings) -> JobOptions:
     value = best * (discount * job.weight / ref)
     batch = bs[best_b]
     g = np.arange(mn, mx + 1, dtype=np.int64)
-    # Staying as is costs no restart, and wins unless a change gains more than min_gain.
+    # Staying as is costs no restart, and wins unless a change gains more than min_gain. A job that
+    # changes its batch live stays at its size with its best batch, still without a restart.
     cur = job.current_gpus
     if job.current_gpus > 0 and mn <= cur <= mx:
         i = cur - mn
         hit = np.flatnonzero(bs == job.current_batch)
-        if hit.size and filled[i, hit[0]] > _NEG:
+        if job.batch_live and feasible[i]:
+            value[i] = best[i] / ref * job.weight * (1.0 + s.min_gain)
+        elif hit.size and filled[i, hit[0]] > _NEG:
             stay = filled[i, hit[0]] / ref * job.weight * (1.0 + s.min_gain)
             if stay >= value[i]:
                 value[i], batch[i] = stay, job.current_batch

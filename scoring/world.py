@@ -64,7 +64,7 @@ class JobState:
     estimate: ConvergenceEstimate | None = None
     migrations: int = 0
     since_migration_s: float = math.inf
-    since_scaled_s: float = math.inf  # since the elastic optimizer last changed it
+    since_scaled_s: float = math.inf  # since the elastic optimizer last changed its GPU count
     batch_size: int = 0  # global batch it runs at; 0 unknown
     batch_range: tuple[int, int] | None = None  # batches the job accepts (reported); None: its own only
     noise: GradientNoise | None = None  # reported gradient statistics
@@ -78,6 +78,9 @@ class JobState:
     diagnosis: Diagnosis | None = None  # its bottleneck (scoring.bottleneck); None: not diagnosed
     workload: str = "training"  # scoring/workload.py WorkloadClass of its pods
     planned_steps: float = math.nan  # the planned end the job reports (max_steps, in its step unit); NaN: none
+    # The job adopts a planned batch size while it runs, at its next report, without a restart
+    # (reported: training.batch_live, as AdaptDL's data loader does); False: at its next start only.
+    batch_live: bool = False
 
     def remaining_gpu_s(self) -> float:
         """GPU-seconds of work left if the job runs to its planned end: the service attained so far

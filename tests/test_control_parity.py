@@ -173,7 +173,8 @@ def without_reports(world: World) -> World:
     """The documented difference cleared: what a job reports about its throughput, its batch and
     its planned end (the simulated jobs report their epochs as max_steps; the service's here none)."""
     return replace(world, now=0.0, jobs=tuple(replace(j, throughput=None, step_samples={}, noise=None,
-                                                      batch_range=None, batch_size=0, planned_steps=math.nan)
+                                                      batch_range=None, batch_size=0, planned_steps=math.nan,
+                                                      batch_live=False)
                                               for j in world.jobs))
 
 

@@ -37,7 +37,7 @@ def _random_job(rng: np.random.Generator, key: str, capacity: int) -> ElasticJob
         hi = int(bs[-2])  # a batch range that excludes the largest candidate
     return ElasticJob(
         key, mn, mx, bs, rate, cur, cur_b, lo, hi, weight=float(rng.choice([0.5, 1.0, 2.0])),
-        may_idle=None if rng.random() < 0.8 else bool(rng.random() < 0.5),
+        may_idle=None if rng.random() < 0.8 else bool(rng.random() < 0.5), batch_live=bool(rng.random() < 0.3),
     )
 
 
@@ -61,7 +61,8 @@ def _config_values(job: ElasticJob, s: ElasticSettings) -> dict[tuple[int, int],
     ref = max(r for (g, _), r in feas.items() if g == g_ref) / g_ref
     disc = 1.0 - s.restart_s / s.horizon_s
     for (g, b), r in feas.items():
-        stay = g == job.current_gpus and b == job.current_batch
+        # Staying costs no restart; a job that changes its batch live stays at any of its batches.
+        stay = g == job.current_gpus and (b == job.current_batch or job.batch_live)
         out[(g, b)] = r / ref * job.weight * ((1 + s.min_gain) if stay else disc)
     return out
 
@@ -145,6 +146,25 @@ def test_restart_penalty_keeps_marginal_changes_away() -> None:
     job2 = ElasticJob("a", 1, 5, bs, rate2, current_gpus=4, current_batch=256)
     d = plan_elastic([job2], 5).decisions[0]
     assert d.gpus == 5 and d.changed
+
+
+def test_a_live_batch_job_changes_its_batch_at_its_size_without_a_restart() -> None:
+    # At 4 GPUs batch 512 gives 15 % more than the 256 it runs at: not worth a restart (min_gain
+    # 30 %), so a job that changes its batch only when it restarts keeps 256; one that changes it
+    # live moves to 512 and keeps its GPUs, and its term carries no restart discount.
+    bs = np.array([256, 512])
+    rate = np.array([[0.0, 0.0], [1.0, 1.1], [2.0, 2.2], [3.0, 3.4], [4.0, 4.6]])
+    s = ElasticSettings(restart_s=120.0, horizon_s=1800.0, min_gain=0.3)
+    fixed = ElasticJob("a", 1, 4, bs, rate, current_gpus=4, current_batch=256)
+    live = ElasticJob("a", 1, 4, bs, rate, current_gpus=4, current_batch=256, batch_live=True)
+    d_fixed = plan_elastic([fixed], 4, s).decisions[0]
+    d_live = plan_elastic([live], 4, s).decisions[0]
+    assert (d_fixed.gpus, d_fixed.batch_size, d_fixed.changed) == (4, 256, False)
+    assert (d_live.gpus, d_live.batch_size, d_live.changed) == (4, 512, True)
+    assert d_live.value == pytest.approx(4.6 / 1.1 * 1.3)  # normalised by the best rate at 1 GPU, x (1 + min_gain)
+    # Live or not, a job that holds no GPUs pays the restart to start.
+    pending = ElasticJob("a", 1, 4, bs, rate, batch_live=True)
+    assert plan_elastic([pending], 4, s).decisions[0].value == pytest.approx(4.6 / 1.1 * (1 - 120 / 1800))
 
 
 def test_running_jobs_shrink_for_a_pending_one() -> None:

@@ -99,6 +99,32 @@ def test_jobs_mid_change_or_in_cooldown_are_held() -> None:
     assert plan_at(el2, 400.0) != []  # the pods did not change (no job controller here): planned again
 
 
+def test_a_plan_that_changes_only_the_batch_keeps_the_time_of_the_last_rescale() -> None:
+    from scoring.control import Scale
+
+    pods = [worker("a", 0, "n0"), worker("a", 1, "n0")]
+    el, actions, _, state = make(pods, cooldown_s=300)
+
+    def act(kind_gpus: int, now: float) -> dict[str, Any]:
+        s = Scale("t/a", kind_gpus, 2, 512, 256, 1, 1, 8, "test plan")
+        el.act(el._action(s, el.observe(now)), now)
+        body: dict[str, Any] = json.loads(actions.annotations[-1][2][PLAN])
+        for p in pods:  # what the pod watch brings back
+            p["metadata"].setdefault("annotations", {}).update({PLAN: json.dumps(body)})
+            state.upsert_pod(parse_pod(p))
+        return body
+
+    first = act(4, 100.0)  # a rescale: 2 -> 4 GPUs
+    assert first["at"] == first["resized_at"] == 100.0
+    again = act(2, 250.0)  # same size, new batch: a rebatch
+    assert again["at"] == 250.0 and again["resized_at"] == 100.0
+    assert state.pod(pods[0]["metadata"]["uid"]).elastic_resized_at == 100.0  # type: ignore[union-attr]
+    # An annotation written before resized_at existed counts from its "at".
+    assert parse_pod(worker("b", 0, "n1")).elastic_resized_at is None
+    pods[0]["metadata"]["annotations"][PLAN] = json.dumps({"gpus": 2, "at": 7.0})
+    assert parse_pod(pods[0]).elastic_resized_at == 7.0
+
+
 def test_convergence_weight_gives_gpus_to_the_growing_job() -> None:
     pods = [worker("g", i, "n0") for i in range(4)] + [worker("c", i, "n1") for i in range(4)]
     est = {"t/g": Est(Phase.GROWING), "t/c": Est(Phase.COMPLETING)}

@@ -144,12 +144,17 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     job = book.job_reports()["ns/j"]
     assert job.noise is not None and job.noise.base_batch == 64 and job.batch_range == (64, 4096)
     assert job.planned_steps == 1000.0  # the planned end reaches the World (JobState.planned_steps)
+    assert job.batch_live is False  # not said: the planned batch is adopted at a restart only
     assert abs(job.noise.grad_var - var * 256 / 64) < 1e-12  # scaled to the smallest batch
     r.training(grad_var=10 * var)  # a later post changes one field, the others stay
     r.report(3, 0.8)
     r.report(4, 0.7)
     got = book.get("ns/j")
     assert got is not None and got.grad_var == 10 * var and got.batch_size == 256
+    r.training(batch_live=True)  # the script adopts planned_batch_size() while it runs
+    r.report(5, 0.6)
+    r.report(6, 0.5)
+    assert book.job_reports()["ns/j"].batch_live is True and book.get("ns/j").batch_size == 256  # type: ignore[union-attr]
     summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
     assert summary["training"]["batch_size"] == 256 and summary["plan"]["batch_size"] == 1024
     bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
@@ -160,6 +165,11 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
                     json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
                           "training": {"batch_min": 512, "batch_max": 64}})
     assert bad.status_code == 400 and "batch_min" in bad.json()["error"]
+    bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
+                    json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
+                          "training": {"batch_live": "yes"}})
+    assert bad.status_code == 400 and "training.batch_live" in bad.json()["error"]
+    assert book.job_reports()["ns/j"].batch_live is True  # a rejected post changes nothing
     store.close()
 
 

@@ -104,3 +104,35 @@ def test_control_loop_can_evict_only_checkpointable_jobs() -> None:
 def test_simjob_gpus_property() -> None:
     j = SimJob(0, JobSpec("x", 0.0, "ncf", 1, 32768), 1, 1, 0, placement=((0, 2), (1, 2)))
     assert j.gpus == 4 and j.multi_node
+
+
+def test_a_live_rebatch_keeps_progress_and_costs_no_restart() -> None:
+    from benchmarks import data_paths
+    from benchmarks.sim.jobmodel import load_profiles
+
+    profiles = load_profiles(data_paths.pollux_traces())
+    app = profiles.apps["cifar10"]
+    seen: dict[str, float] = {}
+
+    def loop(engine: Engine, now: float) -> None:
+        job = engine.jobs[0]
+        if now == 600.0 and job.placement:
+            engine.sync(job)
+            seen["before"] = job.progress
+            seen["ok"] = float(engine.rebatch(job, 4 * app.init_batch_size))
+            seen["after"] = job.progress
+            seen["same"] = float(engine.rebatch(job, job.batch_size))  # its own batch: nothing to do
+
+    spec = JobSpec("c", 0.0, "cifar10", 4, int(app.init_batch_size))
+    plain = Engine([spec], profiles, FifoPolicy(), settings()).run().jobs[0]
+    eng = Engine([spec], profiles, FifoPolicy(), settings(), control_loops=[loop]).run()
+    job = eng.jobs[0]
+    assert seen["ok"] == 1.0 and seen["same"] == 0.0
+    assert seen["after"] == seen["before"] > 0  # progress kept
+    assert job.restarts == 0 and job.allocations == 1 and job.batch_size == 4 * app.init_batch_size
+    atomic, accum = app.batch_config(4, 4 * int(app.init_batch_size))
+    table = profiles.rate_table("cifar10", [4], atomic, accum)
+    # From the switch on, the rest of the work at the new batch's goodput, no restart penalty.
+    assert job.completion == pytest.approx(600.0 + table.total - table.time_at(seen["before"]), rel=1e-9)
+    assert job.completion != pytest.approx(plain.completion or 0.0, rel=1e-3)
+    assert not Engine([spec], profiles, FifoPolicy(), settings()).rebatch(SimJob(0, spec, 4, 1, 0), 256)

@@ -103,6 +103,14 @@ class SimControl:
                 break
             job = self._job(engine, a.job)
             before, batch_before = job.gpus if job.placement else job.replicas, job.batch_size
+            if a.gpus == before and job.placement and a.batch_size and job.spec.elastic_max > 0:
+                # An elastic job here changes its batch live (world.py says batch_live): no restart.
+                # Its size did not change, so neither does the time of its last rescale (cooldown).
+                if engine.rebatch(job, a.batch_size):
+                    budget.spend(now)
+                    self.stats.resizes += 1
+                    self.stats.batch_changes += 1
+                continue
             if engine.resize(job, a.gpus, a.batch_size or None):
                 budget.spend(now)
                 acted = True

@@ -365,6 +365,24 @@ class Engine:
             self._requeue(job)
         return True
 
+    def rebatch(self, job: SimJob, batch_size: int) -> bool:
+        """A running job changes its global batch size in place, without a restart (a job that
+        adopts a planned batch live, as AdaptDL's data loader does): progress so far is kept and
+        it goes on at the new batch's goodput. False when it is not running or the batch is its own."""
+        if not job.placement or job.completion is not None or batch_size == job.batch_size or batch_size < 1:
+            return False
+        self._sync(job, self.now)
+        old = job.table
+        job.batch_size = batch_size
+        job.atomic, job.accum = self.profiles.apps[job.spec.app].batch_config(job.replicas, batch_size)
+        job.table = self.profiles.rate_table(job.spec.app, [g for _, g in job.placement], job.atomic, job.accum)
+        if old is not None:
+            self._busy_sum -= old.busy_fraction * job.gpus
+        self._busy_sum += job.table.busy_fraction * job.gpus
+        self._busy[job.idx] = job.table.busy_fraction * 100.0
+        self._schedule_completion(job)
+        return True
+
     def set_cpu_speed(self, job: SimJob, speed: float) -> None:
         """In-place CPU resize of a running job: its throughput becomes `speed` x the profiled
         one from now on (no restart). Only the resizer control loop calls this."""

@@ -50,8 +50,8 @@ DETERMINISTIC = ("fifo", "tiresias")  # no random tie-breaks: one seed is enough
 ELASTIC_CAP = 64
 MIXES = ("all", "half", "none")
 MIX_TEXT = {
-    "all": "every job elastic 1..N GPUs and checkpointable",
-    "half": "half the jobs elastic 1..N GPUs (every other arrival), every job checkpointable",
+    "all": "every job elastic 1..N GPUs (its batch size changed live, as AdaptDL's) and checkpointable",
+    "half": "half the jobs elastic 1..N GPUs (every other arrival; batch size changed live), every job checkpointable",
     "none": "no job elastic (users' own GPU counts), every job checkpointable",
 }
 

@@ -7,8 +7,10 @@ the loops leave on pods (migration count and time, the elastic plan's time), its
 estimate from the points it would post to /v1/progress (scoring.tracker, the service's
 tracker), and, as a job reporting through the progress API's optional fields would, its batch
 size, batch range, gradient noise, measured step times and planned end (`max_steps`: the
-application's epochs, the unit of its reported steps). Not its remaining time: the core derives
-that from what it attained and the steps left (JobState.remaining_gpu_s).
+application's epochs, the unit of its reported steps); an elastic job also says it changes its
+batch size live (`batch_live`), as the artifact's AdaptDL jobs do between epochs. Not its
+remaining time: the core derives that from what it attained and the steps left
+(JobState.remaining_gpu_s).
 
 Step times: the engine's profile (the Pollux artifact's measured placements) at the core's
 candidate batches, i.e. what the job measures once it has run at a size (Pollux's agent fits
@@ -136,6 +138,7 @@ class SimWorldBuilder:
             since_migration_s=now - m.migrated_at[j.idx] if j.idx in m.migrated_at else math.inf,
             since_scaled_s=now - m.scaled_at[j.idx] if j.idx in m.scaled_at else math.inf,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
+            batch_live=elastic is not None,
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
             if gated else (),
             wait_s=math.nan if placed else now - engine.queue_time(j),

@@ -121,7 +121,8 @@ class Elastic:
         if not (int(d["lo"]) <= int(d["gpus"]) <= int(d["hi"])):
             raise PermanentError(f"plan of {d['gpus']} GPUs outside {d['lo']}-{d['hi']}")
         body = {"gpus": int(d["gpus"]), "replicas": int(d["replicas"]), "batch_size": d.get("batch_size"),
-                "at": round(now, 3), "attained": d.get("attained"), "reason": action.reason[:300]}
+                "at": round(now, 3), "resized_at": self._resized_at(action, now), "attained": d.get("attained"),
+                "reason": action.reason[:300]}
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = d.get("kubeflow")
@@ -138,6 +139,15 @@ class Elastic:
         self.metrics.plans.labels(outcome).inc()
         log.info("elastic %s: %s (%s)", action.key, outcome, action.reason)
         return outcome
+
+    def _resized_at(self, action: Action, now: float) -> float:
+        """When the job's GPU count last changed: now, unless this plan changes only its batch (the
+        cooldown and the hold before a preemption count from a rescale, which restarts the job)."""
+        if action.kind != "rebatch":
+            return round(now, 3)
+        before = [pod.elastic_resized_at for p in action.detail["pods"]
+                  if (pod := self.ctx.state.pod(p["uid"])) is not None and pod.elastic_resized_at is not None]
+        return max(before) if before else round(now, 3)
 
     def _scale_pytorchjob(self, ns: str, name: str, gpus: int, per_pod: int, plan_json: str, action: Action) -> str:
         """Worker replicas within elasticPolicy; "scaled", "planned" (no elasticPolicy: annotated

@@ -42,6 +42,7 @@ class JobReport:
     batch_range: tuple[int, int] | None = None
     noise: GradientNoise | None = None
     planned_steps: float = math.nan  # max_steps, the planned end; NaN: not reported
+    batch_live: bool = False  # adopts a planned batch while it runs (training.batch_live)
 
 
 NamespaceLabels = Callable[[], Mapping[str, Mapping[str, str]]]
@@ -111,7 +112,8 @@ class WorldBuilder:
         if elastic is not None and est is not None and not settling and held > 0 and \
                 math.isfinite(est.step_rate) and est.step_rate > 0:
             self.step_samples.setdefault(key, {})[held] = 1.0 / est.step_rate
-        plan_at = [p.elastic_plan_at for p in ps if p.elastic_plan_at is not None]
+        # Since its size last changed: a plan that changed only a live job's batch restarts nothing.
+        plan_at = [p.elastic_resized_at for p in ps if p.elastic_resized_at is not None]
         report = report or JobReport()
         return JobState(
             key=key, namespace=ps[0].namespace, gpus_on=gpus_on,
@@ -128,7 +130,7 @@ class WorldBuilder:
             since_migration_s=now - mark.at if mark else math.inf,
             since_scaled_s=now - max(plan_at) if plan_at else math.inf,
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
-            planned_steps=report.planned_steps,
+            planned_steps=report.planned_steps, batch_live=report.batch_live,
             step_samples=dict(self.step_samples.get(key, {})),
             gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
             # Inference if any pod is (DESIGN §3 classes; never moved or rescaled by flowsched).
