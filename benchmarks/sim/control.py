@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from benchmarks.sim.engine import Engine, SimJob
-from benchmarks.sim.world import SimWorldBuilder, job_key
+from benchmarks.sim.world import SimWorldBuilder, changes_batch_live, job_key
 from scoring.admission import plan_admission_for
 from scoring.control import LOOP_ORDER, Evict, Scale, plan_elastic_for, plan_migrations_for
 from scoring.safety import Budget
@@ -103,8 +103,8 @@ class SimControl:
                 break
             job = self._job(engine, a.job)
             before, batch_before = job.gpus if job.placement else job.replicas, job.batch_size
-            if a.gpus == before and job.placement and a.batch_size and job.spec.elastic_max > 0:
-                # An elastic job here changes its batch live (world.py says batch_live): no restart.
+            if a.gpus == before and job.placement and a.batch_size and changes_batch_live(job):
+                # It adopts the batch in place: no restart.
                 # Its size did not change, so neither does the time of its last rescale (cooldown).
                 if engine.rebatch(job, a.batch_size):
                     budget.spend(now)

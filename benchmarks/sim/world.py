@@ -53,6 +53,11 @@ class Marks:
     scaled_at: dict[int, float] = field(default_factory=dict)
 
 
+def changes_batch_live(job: SimJob) -> bool:
+    """The simulated elastic jobs adopt a planned batch while they run (JobState.batch_live)."""
+    return job.spec.elastic_max > 0
+
+
 def node_name(k: int) -> str:
     return f"node-{k:03d}"
 
@@ -138,7 +143,7 @@ class SimWorldBuilder:
             since_migration_s=now - m.migrated_at[j.idx] if j.idx in m.migrated_at else math.inf,
             since_scaled_s=now - m.scaled_at[j.idx] if j.idx in m.scaled_at else math.inf,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
-            batch_live=elastic is not None,
+            batch_live=changes_batch_live(j),
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
             if gated else (),
             wait_s=math.nan if placed else now - engine.queue_time(j),
