@@ -203,20 +203,17 @@ class PodInfo:
     reclaim_idle: str | None = None  # flowsched.io/reclaim-idle (annotation, else label), raw
 
     @property
-    def elastic_plan_at(self) -> float | None:
-        return float(self.elastic_plan["at"]) if self.elastic_plan is not None else None
-
-    @property
     def elastic_resized_at(self) -> float | None:
         """When the elastic optimizer last changed the job's GPU count: the plan's "resized_at"
-        (a plan that changed only the batch keeps the one before), else its "at"."""
+        (a plan that changed only the batch keeps the one before), else its "at" (finite: parse_plan)."""
         if self.elastic_plan is None:
             return None
+        at = float(self.elastic_plan["at"])
         try:
-            r = float(self.elastic_plan.get("resized_at", self.elastic_plan["at"]))
+            r = float(self.elastic_plan.get("resized_at", at))
         except (TypeError, ValueError):
-            return self.elastic_plan_at
-        return r if math.isfinite(r) else self.elastic_plan_at
+            return at
+        return r if math.isfinite(r) else at
 
     @property
     def key(self) -> str:
