@@ -216,6 +216,18 @@ def plan_node(rows: NodeRows, s: ResizeSettings = ResizeSettings()) -> NodePlan:
 
     # Whole millicores, rounded toward the current value (never past a bound or the pool).
     x = np.where(x > cur, np.floor(x + 1e-9), np.where(x < cur, np.ceil(x - 1e-9), x))
+    # Decreases rounded up can leave the raises up to a millicore per row over the pool: the
+    # largest raises give it back (a raise left under the step is not made).
+    over = float(x.sum()) - rows.pool_m
+    for i in np.argsort(cur - x):  # largest raise first
+        if over <= 1e-9 or x[i] <= cur[i]:
+            break
+        take = min(float(np.ceil(over - 1e-9)), float(x[i] - cur[i]))
+        x[i] -= take
+        over -= take
+        if x[i] - cur[i] < step[i]:
+            over -= float(x[i] - cur[i])
+            x[i] = cur[i]
     changed = x != cur
     why = np.where(cooling & (why != Why.NO_EVIDENCE), int(Why.COOLDOWN), why)
     unchanged_planned = ~frozen & ~changed
