@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, from {', '.join(VARIANTS)}; each round runs them all, "
                          "in reverse order every other round")
     ap.add_argument("--rank-margin", type=int, default=0, help="flowsched's rank_margin (filter-ranked)")
+    ap.add_argument("--rank-keep", type=int, default=0, help="flowsched's rank_keep (filter-ranked), this tree only")
     ap.add_argument("--base-tree", type=Path, help="checkout whose flowsched serves the `base` variant")
     ap.add_argument("--out", default="results/extender")
     ns = ap.parse_args(argv)
@@ -286,11 +287,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
             config = Path(tmp) / "flowsched.yaml"
             config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin}))
+            this_config = Path(tmp) / "flowsched-this.yaml"
+            this_config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin, "rank_keep": ns.rank_keep}))
             for name, repo in (("this", None), ("base", ns.base_tree)):
                 if name == "this" or repo is not None:
                     workdir = Path(tmp) / name
                     workdir.mkdir()
-                    services[name] = FlowschedService(workdir, cp.kubeconfigs["admin"], ["--config", str(config)],
+                    services[name] = FlowschedService(workdir, cp.kubeconfigs["admin"],
+                                                      ["--config", str(this_config if name == "this" else config)],
                                                       repo=repo)
                     services[name].start()
             pods = pod_specs(ns.pods, ns.seed)

@@ -104,7 +104,8 @@ def build_app(
     routers: Iterable[APIRouter] = (),
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
-    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource, settings.rank_margin)
+    policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource, settings.rank_margin,
+                    settings.rank_keep)
     limit = settings.verb_max_body_bytes
     prefix = settings.prefix
     memo = ScoreMemo()  # filter's scores, reused by the prioritize call that follows it

@@ -60,6 +60,7 @@ class Policy:
     stale_after_s: float
     gpu_resource: str = "nvidia.com/gpu"
     rank_margin: int = 0  # filter-only mode: nodes scored this far below the best still pass
+    rank_keep: int = 0  # filter-only mode: at most this many of them pass (the best first); 0 = all
 
 
 def _placement(cls: WorkloadClass, policy: Policy) -> PlacementSettings:
@@ -362,13 +363,17 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
         view.take(rows), demand, placement, None if origin is None else origin[rows], view.telemetry),
         state, view, demand, placement, rows), shared, placement, rows).score
     if known is None:  # the passing rows are the names' positions; the best of them stay
-        return FilterAnswer(_passed_at(names, rows[row_scores >= row_scores.max() - policy.rank_margin]),
-                            {}, {}, unknown, _texts(rejected))
-    ok = reasons == Reject.OK
-    scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
-    scores[np.flatnonzero(known)[rows]] = row_scores
-    keep = ok & (scores >= scores[ok].max() - policy.rank_margin)
-    return FilterAnswer(_passed(names, keep), {}, {}, unknown, _texts(rejected))
+        top = row_scores >= row_scores.max() - policy.rank_margin
+        at, at_scores = rows[top], row_scores[top]
+    else:
+        ok = reasons == Reject.OK
+        scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
+        scores[np.flatnonzero(known)[rows]] = row_scores
+        at = np.flatnonzero(ok & (scores >= scores[ok].max() - policy.rank_margin))
+        at_scores = scores[at]
+    if 0 < policy.rank_keep < at.size:  # the best first, ties in kube-scheduler's order
+        at = np.sort(at[np.argsort(-at_scores, kind="stable")[: policy.rank_keep]])
+    return FilterAnswer(_passed_at(names, at), {}, {}, unknown, _texts(rejected))
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,11 @@ class Settings(BaseSettings):
     # Filter-only mode (verb filter-ranked, docs/hot-path.md): nodes scored up to this many points
     # (of 10) below the best node still pass; 0 passes only the best-scored ones.
     rank_margin: int = Field(0, ge=0, le=10)
+    # ... and of those, at most this many pass, the best first and ties in kube-scheduler's own
+    # order; 0 = all of them. One node left means kube-scheduler runs none of its score plugins:
+    # 1 raised its throughput with flowsched from 0.64-0.66 to 0.69-0.78 of that without
+    # (docs/hot-path.md), but its own scores (soft affinities, spreading) no longer break ties.
+    rank_keep: int = Field(1, ge=0)
     # ---- limits against slow, idle or hostile clients (docs/hardening.md) ----
     full_node_mode: bool = False  # kube-scheduler sends full Node objects (nodeCacheCapable: false)
     full_node_max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # the verbs' limit in that mode

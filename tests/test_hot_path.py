@@ -146,7 +146,7 @@ def test_filter_ranked_verb_over_http() -> None:
         state.upsert_node(parse_node(node(name, gpus=gpus)))
     state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
     state.synced = {"nodes": True, "pods": True}
-    client = TestClient(build_app(Settings(kube=False), state, build_metrics(), clock=lambda: 0.0))
+    client = TestClient(build_app(Settings(kube=False, rank_keep=0), state, build_metrics(), clock=lambda: 0.0))
     body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "b", "c"]}
     # a: 1 of 4 GPUs free, the best fit (packing); c: 8 free; b: 1 free too, but a 1-GPU node.
     scores = {h["Host"]: h["Score"] for h in client.post("/prioritize", json=body).json()}
@@ -174,9 +174,49 @@ def test_rank_margin_setting_reaches_the_ranked_filter() -> None:
     body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "c"]}
     passed = {}
     for margin in (0, 10):
-        app = build_app(Settings(kube=False, rank_margin=margin), state, build_metrics(), clock=lambda: 0.0)
+        app = build_app(Settings(kube=False, rank_margin=margin, rank_keep=0), state, build_metrics(),
+                        clock=lambda: 0.0)
         passed[margin] = TestClient(app).post("/filter-ranked", json=body).json()["NodeNames"]
     assert passed == {0: ["a"], 10: ["a", "c"]}
+
+
+def test_ranked_filter_keeps_the_best_nodes_first_and_ties_in_the_request_order() -> None:
+    state = _state()
+    names = [f"n{i}" for i in range(40)] + ["unknown-node"]
+    seen_ties = seen_margin = False
+    for margin in (0, 2, 10):
+        every = Policy(Settings(kube=False).placement, 60.0, rank_margin=margin, rank_keep=0)
+        for gpus in (1, 2, 4):
+            for order in (names, names[::-1]):
+                args = wire.parse_extender_args({"Pod": pod(f"p{gpus}", gpus=gpus), "NodeNames": order})
+                all_of = decide_filter_ranked(state, args, every, 1.0)
+                scores = dict(zip(all_of.passed, decide_prioritize(state, wire.parse_extender_args(
+                    {"Pod": args.pod, "NodeNames": all_of.passed}), every, 1.0).scores, strict=True))
+                # The reference: the best first (stable, so ties keep the request's order), then cut.
+                ranked = sorted(all_of.passed, key=lambda n: -scores[n])
+                for keep in (1, 2, 5):
+                    policy = Policy(every.placement, 60.0, rank_margin=margin, rank_keep=keep)
+                    got = decide_filter_ranked(state, args, policy, 1.0)
+                    assert set(got.passed) == set(ranked[:keep])
+                    assert got.passed == [n for n in order if n in set(got.passed)]  # in the request's order
+                    assert got.rejected == all_of.rejected and got.unknown == all_of.unknown
+                seen_ties |= margin == 0 and len(all_of.passed) > 1
+                seen_margin |= margin > 0 and len(set(scores.values())) > 1
+    assert seen_ties and seen_margin  # both cuts were exercised
+
+
+def test_rank_keep_one_by_default_leaves_kube_scheduler_a_single_node() -> None:
+    state = ClusterState()
+    for name in ("a", "b", "c"):
+        state.upsert_node(parse_node(node(name, gpus=8)))
+    state.synced = {"nodes": True, "pods": True}
+    body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["b", "c", "a"]}  # three equal nodes
+    passed = {}
+    for keep in (None, 0):
+        settings = Settings(kube=False) if keep is None else Settings(kube=False, rank_keep=keep)
+        app = build_app(settings, state, build_metrics(), clock=lambda: 0.0)
+        passed[keep] = TestClient(app).post("/filter-ranked", json=body).json()["NodeNames"]
+    assert passed == {None: ["b"], 0: ["b", "c", "a"]}
 
 
 def test_watches_wait_for_the_verb_in_flight_and_are_woken_when_it_is_answered() -> None:
