@@ -260,7 +260,8 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     """The optimizer's view of one job. `free`: GPUs per node a waiting job could start on now;
     a waiting job is only offered sizes whose pods fit there (a size kube-scheduler cannot place
     would leave it waiting with GPUs promised to it). `free_now`: the same without the GPUs
-    running elastic jobs would give up, which bounds its growth above its ask (grow_waiting)."""
+    running elastic jobs would give up, which bounds its growth above its ask (grow_waiting) and
+    a running job's growth within its cooldown (grow_in_cooldown)."""
     assert job.elastic is not None
     lo, hi = job.elastic
     hi = max(hi, lo)
@@ -290,7 +291,18 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
                 rate[size:] = np.nan  # larger sizes need even more of what is not free
                 break
     top = g_max
-    if cur and (job.settling or job.since_scaled_s < s.cooldown_s):
+    cooling = bool(cur) and job.since_scaled_s < s.cooldown_s
+    if cooling and s.grow_in_cooldown and not job.settling and cur <= g_max and job.planned_gpus == cur:
+        lo = cur  # just rescaled, and the plan carried out: it may still grow, into GPUs free now only
+        own = np.zeros(0) if free_now is None else free_now.copy()
+        for node, held in job.gpus_on.items():
+            if own.size and node in world.node_names:
+                own[world.node_names.index(node)] += held
+        for size in range(cur + 1, g_max + 1):
+            if not own.size or not _fits(pods_for(job, size), own):
+                rate[size:] = np.nan
+                break
+    elif cur and (job.settling or cooling):
         lo = top = cur  # mid-change or just rescaled: hold it where it is
         if cur > g_max:
             rate = np.vstack([rate, np.full((cur - g_max, rate.shape[1]), np.nan)])
@@ -309,8 +321,10 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     if s.srpt_power > 0 and math.isfinite(left):
         weight *= (1.0 + left / 3600.0) ** -s.srpt_power
     live = bool(cur) and job.batch_live and min_b != max_b  # only when the optimizer chooses its batch
+    end = job.seconds_to_planned_end() if cur and s.horizon_to_end else math.nan
+    horizon = min(s.horizon_s, max(end, 1.0)) if math.isfinite(end) else math.nan
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
-                      batch_live=live)
+                      batch_live=live, horizon_s=horizon)
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,

@@ -193,6 +193,7 @@ class ElasticJob:
     weight: float = 1.0
     may_idle: bool | None = None  # g = 0 allowed; default: only when pending
     batch_live: bool = False  # a running job changes its batch without a restart (at its current size)
+    horizon_s: float = math.nan  # how long a new configuration would hold for it; NaN: the settings'
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,8 @@ def job_options(job: ElasticJob, s: ElasticSettings) -> JobOptions:
         return empty if may_idle else JobOptions(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
     ref_row = int(feasible.argmax())  # the smallest feasible size
     ref = best[ref_row] / (mn + ref_row)
-    discount = max(0.0, 1.0 - s.restart_s / s.horizon_s) if s.horizon_s > 0 else 1.0
+    horizon = job.horizon_s if math.isfinite(job.horizon_s) else s.horizon_s
+    discount = max(0.0, 1.0 - s.restart_s / horizon) if horizon > 0 else 1.0
     value = best * (discount * job.weight / ref)
     batch = bs[best_b]
     g = np.arange(mn, mx + 1, dtype=np.int64)

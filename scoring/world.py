@@ -65,6 +65,7 @@ class JobState:
     migrations: int = 0
     since_migration_s: float = math.inf
     since_scaled_s: float = math.inf  # since the elastic optimizer last changed its GPU count
+    planned_gpus: int = 0  # GPUs of the elastic optimizer's latest plan for it; 0: none
     batch_size: int = 0  # global batch it runs at; 0 unknown
     batch_range: tuple[int, int] | None = None  # batches the job accepts (reported); None: its own only
     noise: GradientNoise | None = None  # reported gradient statistics

@@ -272,3 +272,36 @@ def test_the_migrator_reads_a_planned_end_as_the_time_left_and_nothing_else() ->
     ending = job("open/ending", planned_steps=600.0)  # 100 steps at 2 steps/s: 50 s left
     _, arrays, _ = migration_arrays(world(ending, job("open/other", node="n1")), S, elastic_on=False)
     assert arrays.remaining_s[0] == pytest.approx(50.0) and math.isnan(arrays.remaining_s[1])
+
+
+def test_a_job_in_its_cooldown_grows_into_free_gpus_only() -> None:
+    # "a" was rescaled 100 s ago to the 2 GPUs it runs at (its plan carried out). n0: a's 2 and 2
+    # free; n1: "b", another elastic job, holds 4. a may grow into the 2 free GPUs, not into b's.
+    a = job("open/a", gpus=2, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0), since_scaled_s=100.0,
+            planned_gpus=2)
+    b = job("open/b", node="n1", gpus=4, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0))
+
+    def planned(a: JobState, grow: bool = True) -> dict[str, int]:
+        s = replace(S, elastic=replace(S.elastic, grow_in_cooldown=grow))
+        return {x.job: x.gpus for x in plan_elastic_for(world(a, b), s).actions}
+
+    assert planned(a) == {"open/a": 4}
+    assert planned(a, grow=False) == {}  # held where it is, as before the setting
+    # Its latest plan (8 GPUs) not carried out yet: held, not planned again.
+    assert planned(replace(a, planned_gpus=8)) == {}
+    # Out of its cooldown, the optimizer may take b's GPUs for it as for any job.
+    assert planned(replace(a, since_scaled_s=1000.0)).get("open/a", 0) >= 4
+
+
+def test_a_rescale_must_pay_back_its_restart_before_the_planned_end() -> None:
+    # A lone job on 2 of 8 GPUs, growing would double its speed. 500 of its steps done at 2 steps/s:
+    # with 60 s to its planned end a restart (restart_s 120) cannot pay back; with an hour it can.
+    def planned(steps: float, to_end: bool = True) -> list[int]:
+        j = job("open/a", gpus=2, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0), planned_steps=steps)
+        s = replace(S, elastic=replace(S.elastic, horizon_to_end=to_end))
+        return [x.gpus for x in plan_elastic_for(world(j), s).actions]
+
+    assert planned(500.0 + 2.0 * 60) == []
+    assert planned(500.0 + 2.0 * 60, to_end=False) == [8]
+    assert planned(500.0 + 2.0 * 3600) == [8]
+    assert planned(math.nan) == [8]  # no planned end: the settings' horizon

@@ -154,3 +154,18 @@ def test_dry_run_loop_plans_but_writes_nothing() -> None:
     tick = loop.run_once()
     assert [o.outcome for o in tick.outcomes] == [DRY_RUN]
     assert actions.annotations == [] and rec.events == []
+
+
+def test_planned_gpus_is_the_latest_plan_on_the_jobs_pods() -> None:
+    from extender.control.world_builder import planned_gpus
+
+    def with_plan(i: int, plan: object) -> Any:
+        p = worker("a", i, "n0")
+        p["metadata"]["annotations"][PLAN] = json.dumps(plan)
+        return parse_pod(p)
+
+    assert planned_gpus([parse_pod(worker("a", 0, "n0"))]) == 0  # never planned
+    assert planned_gpus([with_plan(0, {"gpus": 2, "at": 10.0}), with_plan(1, {"gpus": 4, "at": 20.0})]) == 4
+    assert planned_gpus([with_plan(0, {"gpus": 4, "at": 20.0}), with_plan(1, {"gpus": 2, "at": 10.0})]) == 4
+    for bad in ("4", True, -1, 2.5, None):  # a malformed count reads as no plan, never as a size
+        assert planned_gpus([with_plan(0, {"gpus": bad, "at": 10.0})]) == 0

@@ -142,6 +142,8 @@ class SimWorldBuilder:
             migrations=m.migrations.get(j.idx, 0),
             since_migration_s=now - m.migrated_at[j.idx] if j.idx in m.migrated_at else math.inf,
             since_scaled_s=now - m.scaled_at[j.idx] if j.idx in m.scaled_at else math.inf,
+            # The engine carries a plan out at once: the job's replicas are its latest plan's GPUs.
+            planned_gpus=j.replicas if j.idx in m.scaled_at else 0,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
             batch_live=changes_batch_live(j),
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))

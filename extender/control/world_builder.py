@@ -129,6 +129,7 @@ class WorldBuilder:
             migrations=mark.count if mark else 0,
             since_migration_s=now - mark.at if mark else math.inf,
             since_scaled_s=now - max(plan_at) if plan_at else math.inf,
+            planned_gpus=planned_gpus(ps),
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
             planned_steps=report.planned_steps, batch_live=report.batch_live,
             step_samples=dict(self.step_samples.get(key, {})),
@@ -139,6 +140,15 @@ class WorldBuilder:
             wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
                                                        and p.created_at is not None]) else math.nan,
         )
+
+
+def planned_gpus(ps: list[PodInfo]) -> int:
+    """GPUs of the latest elastic plan on the job's pods (by its time); 0 when none says."""
+    plans = [p.elastic_plan for p in ps if p.elastic_plan is not None]
+    if not plans:
+        return 0
+    g = max(plans, key=lambda plan: float(plan["at"])).get("gpus")
+    return int(g) if isinstance(g, int) and not isinstance(g, bool) and g > 0 else 0
 
 
 def attained(ps: list[PodInfo], mark: MigrationMark | None, now: float) -> float:
