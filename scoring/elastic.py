@@ -259,7 +259,7 @@ def job_options(job: ElasticJob, s: ElasticSettings) -> JobOptions:
     ref = best[ref_row] / (mn + ref_row)
     horizon = job.horizon_s if math.isfinite(job.horizon_s) else s.horizon_s
     discount = max(0.0, 1.0 - s.restart_s / horizon) if horizon > 0 else 1.0
-    value = best * (discount * job.weight / ref)
+    value = np.where(feasible, best, 0.0) * (discount * job.weight / ref)  # -inf x a 0 discount is NaN
     batch = bs[best_b]
     g = np.arange(mn, mx + 1, dtype=np.int64)
     # Staying as is costs no restart, and wins unless a change gains more than min_gain. A job that

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -165,6 +166,18 @@ def test_a_live_batch_job_changes_its_batch_at_its_size_without_a_restart() -> N
     # Live or not, a job that holds no GPUs pays the restart to start.
     pending = ElasticJob("a", 1, 4, bs, rate, batch_live=True)
     assert plan_elastic([pending], 4, s).decisions[0].value == pytest.approx(4.6 / 1.1 * (1 - 120 / 1800))
+
+
+def test_a_job_horizon_shorter_than_its_restart_makes_every_change_worthless() -> None:
+    bs = np.array([256])
+    rate = np.array([[0.0], [1.0], [np.nan], [3.0], [4.0], [9.0]])  # 2 GPUs infeasible (whole pods)
+    job = ElasticJob("a", 1, 5, bs, rate, current_gpus=4, current_batch=256, horizon_s=60.0)
+    with np.errstate(all="raise"):  # no -inf x 0 on the infeasible row
+        d = plan_elastic([job], 5, ElasticSettings(restart_s=120.0)).decisions[0]
+    assert d.gpus == 4 and math.isfinite(d.value)
+    # The same job with the settings' horizon (or an hour to go) takes the fifth GPU.
+    assert plan_elastic([replace(job, horizon_s=math.nan)], 5, ElasticSettings(restart_s=120.0)).decisions[0].gpus == 5
+    assert plan_elastic([replace(job, horizon_s=3600.0)], 5, ElasticSettings(restart_s=120.0)).decisions[0].gpus == 5
 
 
 def test_running_jobs_shrink_for_a_pending_one() -> None:
