@@ -294,12 +294,11 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     cooling = bool(cur) and job.since_scaled_s < s.cooldown_s
     if cooling and s.grow_in_cooldown and not job.settling and cur <= g_max and job.planned_gpus == cur:
         lo = cur  # just rescaled, and the plan carried out: it may still grow, into GPUs free now only
-        own = np.zeros(0) if free_now is None else free_now.copy()
-        for node, held in job.gpus_on.items():
-            if own.size and node in world.node_names:
-                own[world.node_names.index(node)] += held
+        own = None if free_now is None else free_now.copy()
+        if own is not None:
+            _give_back(own, job, {n: k for k, n in enumerate(world.node_names)}, +1)
         for size in range(cur + 1, g_max + 1):
-            if not own.size or not _fits(pods_for(job, size), own):
+            if own is None or not _fits(pods_for(job, size), own):
                 rate[size:] = np.nan
                 break
     elif cur and (job.settling or cooling):
