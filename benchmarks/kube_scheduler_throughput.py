@@ -1,7 +1,7 @@
 """Real kube-scheduler throughput with and without flowsched, in one run.
 
     python -m benchmarks.kube_scheduler_throughput [--nodes 1000] [--pods 1000] [--rounds 2]
-        [--variants without,deploy] [--rank-margin 0]
+        [--variants without,deploy] [--rank-margin M] [--rank-keep K] [--pprof-dir DIR]
 
 On the real control plane of the tests (etcd, kube-apiserver, kube-scheduler built from
 k8s.io/kubernetes; see tests/cluster/), with fake GPU nodes shaped like the Alibaba openb
@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import yaml
 
@@ -100,7 +101,7 @@ def delete_pods(kube: Kube) -> None:
 
 
 def run_variant(cp: ControlPlane, kube: Kube, services: dict[str, FlowschedService], pods: list[dict[str, Any]],
-                variant: str) -> dict[str, Any]:
+                variant: str, pprof_dir: Path | None = None) -> dict[str, Any]:
     flowsched = services["base" if variant == "base" else "this"]
     with_extender = variant != "without"
     cp.stop_scheduler()
@@ -140,12 +141,15 @@ def run_variant(cp: ControlPlane, kube: Kube, services: dict[str, FlowschedServi
                           "flowsched": flowsched.proc.pid if flowsched.proc else None,
                           "bench": os.getpid()})
     sampler.start()
+    profile = _pprof(cp, pprof_dir / f"kube-scheduler-{variant}-{time.time():.0f}.pb.gz") if pprof_dir else None
     # Done when every pod is bound, or (if some cannot be) when bindings stop for 10 s.
     while not done.wait(1.0):
         last = max(bound.values(), default=time.perf_counter())
         if time.perf_counter() - last > 10.0:
             break
     done.set()
+    if profile is not None:
+        profile.join()
     sampler.stop()
     cp.stop_scheduler()
     times = sorted(bound.values())
@@ -172,6 +176,21 @@ def run_variant(cp: ControlPlane, kube: Kube, services: dict[str, FlowschedServi
             "flowsched_cpu_ms_per_pod": round(cpu_per_pod_ms, 3),
             "cpu_ms_per_pod_by_thread": " ".join(f"{k}={v}" for k, v in by_thread.items() if v),
             "cpu_ms_per_pod_between_bindings": " ".join(f"{k}={v}" for k, v in cpu_span.items())}
+
+
+def _pprof(cp: ControlPlane, out: Path, seconds: int = 3) -> threading.Thread:
+    """kube-scheduler's Go CPU profile over the first `seconds` of a variant (`go tool pprof` reads it):
+    where its extra CPU a pod goes with the extender."""
+    def grab() -> None:
+        r = httpx.get(f"https://127.0.0.1:{cp.scheduler_port}/debug/pprof/profile", params={"seconds": seconds},
+                      verify=False, timeout=seconds + 30)
+        if r.status_code == 200:
+            out.write_bytes(r.content)
+        print(f"pprof: {out if r.status_code == 200 else f'HTTP {r.status_code}'}", flush=True)
+
+    t = threading.Thread(target=grab, daemon=True)
+    t.start()
+    return t
 
 
 def _cpu_s(flowsched: FlowschedService) -> float:
@@ -264,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="without,deploy",
                     help=f"comma-separated, from {', '.join(VARIANTS)}; each round runs them all, "
                          "in reverse order every other round")
-    ap.add_argument("--rank-margin", type=int, default=0, help="flowsched's rank_margin (filter-ranked)")
-    ap.add_argument("--rank-keep", type=int, default=0, help="flowsched's rank_keep (filter-ranked), this tree only")
+    ap.add_argument("--rank-margin", type=int, help="flowsched's rank_margin (filter-ranked); default: the service's")
+    ap.add_argument("--rank-keep", type=int,
+                    help="flowsched's rank_keep (filter-ranked), this tree only; default: the service's")
+    ap.add_argument("--pprof-dir", type=Path, help="save a 3 s CPU profile of kube-scheduler per variant and round")
     ap.add_argument("--base-tree", type=Path, help="checkout whose flowsched serves the `base` variant")
     ap.add_argument("--out", default="results/extender")
     ns = ap.parse_args(argv)
@@ -274,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--variants: 'without' and at least one of {', '.join(VARIANTS[1:])}")
     if ("base" in variants) != (ns.base_tree is not None):
         ap.error("the `base` variant and --base-tree go together")
+    if ns.pprof_dir:
+        ns.pprof_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="flowsched-bench-") as tmp:
         cp = ControlPlane(bin_dir=ensure_binaries(), workdir=Path(tmp) / "k8s")
         services: dict[str, FlowschedService] = {}
@@ -286,9 +309,12 @@ def main(argv: list[str] | None = None) -> int:
             make_nodes(kube, ns.nodes)
             print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
             config = Path(tmp) / "flowsched.yaml"
-            config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin}))
+            # Only what was asked for: an unset option leaves the service's default (deploy/'s).
+            margin = {} if ns.rank_margin is None else {"rank_margin": ns.rank_margin}
+            config.write_text(yaml.safe_dump(margin))
             this_config = Path(tmp) / "flowsched-this.yaml"
-            this_config.write_text(yaml.safe_dump({"rank_margin": ns.rank_margin, "rank_keep": ns.rank_keep}))
+            this_config.write_text(yaml.safe_dump({**margin, **({} if ns.rank_keep is None else
+                                                                 {"rank_keep": ns.rank_keep})}))
             for name, repo in (("this", None), ("base", ns.base_tree)):
                 if name == "this" or repo is not None:
                     workdir = Path(tmp) / name
@@ -301,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for r in range(ns.rounds):
                 for variant in variants if r % 2 == 0 else variants[::-1]:
-                    row = {"round": r, **run_variant(cp, kube, services, pods, variant)}
+                    row = {"round": r, **run_variant(cp, kube, services, pods, variant, ns.pprof_dir)}
                     rows.append(row)
                     print(f"round {r} {variant}: {row['bound']}/{row['pods']} "
                           f"bound in {row['span_s']}s = {row['pods_per_s']} pods/s "

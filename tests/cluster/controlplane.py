@@ -261,6 +261,9 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address", "127.0.0.1", "--secure-port", str(self.scheduler_port),
             "--cert-dir", str(self.workdir / "scheduler-certs"),
+            # Bound to loopback in a throwaway control plane: the throughput benchmark's --pprof-dir
+            # reads the Go CPU profile without a token (kube-scheduler's own defaults plus pprof).
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*",
             "--v=2",
         ]
         self.scheduler = ManagedProcess("kube-scheduler", argv, self.workdir / "kube-scheduler.log").start()
