@@ -64,6 +64,14 @@ def scheduler_config(url: str, kubeconfig: Path, variant: str) -> str:
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
+def flowsched_settings(rank_margin: int | None, rank_keep: int | None) -> tuple[dict[str, int], dict[str, int]]:
+    """The flowsched config files of the `base` and this tree's service: only what was asked
+    for, so an unset option runs the service's own default (deploy/'s). rank_keep goes to this
+    tree only: an older tree's settings reject keys they do not know."""
+    base = {} if rank_margin is None else {"rank_margin": rank_margin}
+    return base, {**base, **({} if rank_keep is None else {"rank_keep": rank_keep})}
+
+
 def make_nodes(kube: Kube, count: int) -> None:
     for n in openb.replicate(openb.read_nodes(), count):
         obj = openb.node_object(n)
@@ -309,12 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             make_nodes(kube, ns.nodes)
             print(f"created {ns.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
             config = Path(tmp) / "flowsched.yaml"
-            # Only what was asked for: an unset option leaves the service's default (deploy/'s).
-            margin = {} if ns.rank_margin is None else {"rank_margin": ns.rank_margin}
-            config.write_text(yaml.safe_dump(margin))
+            base_settings, this_settings = flowsched_settings(ns.rank_margin, ns.rank_keep)
+            config.write_text(yaml.safe_dump(base_settings))
             this_config = Path(tmp) / "flowsched-this.yaml"
-            this_config.write_text(yaml.safe_dump({**margin, **({} if ns.rank_keep is None else
-                                                                 {"rank_keep": ns.rank_keep})}))
+            this_config.write_text(yaml.safe_dump(this_settings))
             for name, repo in (("this", None), ("base", ns.base_tree)):
                 if name == "this" or repo is not None:
                     workdir = Path(tmp) / name

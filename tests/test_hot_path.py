@@ -242,3 +242,16 @@ def test_watches_wait_for_the_verb_in_flight_and_are_woken_when_it_is_answered()
     assert done.wait(2.0)  # woken when it ends, long before its 5 s bound
     waiter.join()
     assert app.verbs_in_flight == 0 and app.in_flight == 0
+
+
+def test_throughput_bench_runs_the_service_defaults_unless_told_otherwise() -> None:
+    # The bench once wrote its own --rank-keep default (0) into flowsched's config, so the
+    # issue's command measured every tied node passed instead of deploy/'s one node.
+    from benchmarks.kube_scheduler_throughput import flowsched_settings
+
+    base, this = flowsched_settings(None, None)
+    assert base == this == {}
+    assert Settings.model_validate(this).rank_keep == 1 and Settings.model_validate(this).rank_margin == 0
+    base, this = flowsched_settings(2, 0)
+    assert base == {"rank_margin": 2} and this == {"rank_margin": 2, "rank_keep": 0}
+    assert Settings.model_validate(this).rank_keep == 0
