@@ -33,10 +33,13 @@ class ConvergenceTracker:
         prune_every_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         planned_end: Callable[[str], float | None] | None = None,
+        stop_target: Callable[[str], float | None] | None = None,
     ) -> None:
         self.store, self.state, self.settings, self.clock = store, state, settings, clock
         # The planned end (max_steps) a job reported, by "namespace/job"; the estimate uses it.
         self.planned_end = planned_end
+        # The metric value a job said it stops at (training.target_metric), by "namespace/job".
+        self.stop_target = stop_target
         self.interval_s, self.active_within_s = settings.interval_s, settings.active_within_s
         self.prune_every_s = prune_every_s
         self._next_prune = clock() + prune_every_s
@@ -60,7 +63,8 @@ class ConvergenceTracker:
             key = f"{summary.namespace}/{summary.job}"
             signature = (summary.points, summary.last_ts)
             max_steps = self.planned_end(key) if self.planned_end is not None else None
-            if self.core.unchanged(key, signature, max_steps):
+            target = self.stop_target(key) if self.stop_target is not None else None
+            if self.core.unchanged(key, signature, max_steps, target):
                 self.core.skipped += 1
                 continue
             try:
@@ -70,7 +74,7 @@ class ConvergenceTracker:
                 before = self.core.computed
                 est = self.core.update(key, history.steps, history.values, history.timestamps,
                                        higher_is_better=history.higher_is_better, signature=signature,
-                                       max_steps=max_steps)
+                                       max_steps=max_steps, target=target)
             except Exception:  # one bad history must not starve the others
                 self.errors += 1
                 log.exception("convergence estimate failed for %s", key)

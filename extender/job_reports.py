@@ -1,10 +1,10 @@
 """What training jobs report about themselves beyond loss points, for the elastic optimizer.
 
 The progress API's optional `training` object: the global batch size the job runs at, the
-range it accepts, its gradient statistics at that batch (Pollux's grad_sqr / grad_var) and its
-planned end (max_steps). Only the latest report per job is kept, in memory: the SDK sends it
-with every post, so a restarted replica has it again within one flush interval, and until then
-the optimizer treats the job as one that reports nothing (its own batch, a prior throughput).
+range it accepts, its gradient statistics at that batch (Pollux's grad_sqr / grad_var), its
+planned end (max_steps) and the metric value it stops at (target_metric). Only the latest
+report per job is kept, in memory: the SDK sends it with every post, so a restarted replica has
+it again within one flush interval, and until then the optimizer treats the job as one that reports nothing (its own batch, a prior throughput).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class TrainingReport:
     max_steps: int | None = None
     at: float = math.nan
     batch_live: bool | None = None
+    target_metric: float | None = None  # in the reported metric's own units and direction
 
     def as_job_report(self) -> JobReport:
         b = self.batch_size or 0
@@ -49,7 +50,8 @@ class TrainingReport:
     def as_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "batch_min": self.batch_min, "batch_max": self.batch_max,
                 "grad_sqr": self.grad_sqr, "grad_var": self.grad_var, "max_steps": self.max_steps,
-                "batch_live": self.batch_live, "at": self.at if math.isfinite(self.at) else None}
+                "batch_live": self.batch_live, "target_metric": self.target_metric,
+                "at": self.at if math.isfinite(self.at) else None}
 
 
 class JobReportBook:
@@ -81,4 +83,4 @@ class JobReportBook:
             self._reports.pop(job, None)
 
 
-_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live")
+_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live", "target_metric")

@@ -6,7 +6,8 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
      "points": [{"step": 120, "loss": 0.83, "timestamp": 1732250000.5,    # timestamp optional
                  "metrics": {"accuracy": 0.71}}],                          # metrics optional
      "training": {"batch_size": 512, "batch_min": 128, "batch_max": 4096,  # all optional
-                  "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000, "batch_live": true}}
+                  "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000, "batch_live": true,
+                  "target_metric": 0.05}}                # the loss value the job stops at
   200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}, "plan": {...} | null}:
       points with a NaN, inf or null loss or a non-finite timestamp are rejected one by one, and
       so are points stamped more than max_future_skew_s (1 h) ahead of the server's clock or
@@ -98,6 +99,8 @@ class TrainingIn(BaseModel):
     grad_var: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
     max_steps: StrictInt | None = Field(default=None, ge=1, le=2**63 - 1)
     batch_live: StrictBool | None = None  # adopts a planned batch while it runs (no restart needed)
+    # The value of the reported metric at which the job stops (its own units and direction).
+    target_metric: StrictFloat | StrictInt | None = Field(default=None, allow_inf_nan=False)
 
 
 class ReportIn(BaseModel):
@@ -191,11 +194,13 @@ def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
     return kept, reasons
 
 
-def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None) -> dict[str, Any]:
+def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None,
+                target: float | None = None) -> dict[str, Any]:
     s = replace(settings, higher_is_better=history.higher_is_better)
-    # The planned end the job reported (training.max_steps) bounds the prediction.
+    # The planned end and the target the job reported (training.max_steps, .target_metric) bound
+    # the prediction.
     est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s,
-                                        max_steps=float(max_steps) if max_steps else None)
+                                        max_steps=float(max_steps) if max_steps else None, target=target)
     last = history.count - 1
     return {
         "namespace": history.namespace,
@@ -297,7 +302,8 @@ def build_progress_router(
             reports.put(key, TrainingReport(t.batch_size, t.batch_min, t.batch_max,
                                             None if t.grad_sqr is None else float(t.grad_sqr),
                                             None if t.grad_var is None else float(t.grad_var), t.max_steps, now,
-                                            t.batch_live))
+                                            t.batch_live,
+                                            None if t.target_metric is None else float(t.target_metric)))
         body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
         return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
 
@@ -323,7 +329,8 @@ def build_progress_router(
         key = f"{namespace}/{job}"
         training = reports.get(key) if reports is not None else None
         max_steps = training.max_steps if training is not None else None
-        summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps)
+        target = training.target_metric if training is not None else None
+        summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps, target)
         summary["training"] = training.as_dict() if training is not None else None
         summary["plan"] = plan(key)
         if diagnosis is not None:

@@ -125,11 +125,14 @@ class Reporter:
 
     def training(self, *, batch_size: int | None = None, batch_min: int | None = None,
                  batch_max: int | None = None, grad_sqr: float | None = None, grad_var: float | None = None,
-                 max_steps: int | None = None, batch_live: bool | None = None) -> None:
-        """What the job tells the elastic optimizer; fields left None keep their last value.
-        batch_live=True: the script adopts planned_batch_size() while it runs (docs/elastic.md)."""
+                 max_steps: int | None = None, batch_live: bool | None = None,
+                 target_metric: float | None = None) -> None:
+        """What the job tells the elastic optimizer and the prediction; fields left None keep their
+        last value. batch_live=True: the script adopts planned_batch_size() while it runs
+        (docs/elastic.md). target_metric: the loss (or metric) value the job stops at."""
         given = {"batch_size": batch_size, "batch_min": batch_min, "batch_max": batch_max,
-                 "grad_sqr": grad_sqr, "grad_var": grad_var, "max_steps": max_steps, "batch_live": batch_live}
+                 "grad_sqr": grad_sqr, "grad_var": grad_var, "max_steps": max_steps, "batch_live": batch_live,
+                 "target_metric": target_metric}
         with self._lock:
             for k, v in given.items():
                 if v is None:

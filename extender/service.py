@@ -168,7 +168,11 @@ def build_service(settings: Settings) -> Service:
         report = reports.get(key)
         return float(report.max_steps) if report is not None and report.max_steps else None
 
-    tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end)
+    def stop_target(key: str) -> float | None:
+        report = reports.get(key)
+        return report.target_metric if report is not None else None
+
+    tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end, stop_target=stop_target)
     diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),

@@ -792,6 +792,9 @@ def estimate(
         evidence = curve_evidence(clean.steps, norm, fits, settings, ms, norm_target)
         if evidence is not None:
             dist = predict(evidence, remaining_model_for(ms))
+            if not math.isnan(evidence.target_left) and not math.isnan(ensemble):
+                # The families' mean too stops where the best fit crosses the job's target.
+                ensemble = min(ensemble, max(evidence.target_left, 0.0))
     learned = settings.remaining_model == "learned" or (
         settings.remaining_model == "auto" and _planned_end(max_steps) is not None)
     remaining = dist.median if learned else ensemble

@@ -25,28 +25,30 @@ class ConvergenceTracker:
     def __init__(self, settings: TrackerSettings) -> None:
         self.settings = settings
         self._estimates: dict[str, ConvergenceEstimate] = {}
-        self._seen: dict[str, tuple[Signature, float | None]] = {}
+        self._seen: dict[str, tuple[Signature, float | None, float | None]] = {}
         self.computed = 0
         self.skipped = 0
 
-    def unchanged(self, key: str, signature: Signature, max_steps: float | None = None) -> bool:
-        """Same series and same planned end as the kept estimate."""
-        return self._seen.get(key) == (signature, max_steps) and key in self._estimates
+    def unchanged(self, key: str, signature: Signature, max_steps: float | None = None,
+                  target: float | None = None) -> bool:
+        """Same series, same planned end and same target as the kept estimate."""
+        return self._seen.get(key) == (signature, max_steps, target) and key in self._estimates
 
     def update(self, key: str, steps: npt.ArrayLike, values: npt.ArrayLike, timestamps: npt.ArrayLike | None,
                *, higher_is_better: bool, signature: Signature,
-               max_steps: float | None = None) -> ConvergenceEstimate | None:
-        """The job's estimate after this series; None (and nothing kept) below min_points. max_steps: the
-        planned end the job reported, if any (a change re-estimates, as new points do)."""
-        if self.unchanged(key, signature, max_steps):
+               max_steps: float | None = None, target: float | None = None) -> ConvergenceEstimate | None:
+        """The job's estimate after this series; None (and nothing kept) below min_points. max_steps, target:
+        the planned end and the metric value the job stops at, if it reported them (a change re-estimates,
+        as new points do)."""
+        if self.unchanged(key, signature, max_steps, target):
             self.skipped += 1
             return self._estimates[key]
         if signature[0] < self.settings.min_points:
             return None
         s = dataclasses.replace(self.settings, higher_is_better=higher_is_better)
-        est = estimate(steps, values, timestamps, s, max_steps=max_steps)
+        est = estimate(steps, values, timestamps, s, max_steps=max_steps, target=target)
         self._estimates[key] = est
-        self._seen[key] = (signature, max_steps)
+        self._seen[key] = (signature, max_steps, target)
         self.computed += 1
         return est
 

@@ -70,3 +70,20 @@ def test_a_reported_planned_end_reaches_the_estimate_and_a_change_re_estimates(t
     assert est.remaining_steps == est.learned_remaining_steps and est.remaining_steps_high <= 60.0 - 39.0
     assert tracker.refresh_once() == 0
     store.close()
+
+
+def test_a_reported_target_reaches_the_estimate_and_a_change_re_estimates(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
+    store.add_points("ns", "a", [ProgressPoint(step=k, value=1.0 + 1.0 / (0.1 * k + 1.0), timestamp=10.0 * k)
+                                 for k in range(40)])
+    target: dict[str, float | None] = {"ns/a": None}
+    tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(window_s=0.0, window_points=5),
+                                 clock=lambda: 400.0, stop_target=target.get)
+    assert tracker.refresh_once() == 1
+    assert tracker.snapshot()["ns/a"].remaining_steps > 0
+    target["ns/a"] = 1.3  # a loss the job has already gone below (its last value is ~1.2)
+    assert tracker.refresh_once() == 1  # no new points, but a new target
+    est = tracker.snapshot()["ns/a"]
+    assert est.remaining_steps == 0.0 and est.remaining_seconds == 0.0 and est.plateau_probability == 1.0
+    assert tracker.refresh_once() == 0
+    store.close()

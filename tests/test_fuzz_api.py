@@ -186,7 +186,8 @@ report = maybe(st.fixed_dictionaries(
     optional={"pod": maybe(text), "higher_is_better": maybe(st.booleans()),
               "training": maybe(st.fixed_dictionaries({}, optional={
                   k: maybe(st.integers(min_value=-5, max_value=2**65) | st.floats(allow_nan=True))
-                  for k in ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps")}))}))
+                  for k in ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps",
+                            "target_metric")}))}))
 
 
 plausible_report = st.fixed_dictionaries(  # well-formed, values still drawn: most of these are 200s

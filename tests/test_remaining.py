@@ -337,6 +337,10 @@ def test_planned_end_and_target_reach_the_estimate() -> None:
     assert done.learned_remaining_steps == 0.0 and done.plateau_probability == 1.0
     near = estimate(k, loss, None, s, target=0.3 + math.exp(-0.01 * 60))  # reached near step 60
     assert 0.0 < near.remaining_steps_high <= 40.0
+    # the point estimate without a planned end (the families' mean) stops at the target too
+    assert done.remaining_steps == 0.0 and done.remaining_seconds == 0.0
+    free = estimate(k, loss, None, s)
+    assert 0.0 < near.remaining_steps <= 40.0 < free.remaining_steps
 
 
 @settings(max_examples=100, deadline=None)

@@ -157,6 +157,20 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     assert book.job_reports()["ns/j"].batch_live is True and book.get("ns/j").batch_size == 256  # type: ignore[union-attr]
     summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
     assert summary["training"]["batch_size"] == 256 and summary["plan"]["batch_size"] == 1024
+    assert summary["training"]["target_metric"] is None
+    r.training(target_metric=0.55)  # the loss it stops at, already beaten by the last points
+    r.report(7, 0.5)
+    r.report(8, 0.5)
+    summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
+    assert summary["training"]["target_metric"] == 0.55 and book.get("ns/j").max_steps == 1000  # type: ignore[union-attr]
+    bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
+                    json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
+                          "training": {"target_metric": "low"}})
+    assert bad.status_code == 400 and "training.target_metric" in bad.json()["error"]
+    bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
+                    content=b'{"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}], '
+                            b'"training": {"target_metric": 1e999}}')
+    assert bad.status_code == 400 and "target_metric" in bad.text
     bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
                     json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
                           "training": {"grad_var": -1.0}})
