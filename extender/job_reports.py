@@ -4,7 +4,8 @@ The progress API's optional `training` object: the global batch size the job run
 range it accepts, its gradient statistics at that batch (Pollux's grad_sqr / grad_var), its
 planned end (max_steps) and the metric value it stops at (target_metric). Only the latest
 report per job is kept, in memory: the SDK sends it with every post, so a restarted replica has
-it again within one flush interval, and until then the optimizer treats the job as one that reports nothing (its own batch, a prior throughput).
+it again within one flush interval, and until then the optimizer treats the job as one that
+reports nothing (its own batch, a prior throughput).
 """
 
 from __future__ import annotations
