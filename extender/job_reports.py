@@ -1,4 +1,4 @@
-"""What training jobs report about themselves beyond loss points, for the elastic optimizer.
+"""What training jobs report about themselves beyond loss points, for the elastic optimizer and the prediction.
 
 The progress API's optional `training` object: the global batch size the job runs at, the
 range it accepts, its gradient statistics at that batch (Pollux's grad_sqr / grad_var), its
