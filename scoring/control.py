@@ -452,10 +452,9 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
     # A running job's GPUs come back when it shrinks: a waiting job may also take those, so its
     # sizes are checked against free + what the elastic jobs hold now (an upper bound).
     free_now = free.copy()
+    col = {n: k for k, n in enumerate(world.node_names)}
     for j in mine:
-        for node, g in j.gpus_on.items():
-            if node in world.node_names:
-                free[world.node_names.index(node)] += g
+        _give_back(free, j, col, +1)
     options = [elastic_job(j, world, s, free, free_now) for j in mine]
     if s.srpt_rank_p > 0:
         w = rank_weights(np.array([j.remaining_gpu_s() for j in mine]), s.srpt_rank_p, s.srpt_rank_unknown)
