@@ -54,10 +54,16 @@ def test_too_few_points_stay_unknown(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_reported_planned_end_reaches_the_estimate_and_a_change_re_estimates(tmp_path: Path) -> None:
+def one_slowing_job(tmp_path: Path) -> ProgressStore:
+    """A store holding job ns/a: 40 points of a loss slowing down towards 1 (its last ~1.2)."""
     store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
     store.add_points("ns", "a", [ProgressPoint(step=k, value=1.0 + 1.0 / (0.1 * k + 1.0), timestamp=10.0 * k)
                                  for k in range(40)])
+    return store
+
+
+def test_a_reported_planned_end_reaches_the_estimate_and_a_change_re_estimates(tmp_path: Path) -> None:
+    store = one_slowing_job(tmp_path)
     planned: dict[str, float | None] = {"ns/a": None}
     tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(window_s=0.0, window_points=5),
                                  clock=lambda: 400.0, planned_end=planned.get)
@@ -73,9 +79,7 @@ def test_a_reported_planned_end_reaches_the_estimate_and_a_change_re_estimates(t
 
 
 def test_a_reported_target_reaches_the_estimate_and_a_change_re_estimates(tmp_path: Path) -> None:
-    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
-    store.add_points("ns", "a", [ProgressPoint(step=k, value=1.0 + 1.0 / (0.1 * k + 1.0), timestamp=10.0 * k)
-                                 for k in range(40)])
+    store = one_slowing_job(tmp_path)
     target: dict[str, float | None] = {"ns/a": None}
     tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(window_s=0.0, window_points=5),
                                  clock=lambda: 400.0, stop_target=target.get)
