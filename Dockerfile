@@ -14,7 +14,7 @@ COPY scoring ./scoring
 COPY benchmarks ./benchmarks
 RUN pip install . && rm -rf /src
 
-# A fixed non-root uid/gid, matching runAsUser/fsGroup in deploy/flowsched.yaml.
+# A fixed non-root uid/gid, matching runAsUser/fsGroup in deploy/base/flowsched.yaml.
 RUN groupadd --system --gid 10001 flowsched \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/flowsched --create-home \
             --shell /usr/sbin/nologin flowsched

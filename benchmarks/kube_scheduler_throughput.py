@@ -9,10 +9,10 @@ nodes and GPU pods from the openb pod list. For each variant the pods are create
 the scheduler stopped, then kube-scheduler starts and a watch times every binding; throughput
 is bound pods / (last binding - first binding). Both variants use the same profile and the
 same raised client QPS (the default 50/s would cap both and hide the extender's cost); the
-only difference is the `extenders:` stanza of deploy/scheduler-config.yaml. Variants
+only difference is the `extenders:` stanza of deploy/base/scheduler-config.yaml. Variants
 alternate for --rounds rounds so drift on a shared machine hits both.
 
-Variants: `without` (no extender), `deploy` (deploy/scheduler-config.yaml as it is),
+Variants: `without` (no extender), `deploy` (deploy/base/scheduler-config.yaml as it is),
 `prioritize` (filter + prioritize, weight 5: two calls per pod) and `filter-ranked` (the
 filter-only mode of docs/hot-path.md: one call per pod, no prioritizeVerb). Every with-variant
 is reported as a ratio to `without`. `base` is `deploy` served by the flowsched code of another

@@ -86,6 +86,9 @@ VERB_SCHEMAS: dict[str, dict[str, Any]] = {
 VERBS: dict[str, tuple[str, str, str, str]] = {
     "filter": ("Filter candidate nodes for a pod", "ExtenderArgs", "ExtenderFilterResult",
                "every candidate passes"),
+    # deploy/'s configuration (filter-only mode, docs/hot-path.md): one call per pod.
+    "filter-ranked": ("Filter, then keep only the nodes scored within rank_margin of the best (at most "
+                      "rank_keep)", "ExtenderArgs", "ExtenderFilterResult", "every candidate passes"),
     "prioritize": ("Score candidate nodes 0-10", "ExtenderArgs", "HostPriorityList",
                    "every candidate scores the neutral score"),
     "preempt": ("Drop preemption victims flowsched wants kept", "ExtenderPreemptionArgs",
@@ -102,7 +105,7 @@ def _verb_operation(verb: str, summary: str, request: str, reply: str, fallback:
     return {"post": {
         "tags": ["extender verbs"],
         "summary": summary,
-        "operationId": f"extender_{verb}",
+        "operationId": f"extender_{verb.replace('-', '_')}",
         "description": f"Called by kube-scheduler (extender/v1). Served by a raw ASGI handler, not FastAPI. "
                        f"If flowsched itself fails, it answers 200 anyway and {fallback}.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref(request)}}},

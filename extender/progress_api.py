@@ -10,8 +10,9 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
                   "target_metric": 0.05}}                # the loss value the job stops at
   200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}, "plan": {...} | null}:
       points with a NaN, inf or null loss or a non-finite timestamp are rejected one by one, and
-      so are points stamped more than max_future_skew_s (1 h) ahead of the server's clock or
-      before 1970; the rest are stored. Metric names are 1-128 characters of valid Unicode, at
+      so are points stamped more than max_future_skew_s (1 h) ahead of the server's clock, before
+      1970, or older than the store's idle window (7 days: prune would drop them); the rest are
+      stored. Metric names are 1-128 characters of valid Unicode, at
       most 64 per point. "plan" is the elastic optimizer's latest plan for the job ({"gpus",
       "replicas", "batch_size", "at", "reason"}; batch_size null = keep yours), so the job learns
       its next size from the reply (docs/elastic.md: what a training script must do).
@@ -160,9 +161,14 @@ def validation_message(err: ValidationError) -> str:
     return f"{where}: {first['msg']}{more}"
 
 
-def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
-                 ) -> tuple[list[ProgressPoint], dict[str, int]]:
-    """Valid points to store, and the count of rejected ones by reason."""
+def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0,
+                 max_age_s: float = math.inf) -> tuple[list[ProgressPoint], dict[str, int]]:
+    """Valid points to store, and the count of rejected ones by reason.
+
+    max_age_s is the store's idle window: a point stamped further back would be acknowledged and
+    then deleted, with its whole job, by the next prune (seconds since the job's start sent as
+    timestamps, or a client clock days behind), so it is rejected here instead.
+    """
     kept: list[ProgressPoint] = []
     reasons: dict[str, int] = {}
     for p in report.points:
@@ -179,6 +185,8 @@ def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
             reason = "timestamp_future"
         elif p.timestamp is not None and p.timestamp < 0:
             reason = "timestamp_negative"
+        elif p.timestamp is not None and p.timestamp < now - max_age_s:
+            reason = "timestamp_stale"
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             continue
@@ -281,7 +289,7 @@ def build_progress_router(
                 report.training.batch_min > report.training.batch_max:
             return reply("progress", _error(400, "training: batch_min is above batch_max"))
         now = clock()
-        kept, reasons = split_points(report, now, settings.max_future_skew_s)
+        kept, reasons = split_points(report, now, settings.max_future_skew_s, store.max_idle_s)
         try:
             stored = await asyncio.to_thread(
                 store.add_points, report.namespace, report.job, kept, report.higher_is_better

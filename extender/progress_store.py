@@ -290,6 +290,11 @@ class ProgressStore:
             self._db.execute("COMMIT")
         return gone > 0
 
+    @property
+    def max_idle_s(self) -> float:
+        """prune() drops jobs whose newest point is older than this (the API rejects such points)."""
+        return self._settings.max_idle_s
+
     def prune(self, now: float) -> int:
         """Drop jobs idle for longer than max_idle_s; returns how many."""
         cutoff = now - self._settings.max_idle_s

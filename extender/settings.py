@@ -16,6 +16,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
+from scoring.bottleneck import BottleneckSettings
 from scoring.placement import PlacementSettings
 from scoring.settings import (
     AdmissionLoopSettings,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # to the type checker they are scoring's classes, which they 
     ResizerConfig = ResizerLoopSettings
     AdmissionConfig = AdmissionLoopSettings
     IdleConfig = IdleLoopSettings
+    BottleneckConfig = BottleneckSettings
 else:
     ConvergenceConfig = _parsed(TrackerSettings)
     PlacementConfig = _parsed(PlacementSettings)
@@ -56,6 +58,7 @@ else:
     ResizerConfig = _parsed(ResizerLoopSettings)
     AdmissionConfig = _parsed(AdmissionLoopSettings)
     IdleConfig = _parsed(IdleLoopSettings)
+    BottleneckConfig = _parsed(BottleneckSettings)
 
 
 class ControlConfig(BaseModel):
@@ -156,7 +159,9 @@ class Settings(BaseSettings):
     elastic: ElasticConfig = ElasticConfig()
     admission: AdmissionConfig = AdmissionConfig()
     idle: IdleConfig = IdleConfig()  # idle GPUs: Events, metric, opt-in reclamation (docs/sharing.md)
-    # POST /webhook/gate (deploy/webhook.yaml) gates new pods whose schedulerName is one of these.
+    # The diagnosis' thresholds (docs/bottlenecks.md); `diagnosis` turns it on and sets its window.
+    bottleneck: BottleneckConfig = BottleneckConfig()
+    # POST /webhook/gate (docs/admission.md, "Opting in") gates new pods whose schedulerName is one of these.
     webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
     progress_sources: ProgressSourcesConfig = ProgressSourcesConfig()
@@ -203,7 +208,7 @@ class Settings(BaseSettings):
         """The control core's settings tree, as parsed (the same objects, typed as scoring's)."""
         return CoreSettings(convergence=self.convergence, placement=self.placement, safety=self.control.safety(),
                             migrator=self.migrator, elastic=self.elastic, resizer=self.resizer,
-                            admission=self.admission, idle=self.idle,
+                            admission=self.admission, idle=self.idle, bottleneck=self.bottleneck,
                             completing_horizon_s=self.completing_horizon_s)
 
     @property

@@ -45,6 +45,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         steps.append(("prometheus", lambda: go_tool("prometheus")))
     if "helm" in markers:
         steps.append(("helm", lambda: go_tool("helm")))
+    if "kustomize" in markers:
+        steps.append(("kustomize", lambda: go_tool("kustomize")))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for what, step in steps:
         if reporter is not None:  # before the step: a cold build takes minutes
@@ -130,7 +132,7 @@ def flowsched(control_plane: ControlPlane, deploy_rbac: None) -> Iterator[Flowsc
 
 @pytest.fixture(scope="session")
 def scheduler(control_plane: ControlPlane, flowsched: FlowschedService, deploy_rbac: None) -> Path:
-    """kube-scheduler on deploy/scheduler-config.yaml, pointed at the test's flowsched."""
+    """kube-scheduler on deploy/base/scheduler-config.yaml, pointed at the test's flowsched."""
     cfg = scheduler_config_for_tests(flowsched.url, control_plane.kubeconfigs["scheduler"])
     try:
         control_plane.start_scheduler(cfg)

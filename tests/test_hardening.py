@@ -420,6 +420,32 @@ def test_12_a_far_future_timestamp_is_rejected_so_jobs_still_expire(tmp_path: Pa
     store.close()
 
 
+def test_12_a_timestamp_older_than_the_idle_window_is_rejected_not_pruned_later(tmp_path: Path) -> None:
+    # Seconds since the job's start sent as timestamps: accepted, then the hourly prune deleted the
+    # job's whole history. Such points are rejected per point, as far-future ones are.
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite"), max_idle_s=86400.0))
+    app = FastAPI()
+    app.include_router(build_progress_router(
+        store, StaticTokenAuthenticator({"t": frozenset({"*"})}), ProgressApiSettings(),
+        ProgressApiMetrics.build(CollectorRegistry()), clock=lambda: NOW))
+    c = TestClient(app)
+    auth = {"Authorization": "Bearer t"}
+    old = {"namespace": "a", "job": "j", "points": [{"step": 100 * i, "loss": 1.0 / (i + 1), "timestamp": 30.0 * i}
+                                                    for i in range(20)]}
+    r = c.post("/v1/progress", json=old, headers=auth)
+    assert r.status_code == 200
+    assert r.json() == {"accepted": 0, "rejected": 20, "reasons": {"timestamp_stale": 20}, "plan": None}
+    mixed = {"namespace": "a", "job": "j", "points": [
+        {"step": 1, "loss": 0.5, "timestamp": NOW - 86400.0 - 1},  # just past the window
+        {"step": 2, "loss": 0.4, "timestamp": NOW - 86400.0},  # exactly at it: prune keeps it
+        {"step": 3, "loss": 0.3}]}  # no timestamp: the time received
+    r = c.post("/v1/progress", json=mixed, headers=auth)
+    assert r.json() == {"accepted": 2, "rejected": 1, "reasons": {"timestamp_stale": 1}, "plan": None}
+    assert store.prune(NOW) == 0  # what was acknowledged survives the prune
+    assert c.get("/v1/jobs/a/j", headers=auth).json()["points"] == 2
+    store.close()
+
+
 # ---- 13: store failures at start-up name the file and the cause ----
 
 def test_13_store_open_failures_name_the_path(tmp_path: Path) -> None:
@@ -458,7 +484,7 @@ def test_13_a_full_disk_is_reported_as_full_not_as_a_rollback_error(tmp_path: Pa
 def test_deploy_matches_the_server_limits() -> None:
     import yaml
 
-    docs = list(yaml.safe_load_all((Path(__file__).parents[1] / "deploy" / "flowsched.yaml").read_text()))
+    docs = list(yaml.safe_load_all((Path(__file__).parents[1] / "deploy" / "base" / "flowsched.yaml").read_text()))
     spec = next(d for d in docs if d and d["kind"] == "Deployment")["spec"]["template"]["spec"]
     container = spec["containers"][0]
     pre_stop = container["lifecycle"]["preStop"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,15 @@ def _service(tmp_path: Path) -> tuple[TestClient, object]:
     return TestClient(svc.app, client=("127.0.0.1", 50000)), svc
 
 
+# The service's clock is the real one, and points older than the store's idle window are rejected:
+# the curves end about now.
+START = time.time() - 10.0 * 120
+
+
 def _curve(plateau: bool, n: int = 120) -> list[dict[str, float]]:
     steps = np.arange(n)
     loss = 2.0 * np.exp(-steps / 8.0) + 0.3 if plateau else 3.0 - 0.02 * steps
-    return [{"step": int(s), "loss": float(v), "timestamp": 1000.0 + 10.0 * s}
+    return [{"step": int(s), "loss": float(v), "timestamp": START + 10.0 * s}
             for s, v in zip(steps, loss, strict=True)]
 
 
@@ -47,7 +53,7 @@ def test_reports_become_phases_in_the_snapshot(tmp_path: Path) -> None:
         foreign = {"namespace": "team-b", "job": "x", "points": _curve(True, 1)}
         r = client.post("/v1/progress", headers=auth, json=foreign)
         assert r.status_code == 403
-        svc.tracker.clock = lambda: 1000.0 + 10.0 * 120  # type: ignore[attr-defined]
+        svc.tracker.clock = lambda: START + 10.0 * 120  # type: ignore[attr-defined]
         assert svc.tracker.refresh_once() == 2  # type: ignore[attr-defined]
         assert svc.tracker.phase_of("team-a/done") == Phase.COMPLETING  # type: ignore[attr-defined]
         assert svc.tracker.phase_of("team-a/fast") == Phase.GROWING  # type: ignore[attr-defined]

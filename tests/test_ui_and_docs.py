@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,12 @@ def svc(tmp_path: Path) -> Iterator[tuple[TestClient, Service]]:
         yield client, s
 
 
-def _curve(n: int, plateau: bool, t0: float = 1000.0) -> list[dict[str, float]]:
+# The service's clock is the real one, and points older than the store's idle window are rejected:
+# the curves are stamped from T0, ten minutes ago.
+T0 = time.time() - 600.0
+
+
+def _curve(n: int, plateau: bool, t0: float = T0) -> list[dict[str, float]]:
     return [{"step": 10 * k, "loss": (0.3 + 2 * math.exp(-k / 6)) if plateau else 3.0 - 0.01 * k,
              "timestamp": t0 + 5.0 * k} for k in range(n)]
 
@@ -104,7 +110,7 @@ def test_status_page_shows_nodes_jobs_queue_and_loops(svc: tuple[TestClient, Ser
         r = client.post("/v1/progress", headers=AUTH, json={"namespace": "a", "job": job,
                                                              "points": _curve(120, plateau)})
         assert r.status_code == 200, r.text
-    s.tracker.clock = lambda: 1600.0
+    s.tracker.clock = lambda: T0 + 600.0
     assert s.tracker.refresh_once() == 2
 
     page = gather_status(st, s.store, ConvergenceSettings(), s.control, now=2001.0, stale_s=30.0)
@@ -159,6 +165,7 @@ def test_openapi_documents_rest_debug_and_the_raw_verbs(tmp_path: Path) -> None:
             assert p in paths, p
         schemas = doc["components"]["schemas"]
         for verb, (req, reply) in {"filter": ("ExtenderArgs", "ExtenderFilterResult"),
+                                   "filter-ranked": ("ExtenderArgs", "ExtenderFilterResult"),
                                    "prioritize": ("ExtenderArgs", "HostPriorityList"),
                                    "preempt": ("ExtenderPreemptionArgs", "ExtenderPreemptionResult")}.items():
             op = paths[f"/scheduler/{verb}"]["post"]

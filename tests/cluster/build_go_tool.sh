@@ -5,17 +5,19 @@
 #
 #   tests/cluster/build_go_tool.sh prometheus   -> prints the binary's path on the last line
 #   tests/cluster/build_go_tool.sh helm
-#   PROMETHEUS_VERSION=v0.316.0 HELM_VERSION=v3.21.4 FLOWSCHED_CACHE=~/.cache/flowsched ...
+#   tests/cluster/build_go_tool.sh kustomize
+#   PROMETHEUS_VERSION=v0.316.0 HELM_VERSION=v3.21.4 KUSTOMIZE_VERSION=v5.7.1 FLOWSCHED_CACHE=~/.cache/flowsched ...
 #
 # Prometheus is built without the `builtinassets` tag: the tests use its HTTP API only, so the
 # npm-built web UI is not needed (its pages answer 404-ish errors; /api/v1 and /-/ready work).
 set -euo pipefail
 
-tool="${1:?usage: build_go_tool.sh prometheus|helm}"
+tool="${1:?usage: build_go_tool.sh prometheus|helm|kustomize}"
 # Prometheus' Go module versions are v0.<major><minor>.<patch> for release v<major>.<minor>.<patch>:
 # v0.316.0 is Prometheus 3.16.0.
 PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v0.316.0}"
 HELM_VERSION="${HELM_VERSION:-v3.21.4}"
+KUSTOMIZE_VERSION="${KUSTOMIZE_VERSION:-v5.7.1}"
 CACHE="${FLOWSCHED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flowsched}"
 # RECIPE changes whenever the way a binary is built changes, so a warm cache never serves
 # binaries built the old way.
@@ -40,7 +42,15 @@ case "$tool" in
     tags=""
     ldflags="-X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
     ;;
-  *) echo "unknown tool: $tool (prometheus or helm)" >&2; exit 2 ;;
+  kustomize)
+    # What `kubectl apply -k` runs: deploy/ and deploy/ha/ are checked as it renders them.
+    version="$KUSTOMIZE_VERSION"
+    module="sigs.k8s.io/kustomize/kustomize/v5"
+    pkg="$module"
+    tags=""
+    ldflags="-X sigs.k8s.io/kustomize/api/provenance.version=$version"
+    ;;
+  *) echo "unknown tool: $tool (prometheus, helm or kustomize)" >&2; exit 2 ;;
 esac
 
 BIN="$CACHE/$tool-$version-r$RECIPE/bin"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +11,20 @@ import yaml
 
 from tests.cluster.controlplane import REPO
 from tests.cluster.kubeapi import APPLY_PATCH, JSON, Kube
+from tests.cluster.tools import go_tool
 
 DEPLOY = REPO / "deploy"
-SCHEDULER_CONFIG = DEPLOY / "scheduler-config.yaml"
+BASE = DEPLOY / "base"  # the objects of `kubectl apply -k deploy/`, which deploy/ha/ builds on too
+SCHEDULER_CONFIG = BASE / "scheduler-config.yaml"
 URL_PLACEHOLDER = "${FLOWSCHED_URL}"
 IN_CLUSTER_URL = "http://flowsched.flowsched.svc:8888"
-# Files in deploy/ that are not API objects.
+# Files in deploy/base/ that are not API objects.
 NOT_API_OBJECTS = {"scheduler-config.yaml", "kustomization.yaml"}
 FIELD_MANAGER = "flowsched-e2e"
 
 
 def render_scheduler_config(url: str) -> str:
-    """deploy/scheduler-config.yaml with its placeholder substituted, as envsubst would."""
+    """deploy/base/scheduler-config.yaml with its placeholder substituted, as envsubst would."""
     text = SCHEDULER_CONFIG.read_text()
     if URL_PLACEHOLDER not in text:
         raise AssertionError(f"{SCHEDULER_CONFIG} lost its {URL_PLACEHOLDER} placeholder")
@@ -40,11 +43,21 @@ def scheduler_config_for_tests(url: str, kubeconfig: Path) -> str:
 
 
 def manifest_files() -> list[Path]:
-    return sorted(p for p in DEPLOY.glob("*.yaml") if p.name not in NOT_API_OBJECTS)
+    return sorted(p for p in BASE.glob("*.yaml") if p.name not in NOT_API_OBJECTS)
 
 
 def load_docs(path: Path) -> list[JSON]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kustomize_build(folder: Path) -> list[JSON]:
+    """The objects `kubectl apply -k folder` would send, rendered by the real kustomize
+    (tests/cluster/tools.py builds it when absent); fails the caller with kustomize's message."""
+    r = subprocess.run([go_tool("kustomize"), "build", str(folder)], capture_output=True, text=True, timeout=120,
+                       check=False)
+    if r.returncode != 0:
+        raise AssertionError(f"kustomize build {folder} failed:\n{r.stderr}")
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
 class Discovery:
@@ -82,3 +95,14 @@ def apply(kube: Kube, disco: Discovery, doc: JSON, dry_run: bool = False) -> JSO
 def create_dry_run(kube: Kube, disco: Discovery, doc: JSON) -> JSON:
     """POST ?dryRun=All: admission and validation run, nothing is stored."""
     return kube.create(disco.collection(doc), doc, dryRun="All", fieldValidation="Strict")
+
+
+def dry_run(kube: Kube, disco: Discovery, doc: JSON) -> JSON:
+    """A dry-run create, or a dry-run server-side apply for an object the session already created
+    (the RBAC objects, the namespace); asserts that a dry-run create stored nothing."""
+    path = f"{disco.collection(doc)}/{doc['metadata']['name']}"
+    if kube.exists(path):
+        return apply(kube, disco, doc, dry_run=True)
+    out = create_dry_run(kube, disco, doc)
+    assert not kube.exists(path), f"dry run of {doc['kind']} {doc['metadata']['name']} persisted it"
+    return out

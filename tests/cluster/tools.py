@@ -1,6 +1,7 @@
 """The real external programs the tests run, found or built on first use.
 
-- prometheus and helm: $FLOWSCHED_PROMETHEUS_BIN / $FLOWSCHED_HELM_BIN, else the one on PATH,
+- prometheus, helm and kustomize: $FLOWSCHED_PROMETHEUS_BIN / $FLOWSCHED_HELM_BIN /
+  $FLOWSCHED_KUSTOMIZE_BIN, else the one on PATH,
   else built from its Go module at a pinned version by build_go_tool.sh (cached outside the
   repository, like the Kubernetes binaries; see docs/testing.md).
 - System commands (e.g. openssl): found on PATH, else installed with apt-get when this runs as
@@ -19,7 +20,8 @@ import subprocess
 from pathlib import Path
 
 BUILD_SCRIPT = Path(__file__).with_name("build_go_tool.sh")
-GO_TOOLS = {"prometheus": "FLOWSCHED_PROMETHEUS_BIN", "helm": "FLOWSCHED_HELM_BIN"}
+GO_TOOLS = {"prometheus": "FLOWSCHED_PROMETHEUS_BIN", "helm": "FLOWSCHED_HELM_BIN",
+            "kustomize": "FLOWSCHED_KUSTOMIZE_BIN"}
 GO_HINT = ("install Go 1.26.7 or newer (https://go.dev/dl/: unpack it to /usr/local/go and put /usr/local/go/bin "
            "on PATH); Debian's golang-go package is too old for these modules")
 
@@ -32,7 +34,7 @@ class ToolUnavailable(RuntimeError):
 
 
 def go_tool(name: str) -> str:
-    """The path of a runnable `name` (prometheus or helm); builds it on first use."""
+    """The path of a runnable `name` (prometheus, helm or kustomize); builds it on first use."""
     if name in _found:
         return _found[name]
     if name in _failed:

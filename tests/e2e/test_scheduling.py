@@ -62,7 +62,7 @@ def test_pod_is_bound_to_the_node_flowsched_scores_highest(scenario: Scenario) -
     assert [n for n, v in scores.items() if v == best] == ["gpu-idle"], scores
     assert bound == "gpu-idle", f"bound to {bound}; flowsched scores {scores}"
     # /debug/explain tells the same story as the scores and the placement (whichever verbs
-    # deploy/scheduler-config.yaml configures: filter-ranked passed only this node).
+    # deploy/base/scheduler-config.yaml configures: filter-ranked passed only this node).
     ex = s.flowsched.http.get("/debug/explain", params={"pod": f"{s.ns}/train-0"}).json()
     mine = [e for e in ex["nodes"] if e["node"] in nodes]
     assert {e["node"]: e["score"] for e in mine} == scores

@@ -1,6 +1,6 @@
 """Shared GPUs, workload classes and idle GPUs on the real control plane.
 
-Real kube-apiserver and kube-scheduler (deploy/scheduler-config.yaml, filter-ranked), a real
+Real kube-apiserver and kube-scheduler (deploy/base/scheduler-config.yaml, filter-ranked), a real
 Prometheus scraping emulated dcgm-exporters (one per fake node, per *physical* GPU, with the
 pod mapping dcgm-exporter adds), and a `flowsched serve` process of this module reading that
 Prometheus and running the idle loop for real (`controllers: [idle]`, not dry run, its own
