@@ -39,7 +39,17 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Request, Response
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
 
 from extender.app import BodyTooLarge, read_body
 from extender.auth import Authenticator, AuthError, Identity, bearer_token
@@ -79,6 +89,20 @@ def _utf8(text: str) -> str:
 MetricName = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_utf8)]
 
 
+def _int_as_float(x: object) -> object:
+    """A JSON integer as a float; one beyond the float range (10**400) is a field error, not a 500."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            return float(x)
+        except OverflowError:
+            raise ValueError("number beyond the float range") from None
+    return x
+
+
+# A number, integer or not, read as a float (bools and strings are refused as by StrictFloat).
+Number = Annotated[StrictFloat, BeforeValidator(_int_as_float)]
+
+
 class PointIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -96,12 +120,12 @@ class TrainingIn(BaseModel):
     batch_size: StrictInt | None = Field(default=None, ge=1, le=2**31)
     batch_min: StrictInt | None = Field(default=None, ge=1, le=2**31)
     batch_max: StrictInt | None = Field(default=None, ge=1, le=2**31)
-    grad_sqr: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
-    grad_var: StrictFloat | StrictInt | None = Field(default=None, ge=0, allow_inf_nan=False)
+    grad_sqr: Number | None = Field(default=None, ge=0, allow_inf_nan=False)
+    grad_var: Number | None = Field(default=None, ge=0, allow_inf_nan=False)
     max_steps: StrictInt | None = Field(default=None, ge=1, le=2**63 - 1)
     batch_live: StrictBool | None = None  # adopts a planned batch while it runs (no restart needed)
     # The value of the reported metric at which the job stops (its own units and direction).
-    target_metric: StrictFloat | StrictInt | None = Field(default=None, allow_inf_nan=False)
+    target_metric: Number | None = Field(default=None, allow_inf_nan=False)
 
 
 class ReportIn(BaseModel):

@@ -122,6 +122,22 @@ def test_not_json_is_400(client: TestClient) -> None:
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]
 
 
+@pytest.mark.parametrize("field", ["grad_sqr", "grad_var", "target_metric"])
+def test_training_integer_beyond_float_range_is_400_naming_the_field(client: TestClient, field: str) -> None:
+    # json.dumps writes 10**400 as plain digits; orjson refuses it and the stdlib reads an int, whose
+    # overflow in pydantic's inf/NaN check was a 500.
+    raw = json.dumps(report(points=[{"step": 1, "loss": 0.5}], training={field: 10**400})).encode()
+    r = client.post("/v1/progress", content=raw, headers={**A, "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith(f"training.{field}:")
+    for bad in (True, "1.0", float("inf")):  # still refused, as before
+        r = client.post("/v1/progress", content=json.dumps(report(training={field: bad})).encode(), headers=A)
+        assert r.status_code == 400 and r.json()["error"].startswith(f"training.{field}:"), r.text
+    for good in (3, 10**300, 0.5):  # integers within range still count as numbers
+        r = client.post("/v1/progress", json=report(training={field: good}), headers=A)
+        assert r.status_code == 200, r.text
+
+
 def test_nan_literals_are_rejected_per_point(client: TestClient) -> None:
     # Python's json.dumps writes NaN/Infinity literals: read them, reject those points only.
     pts: list[dict[str, Any]] = [
