@@ -32,16 +32,24 @@ class ReviewError(ValueError):
 
 
 def gate_patch(pod: Mapping[str, Any], gate: str, schedulers: Iterable[str]) -> list[dict[str, Any]] | None:
-    """The JSONPatch that gates `pod`, or None when it is not flowsched's to gate."""
+    """The JSONPatch that gates `pod`, or None when it is not flowsched's to gate.
+
+    A pod whose fields have the wrong JSON types (which the apiserver never sends) is left alone,
+    as one with no spec is: an ungated pod is still scheduled, only without the gate's ordering.
+    """
     spec = pod.get("spec")
     meta = pod.get("metadata") or {}
-    if not isinstance(spec, Mapping):
+    if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
         return None
-    if spec.get("schedulerName") not in set(schedulers):
+    name = spec.get("schedulerName")
+    if not isinstance(name, str) or name not in set(schedulers):
         return None
     if spec.get("nodeName"):
         return None  # bound at creation: there is nothing to schedule
-    if str((meta.get("annotations") or {}).get(OPT_OUT, "")).lower() == "skip":
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        return None  # its opt-out cannot be read: do not gate what may have opted out
+    if str(annotations.get(OPT_OUT, "")).lower() == "skip":
         return None
     gates = spec.get("schedulingGates")
     if isinstance(gates, list):

@@ -58,3 +58,27 @@ def test_bad_reviews_are_errors_not_crashes() -> None:
     assert http.post("/webhook/gate", content=b"x" * 5000).status_code == 413
     ok = http.post("/webhook/gate", json=review(pod()))
     assert ok.status_code == 200 and patch_of(ok.json()) is not None
+
+
+def test_wrong_typed_pod_fields_are_left_alone_not_500() -> None:
+    # An unhashable schedulerName (x in set(...)) or a list where metadata or annotations belong
+    # (.get on a list) raised out of the route: 500. Like a pod with no spec, such a pod is not
+    # gated and is allowed unchanged.
+    app = FastAPI()
+    app.include_router(build_webhook_router(GATE, ["flowsched"]))
+    http = TestClient(app, raise_server_exceptions=False)
+    odd: list[dict[str, Any]] = [
+        {"metadata": {"name": "p"}, "spec": {"schedulerName": ["flowsched"]}},
+        {"metadata": {"name": "p"}, "spec": {"schedulerName": {}}},
+        {"metadata": ["p"], "spec": {"schedulerName": "flowsched"}},
+        {"metadata": {"annotations": ["x"]}, "spec": {"schedulerName": "flowsched"}},
+        {"metadata": "p", "spec": {"schedulerName": "flowsched"}},
+    ]
+    for obj in odd:
+        r = http.post("/webhook/gate", json=review(obj))
+        assert r.status_code == 200, (obj, r.text)
+        assert patch_of(r.json()) is None
+    # metadata null or without annotations is still gated
+    for obj in ({"metadata": None, "spec": {"schedulerName": "flowsched"}},
+                {"metadata": {"annotations": None}, "spec": {"schedulerName": "flowsched"}}):
+        assert patch_of(http.post("/webhook/gate", json=review(obj)).json()) is not None
