@@ -111,11 +111,26 @@ def test_pending_resize_is_reported_once_and_the_pod_left_alone() -> None:
     pods = [running("fast", "9", OPT, status_cpu="4", conditions=cond), running("flat", "4", OPT)]
     est = {"t/fast": Est(Phase.GROWING, 0.3), "t/flat": Est(Phase.GROWING, 0.3)}
     r, _, rec, _ = make(pods, est, [1000.0])
+    notices = []
     for t in (1000.0, 1030.0, 1060.0):
         actions = plan_at(r, t)
-        assert "t/fast" not in {a.target for a in actions}
+        assert "t/fast" not in {a.target for a in actions if a.kind.startswith("resize-")}
+        notices += [a for a in actions if a.kind == "resize_pending"]
+    assert [(a.target, a.budgeted) for a in notices] == [("t/fast", False)]  # once, and no budget
+    assert r.act(notices[0], 1060.0) == "recorded"
     assert [(e[1]) for e in rec.events] == ["FlowschedResizeInfeasible"]
     assert r.last_plan["nodes"]["n1"]["pods"]["t/fast"]["why"] == "NO_EVIDENCE"
+
+
+def test_a_dry_run_resizer_reports_a_pending_resize_without_writing_an_event() -> None:
+    cond = [{"type": "PodResizePending", "status": "True", "reason": "Infeasible", "message": "no room"}]
+    pods = [running("fast", "9", OPT, status_cpu="4", conditions=cond)]
+    r, fake, rec, _ = make(pods, {"t/fast": Est(Phase.GROWING, 0.3)}, [1000.0])
+    dry = ControlLoop(r, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30, dry_run=True,
+                      per_interval=0, per_hour=0, clock=lambda: 1000.0)
+    tick = dry.run_once()
+    assert [(o.action.kind, o.outcome) for o in tick.outcomes] == [("resize_pending", "dry_run")]
+    assert rec.events == [] and fake.annotations == []  # dry run writes nothing, not even an Event
 
 
 def test_pod_row_reads_bounds_original_and_cooldown() -> None:

@@ -10,8 +10,8 @@ progress, one Action per changed pod, decreases first so the node has room for t
 `act` writes the pod's original request and the time into annotations (once / each time), then
 PATCHes pods/{name}/resize, and records a FlowschedResized Event. A resize the kubelet reports
 as PodResizePending (Infeasible or Deferred; `status.resize` before 1.33) is reported once with
-an Event and a metric, and that pod is left alone while the condition stands: never retried in
-a loop. GPUs are never resized.
+an Event (an unbudgeted notice from plan(), so a dry run writes none) and a metric, and that pod
+is left alone while the condition stands: never retried in a loop. GPUs are never resized.
 """
 
 from __future__ import annotations
@@ -244,7 +244,6 @@ class Resizer:
                 if isinstance(r, str):
                     skipped[key] = r
                     continue
-                self._report_pending(r)
                 rows.append(r)
             if not rows:
                 continue
@@ -257,6 +256,7 @@ class Resizer:
     # ---- planning (pure: scoring.resize over the observed rows) ----
     def plan(self, observed: Observed, budget_left: int) -> Sequence[Action]:
         estimates = observed.estimates
+        notices = self._pending_notices(observed)
         downs: list[Action] = []
         ups: list[Action] = []
         debug: dict[str, Any] = {}
@@ -308,23 +308,29 @@ class Resizer:
             self.metrics.cpu_requested.labels(node_name).set(float(new_m.sum()))
             debug[node_name] = node_debug
         self.last_plan = {"at": observed.now, "nodes": debug}
-        return [*downs, *ups]
+        return [*notices, *downs, *ups]
 
-    def _report_pending(self, r: Row) -> None:
-        """One Event and one count per pod and pending reason; nothing is retried meanwhile."""
-        if r.pending is None:
-            self.reported.pop(r.uid, None)
-            return
-        reason, message = r.pending
-        if self.reported.get(r.uid) == reason:
-            return
-        self.reported[r.uid] = reason
-        self.metrics.pending.labels(reason).inc()
-        type_ = "Warning" if reason == "Infeasible" else "Normal"
-        self.ctx.recorder.record(
-            ObjectRef(r.namespace, r.name, r.uid), f"FlowschedResize{reason}",
-            f"the kubelet holds the CPU resize of container {r.container} back ({reason}): {message or 'no message'}; "
-            "flowsched leaves this pod alone until the condition clears", type_=type_, action="Resize")
+    def _pending_notices(self, observed: Observed) -> list[Action]:
+        """One notice (an Event, no budget) and one count per pod and pending reason; nothing is
+        retried meanwhile. Returned as unbudgeted actions, so the loop sends them only when it
+        acts: a dry run writes nothing (they show as dry_run at /debug/resizes)."""
+        out: list[Action] = []
+        for r in (r for nd in observed.nodes for r in nd.rows):
+            if r.pending is None:
+                self.reported.pop(r.uid, None)
+                continue
+            reason, message = r.pending
+            if self.reported.get(r.uid) == reason:
+                continue
+            self.reported[r.uid] = reason
+            self.metrics.pending.labels(reason).inc()
+            out.append(Action(
+                key=f"pending/{r.namespace}/{r.name}", kind="resize_pending", target=f"{r.namespace}/{r.name}",
+                budgeted=False, reason=(
+                    f"the kubelet holds the CPU resize of container {r.container} back ({reason}): "
+                    f"{message or 'no message'}; flowsched leaves this pod alone until the condition clears"),
+                detail={"uid": r.uid, "pending": reason}))
+        return out
 
     # ---- acting ----
     def act(self, action: Action, now: float) -> str:
@@ -332,6 +338,12 @@ class Resizer:
             raise PermanentError("no cluster: resizes are dry-run only")
         ns, name = action.target.split("/", 1)
         d = action.detail
+        if action.kind == "resize_pending":
+            reason = str(d["pending"])
+            ok = self.ctx.recorder.record(ObjectRef(ns, name, str(d.get("uid") or "")), f"FlowschedResize{reason}",
+                                          action.reason, type_="Warning" if reason == "Infeasible" else "Normal",
+                                          action="Resize")
+            return "recorded" if ok else "not_recorded"
         new = float(d["to_m"])
         ann: dict[str, str | None] = {RESIZED_AT: f"{now:.0f}"}
         if not d.get("had_original"):
