@@ -189,7 +189,10 @@ def ask_of(raw: Mapping[str, Any], gpu_resource: str) -> PodAsk:
         if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
             raise ObjectError("metadata and spec must be objects")
         r = pod_requests(spec, gpu_resource)
-        annotations = meta.get("annotations") or {}
+        annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+        if not isinstance(annotations, Mapping) or not isinstance(labels, Mapping):
+            # read later by workload and origin, outside this try: a list here was a 500 there
+            raise ObjectError("metadata.annotations and metadata.labels must be objects")
         migrated_from = annotations.get(MIGRATED_FROM)
         status = raw.get("status")
         nominated = status.get("nominatedNodeName") if isinstance(status, Mapping) else None

@@ -233,8 +233,9 @@ def job_key(meta: Mapping[str, Any]) -> str:
         return f"{ns}/{labels[JOB_LABEL]}"
     if labels.get(KUBEFLOW_JOB_LABEL):
         return f"{ns}/{labels[KUBEFLOW_JOB_LABEL]}"
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
+    refs = meta.get("ownerReferences") or []
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
             return f"{ns}/{str(ref.get('kind', '')).lower()}-{ref.get('name', '')}"
     return f"{ns}/{meta.get('name', '')}"
 

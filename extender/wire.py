@@ -113,8 +113,9 @@ def _parse_victims(node: str, v: Any, full: bool) -> Victims:
     if not isinstance(pods, list):
         raise WireError(f"{field}.Pods: expected a list")
     pdb = _get_ci(v, "NumPDBViolations") or 0
-    if not isinstance(pdb, int) or isinstance(pdb, bool):
-        raise WireError(f"{field}.NumPDBViolations: expected an integer")
+    if not isinstance(pdb, int) or isinstance(pdb, bool) or not 0 <= pdb < 2**63:
+        # Go's int64, and a count: beyond it was an OverflowError in the verb (answered as our bug)
+        raise WireError(f"{field}.NumPDBViolations: expected an integer in 0..2**63-1")
     uids: list[str] = []
     for i, p in enumerate(pods):
         if not isinstance(p, Mapping):

@@ -214,6 +214,38 @@ def test_bad_preempt_input_is_400(client: TestClient) -> None:
     assert r.status_code == 400 and "NodeNameToMetaVictims[n0].Pods[0].UID" in r.json()["error"]
 
 
+def test_wrong_typed_labels_are_400_not_a_fail_open_fallback(client: TestClient) -> None:
+    # Labels were read outside ask_of's checks: AttributeError, answered as flowsched's own bug
+    # (traceback, code="fallback"), and /filter failed open: an 8-GPU pod passed n3 (2 GPUs, in use).
+    for meta in ({"name": "x", "labels": ["a"]}, {"name": "x", "labels": "a"}, {"name": "x", "annotations": ["a"]}):
+        p = {**pod("x", gpus=8), "metadata": meta}
+        for verb in ("/filter", "/prioritize"):
+            r = client.post(verb, json=args_names(p, ["n0", "n3"]))
+            assert r.status_code == 400, (verb, meta, r.text)
+            assert r.json()["error"].startswith("Pod:") and "labels" in r.json()["error"]
+    fallbacks = [line for line in client.get("/metrics").text.splitlines()
+                 if 'code="fallback"' in line and not line.startswith("#")]
+    assert all(line.endswith(" 0.0") for line in fallbacks), fallbacks  # not counted as our own bug
+
+
+@pytest.mark.parametrize("pdb", [2**63, -1])
+def test_preempt_pdb_count_beyond_int64_or_negative_is_400(client: TestClient, pdb: int) -> None:
+    r = client.post("/preempt", json={"Pod": pod("p"), "NodeNameToMetaVictims": {
+        "n1": {"Pods": [{"UID": "uid-default-busy"}], "NumPDBViolations": pdb}}})
+    assert r.status_code == 400, r.text
+    assert "NodeNameToMetaVictims[n1].NumPDBViolations" in r.json()["error"]
+    ok = client.post("/preempt", json={"Pod": pod("p"), "NodeNameToMetaVictims": {
+        "n1": {"Pods": [{"UID": "uid-default-busy"}], "NumPDBViolations": 2**63 - 1}}})
+    assert ok.status_code == 200, ok.text
+
+
+def test_job_key_ignores_junk_owner_references() -> None:
+    from extender.k8s_objects import job_key
+
+    for refs in (["x"], {"controller": True}, [None, 3], "abc"):
+        assert job_key({"name": "p", "namespace": "a", "ownerReferences": refs}) == "a/p"
+
+
 def test_oversized_body_is_413(client: TestClient) -> None:
     big = orjson.dumps(args_names(pod("p"), [f"node-{i:06d}" for i in range(20000)]))
     r = client.post("/filter", content=big, headers={"content-type": "application/json"})
