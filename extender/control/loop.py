@@ -17,12 +17,19 @@ everything around them:
   and counted, the loop goes on (a TemporaryError from observe(), e.g. namespaces unreadable,
   just skips the interval).
 
+The service runs its loops in one thread, a round at a time (`ControlRounds`): every loop whose
+interval has come, in scoring.control.LOOP_ORDER (the elastic optimizer, admission, then the
+migrator), then the others. A later loop builds its World after an earlier one acted and sees
+that action (`on_acted` notes it for the World builder), as the simulator composes them; two
+loops never plan on the same snapshot at the same moment.
+
 Time comes from `clock` (wall seconds), so tests drive `run_once()` with a fake clock.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -131,6 +138,7 @@ class ControlLoop:
         permanent_backoff_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         history: int = 50,
+        on_acted: Callable[[Action, float], None] | None = None,
     ) -> None:
         self.controller, self.leader, self.metrics = controller, leader, metrics
         self.name = controller.name
@@ -138,6 +146,11 @@ class ControlLoop:
         self.permanent_backoff_s = permanent_backoff_s
         self.clock = clock
         self.budget = Budget(per_interval, per_hour)
+        # False when the budget is another loop's (idle reclamation spends the migrator's): only
+        # its owner starts a new interval, so the two together stay within per_interval.
+        self.owns_budget = True
+        self.on_acted = on_acted  # told of every performed action (the World builder's notes)
+        self.last_run = -math.inf  # when run_once last ran (ControlRounds' schedule)
         self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
         self.history: deque[Tick] = deque(maxlen=history)
         self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
@@ -149,13 +162,15 @@ class ControlLoop:
 
     def run_once(self) -> Tick:
         now = self.clock()
+        self.last_run = now
         leader = bool(self.leader.is_leader)
         self.metrics.leader.labels(self.name).set(1.0 if leader else 0.0)
         tick = Tick(at=now, leader=leader, dry_run=self.dry_run)
         if not leader:
             self.metrics.ticks.labels(self.name, "not_leader").inc()
             return tick
-        self.budget.new_interval()
+        if self.owns_budget:
+            self.budget.new_interval()
         self.backoff = {k: v for k, v in self.backoff.items() if v[0] > now}
         try:
             observed = self.controller.observe(now)
@@ -213,6 +228,11 @@ class ControlLoop:
                     self.budget.spend(now)
                 out = Outcome(action, result)
                 self.performed.append(out)
+                if self.on_acted is not None:
+                    try:
+                        self.on_acted(action, now)
+                    except Exception:  # the note is bookkeeping: never let it undo the outcome
+                        log.exception("%s: noting %s %s failed", self.name, action.kind, action.target)
         self._count(action, out.outcome)
         return out
 
@@ -243,3 +263,54 @@ class ControlLoop:
                 "budget_left": self.budget.remaining(self.clock()),
                 "backoff": {k: {"until": v[0], "why": v[1]} for k, v in self.backoff.items()},
                 "last_planned_tick": last, "performed": [o.as_dict() for o in self.performed]}
+
+
+class ControlRounds:
+    """Runs loops in one thread: each round, every loop whose interval has come, in `order`
+    (scoring.control.LOOP_ORDER first, then the others as configured). One loop's slow action
+    delays the others' round; that is the price of their never planning on the same snapshot."""
+
+    def __init__(self, loops: Sequence[ControlLoop], order: Sequence[str], clock: Callable[[], float] = time.time,
+                 idle_wait_s: float = 1.0) -> None:
+        rank = {name: i for i, name in enumerate(order)}
+        self.loops = sorted(loops, key=lambda lp: rank.get(lp.name, len(rank)))  # stable: the rest keep their order
+        self.clock = clock
+        self.idle_wait_s = idle_wait_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def due(self, now: float) -> list[ControlLoop]:
+        return [lp for lp in self.loops if now - lp.last_run >= lp.interval_s - 1e-6]
+
+    def run_round(self) -> list[str]:
+        """Runs the loops that are due, in order; returns their names."""
+        ran: list[str] = []
+        for lp in self.due(self.clock()):
+            try:
+                lp.run_once()
+            except Exception:  # never let one loop stop the others
+                log.exception("%s: tick failed", lp.name)
+            ran.append(lp.name)
+        return ran
+
+    def _wait_s(self) -> float:
+        now = self.clock()
+        nxt = min((lp.last_run + lp.interval_s for lp in self.loops), default=now + self.idle_wait_s)
+        return min(max(nxt - now, 0.05), self.idle_wait_s * 60)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.run_round()
+            self._stop.wait(self._wait_s())
+
+    def start(self) -> ControlRounds:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="control-rounds", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

@@ -24,13 +24,14 @@ from prometheus_client import CollectorRegistry, Counter
 from extender.control.events import EventRecorder, LogRecorder, Recorder
 from extender.control.kube_actions import KubeActions
 from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
-from extender.control.loop import Controller, ControlLoop, ControlMetrics, Leadership
+from extender.control.loop import Action, Controller, ControlLoop, ControlMetrics, ControlRounds, Leadership
 from extender.control.world_builder import WorldBuilder
 from extender.convergence_loop import ConvergenceTracker
 from extender.job_reports import JobReportBook
 from extender.settings import Settings
 from extender.state import ClusterState
 from scoring.bottleneck import Diagnosis
+from scoring.control import LOOP_ORDER
 from scoring.settings import CoreSettings
 
 log = logging.getLogger("flowsched.control")
@@ -81,22 +82,39 @@ def _factory(name: str) -> Callable[[ControlContext], Controller]:
     return f
 
 
+def note_for(world: WorldBuilder) -> Callable[[Action, float], None]:
+    """What a performed action tells the World builder: later loops see it before the watch does."""
+    def note(action: Action, now: float) -> None:
+        d = action.detail
+        if action.kind in ("scale-up", "scale-down"):
+            world.note_scaled(action.key, now, int(d["gpus"]), int(d.get("per_pod") or 1))
+        elif action.kind in ("evict", "preempt"):
+            count = d.get("count")
+            world.note_evicted(action.key, now, count if isinstance(count, int) else 0)
+    return note
+
+
 @dataclass
 class Controllers:
     loops: list[ControlLoop]
     elector: LeaderElector | None
     leader: Leadership
     controllers: dict[str, Controller] = field(default_factory=dict)
+    rounds: ControlRounds | None = None
+
+    def __post_init__(self) -> None:
+        if self.rounds is None:
+            self.rounds = ControlRounds(self.loops, LOOP_ORDER)
 
     def start(self) -> None:
         if self.elector is not None:
             self.elector.start()
-        for loop in self.loops:
-            loop.start()
+        assert self.rounds is not None
+        self.rounds.start()
 
     def stop(self) -> None:
-        for loop in self.loops:
-            loop.stop()
+        assert self.rounds is not None
+        self.rounds.stop()
         if self.elector is not None:
             self.elector.stop(release=True)
 
@@ -142,6 +160,8 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock)
     metrics = ControlMetrics.build(registry)
+    world.remember_s = max(cc.hold_s, world.remember_s)
+    note = note_for(world)
     loops: list[ControlLoop] = []
     made: dict[str, Controller] = {}
     for name in dict.fromkeys(settings.controllers):
@@ -150,14 +170,16 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         made[name] = controller
         loops.append(ControlLoop(controller, leader, metrics, interval_s=cfg.interval_s, dry_run=dry_run,
                                  per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
-                                 permanent_backoff_s=cc.permanent_backoff_s, clock=clock))
+                                 permanent_backoff_s=cc.permanent_backoff_s, clock=clock, on_acted=note))
         log.info("control loop %s enabled (every %.0fs, %s, identity %s)", name, cfg.interval_s,
                  "dry run" if dry_run else "acting", identity)
     by_name = {lp.name: lp for lp in loops}
     if "idle" in by_name and "migrator" in by_name:
         # Idle reclamation evicts within the migrator's budget: one budget for both loops.
         by_name["idle"].budget = by_name["migrator"].budget
-    return Controllers(loops=loops, elector=elector, leader=leader, controllers=made)
+        by_name["idle"].owns_budget = False
+    return Controllers(loops=loops, elector=elector, leader=leader, controllers=made,
+                       rounds=ControlRounds(loops, LOOP_ORDER, clock=clock))
 
 
 def _json(obj: Any, status: int = 200) -> Response:

@@ -6,17 +6,24 @@ gradient statistics per job (when jobs report them), and the namespaces' labels,
 every time a World is built, so a namespace labelled `flowsched.io/migrate: "false"` at run
 time is honoured at the next interval without a restart.
 
-The one thing it remembers is each elastic job's measured step time per GPU count (a job
-running steadily at one size tells its step time there), which the core's throughput prior
-is scaled to.
+It remembers two things. Each elastic job's measured step time per GPU count (a job running
+steadily at one size tells its step time there), which the core's throughput prior is scaled
+to. And what this replica's loops just did (`note_scaled`, `note_evicted`), until the watch
+shows it: the loops run one after another in a round (scoring.control.LOOP_ORDER, as the
+simulator runs them), and a later loop must see an earlier one's action at once, not when the
+pod watch brings its annotations back. A job just rescaled counts as rescaled now (the
+composition hold), a job just evicted as migrated now with its new count, and GPUs a rescale
+promised whose pods do not exist yet count as pods waiting for them, as they will in seconds
+(so admission does not release a gang into the same GPUs).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo
@@ -60,6 +67,21 @@ def parse_range(value: str | None) -> tuple[int, int] | None:
     return (lo, hi) if 1 <= lo <= hi else None
 
 
+@dataclass(frozen=True)
+class Acted:
+    """What this replica did to a job (a loop's performed action), at `at`."""
+
+    at: float
+    gpus: int = 0  # a rescale: the planned size
+    per_pod: int = 1  # a rescale: GPUs per pod
+    count: int = 0  # an eviction: the job's migrations including this one
+
+
+# How long a rescale's missing pods count as waiting: the job's controller creates them within
+# seconds; a rescale that never materialises must not reserve GPUs for ever.
+MATERIALISE_S = 120.0
+
+
 @dataclass
 class WorldBuilder:
     estimates: EstimateSource
@@ -68,6 +90,25 @@ class WorldBuilder:
     gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
     diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
+    remember_s: float = 1800.0  # how long a noted action is kept (the composition hold, control.hold_s)
+    scaled: dict[str, Acted] = field(default_factory=dict)  # job -> its latest rescale by this replica
+    evicted: dict[str, Acted] = field(default_factory=dict)  # job -> its latest eviction by this replica
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def note_scaled(self, job: str, at: float, gpus: int, per_pod: int) -> None:
+        with self._lock:
+            self.scaled[job] = Acted(at, gpus=gpus, per_pod=max(1, per_pod))
+
+    def note_evicted(self, job: str, at: float, count: int) -> None:
+        with self._lock:
+            self.evicted[job] = Acted(at, count=count)
+
+    def _noted(self, now: float) -> tuple[dict[str, Acted], dict[str, Acted]]:
+        with self._lock:
+            for book in (self.scaled, self.evicted):
+                for k in [k for k, a in book.items() if now - a.at > self.remember_s]:
+                    del book[k]
+            return dict(self.scaled), dict(self.evicted)
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
               now: float) -> World:
@@ -91,6 +132,10 @@ class WorldBuilder:
         reports = self.job_reports() if self.job_reports is not None else {}
         jobs = tuple(self._job(key, ps, names, marks.get(key), estimates.get(key), reports.get(key), now)
                      for key, ps in sorted(by_job.items()))
+        scaled, evicted = self._noted(now)
+        if scaled or evicted:
+            jobs, promised = with_noted(jobs, scaled, evicted, now)
+            pending.extend((0, math.inf, p) for p in promised)  # created last: they queue behind the others
         node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0))
                             for n in sorted(nodes, key=lambda n: n.name))
         labels = self.namespace_labels()
@@ -140,6 +185,27 @@ class WorldBuilder:
             wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
                                                        and p.created_at is not None]) else math.nan,
         )
+
+
+def with_noted(jobs: tuple[JobState, ...], scaled: Mapping[str, Acted], evicted: Mapping[str, Acted],
+               now: float) -> tuple[tuple[JobState, ...], list[PendingPod]]:
+    """The jobs as this replica's own recent actions left them (the watch may not show them yet),
+    and the pods a rescale promised that do not exist yet."""
+    out: list[JobState] = []
+    promised: list[PendingPod] = []
+    for j in jobs:
+        s, e = scaled.get(j.key), evicted.get(j.key)
+        if s is not None:
+            j = replace(j, since_scaled_s=min(j.since_scaled_s, now - s.at))
+            missing = s.gpus - j.live_gpus
+            if missing > 0 and now - s.at <= MATERIALISE_S:
+                promised += [PendingPod(f"{j.key}/promised-{i}", j.key, float(s.per_pod), now - s.at)
+                             for i in range(missing // s.per_pod)]
+        if e is not None:
+            j = replace(j, since_migration_s=min(j.since_migration_s, now - e.at),
+                        migrations=max(j.migrations, e.count))
+        out.append(j)
+    return tuple(out), promised
 
 
 def planned_gpus(ps: list[PodInfo]) -> int:
