@@ -192,7 +192,9 @@ def eligibility(jobs: JobArrays, s: MigrationSettings) -> IntArray:
 def _evaluate(j: int, jobs: JobArrays, free: FloatArray, unmet: IntArray, demands: Demands,
               s: MigrationSettings) -> tuple[Move | None, Why]:
     row = jobs.gpus_on[j]
-    freed = free + row
+    # `free` is raw: below 0 where a node's allocatable fell under what its pods hold. Clamp only
+    # after the job's GPUs come back, so an eviction is credited with the GPUs that will exist.
+    freed = np.maximum(free + row, 0.0)
     where, left = place(freed, demands.gpus[unmet], demands.node[unmet])
     served = unmet[where >= 0]
     benefit = float(demands.gpus[served].sum())
@@ -209,7 +211,9 @@ def _evaluate(j: int, jobs: JobArrays, free: FloatArray, unmet: IntArray, demand
 
 def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
                     settings: MigrationSettings) -> MigrationPlan:
-    free = np.maximum(np.asarray(node_free, dtype=np.float64).reshape(-1), 0.0)
+    # Raw, possibly negative (allocatable dropped below what the pods hold): _evaluate clamps
+    # after adding a job's GPUs back; clamping here would credit GPUs that do not exist.
+    free = np.asarray(node_free, dtype=np.float64).reshape(-1)
     if jobs.gpus_on.shape != (jobs.count, free.shape[0]):
         raise ValueError(f"gpus_on is {jobs.gpus_on.shape}, expected ({jobs.count}, {free.shape[0]})")
     if demands.gpus.shape != demands.node.shape:
@@ -250,7 +254,8 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
                                               -remaining[mj[1]], mj[1]))
         moves.append(best)
         why[bj] = Why.CHOSEN
-        # Commit: the job's GPUs come back, the served demands take theirs, the job lands again.
+        # Commit: the job's GPUs come back, the served demands take theirs, the job lands again
+        # (kept raw: a node still short after the eviction stays short for the next candidate).
         freed = free + jobs.gpus_on[bj]
         served = np.asarray(best.served, dtype=np.int64)
         _, freed = place(freed, demands.gpus[served], demands.node[served])

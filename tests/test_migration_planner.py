@@ -148,6 +148,25 @@ def test_multi_node_job_frees_every_node() -> None:
     assert plan.jobs == [0] and plan.moves[0].benefit_gpus == 8 and plan.moves[0].relocation == (3, 4)
 
 
+def test_overcommitted_node_credits_only_the_gpus_that_will_exist() -> None:
+    # Node 0's allocatable fell to 4 while job 0 holds 8 there (free -4). Evicting it leaves 4
+    # GPUs, not 8: a waiting 6-GPU pod still fits nowhere, so there is no move.
+    loose = replace(S, require_room_elsewhere=False)
+    plan = plan_migrations(jobs([[8.0]]), [-4.0], Demands.pending([6]), loose)
+    assert plan.jobs == [] and plan.why[0] == Why.NO_BENEFIT
+    # A 4-GPU pod does fit what is left: that move is still made.
+    assert plan_migrations(jobs([[8.0]]), [-4.0], Demands.pending([4]), loose).jobs == [0]
+
+
+def test_overcommit_stays_after_an_eviction_for_the_next_candidate() -> None:
+    # Node 0: allocatable 6, jobs 0 and 1 hold 4 each (free -2); 2- and 6-GPU pods wait. Evicting
+    # one job leaves 2 GPUs (the 2-GPU pod's); evicting both leaves 6, of which the 2-GPU pod took
+    # 2: the 6-GPU pod cannot start, so the shortfall must not be forgotten for the second move.
+    two = replace(S, require_room_elsewhere=False, max_moves=2)
+    plan = plan_migrations(jobs([[4.0], [4.0]]), [-2.0], Demands.pending([2, 6]), two)
+    assert len(plan.jobs) == 1 and plan.moves[0].served == (0,) and plan.moves[0].benefit_gpus == 2
+
+
 def test_shape_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError, match="gpus_on"):
         plan_migrations(jobs(GPUS), [1.0, 2.0], PENDING, S)
