@@ -8,8 +8,8 @@ evictions).
 - A pod idle for `window_s` gets the Event and counts in the metric.
 - Reclamation is opt-in per pod (`flowsched.io/reclaim-idle: "2h"`) and only for notebooks: an
   opted-in notebook idle for its own duration is first warned (an Event), and evicted no sooner
-  than `warning_s` after the warning, only while GPU pods wait, and within the budget the shell
-  passes (the migrator's).
+  than `warning_s` after the warning was delivered (the shell reports it, `warning_delivered`),
+  only while GPU pods wait, and within the budget the shell passes (the migrator's).
 
 Pure: time comes in as `now`; the idle-since and warned-at maps are values the shell keeps.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scoring.safety import namespace_refusal
 from scoring.settings import IdleLoopSettings, SafetySettings
@@ -113,7 +113,8 @@ class IdlePlan:
     idle: tuple[str, ...]  # idle for the window now (the metric)
     idle_gpus: float  # GPUs they hold
     report: tuple[str, ...]  # idle for the window, not reported yet: a FlowschedIdleGPU Event each
-    warn: tuple[str, ...]  # opted-in notebooks due for reclamation, warned now
+    warn: tuple[str, ...]  # opted-in notebooks due for reclamation, to be warned now (planned each round
+    # until the shell reports the warning delivered)
     evict: tuple[str, ...]  # warned long enough, GPU pods waiting, within the budget
     refused: Mapping[str, str]  # opted-in pods that will not be reclaimed, and why
 
@@ -121,6 +122,12 @@ class IdlePlan:
         return {"at": now, "idle": list(self.idle), "idle_gpus": self.idle_gpus, "report": list(self.report),
                 "warn": list(self.warn), "evict": list(self.evict), "refused": dict(self.refused),
                 "idle_since": {k: round(now - t, 1) for k, t in sorted(self.memory.idle_since.items())}}
+
+
+def warning_delivered(memory: IdleMemory, pod: str, at: float) -> IdleMemory:
+    """The memory once the warning to `pod` was delivered at `at`: the eviction may come
+    warning_s after it. Only delivered warnings count (plan_idle never records one itself)."""
+    return replace(memory, warned_at={**memory.warned_at, pod: at})
 
 
 def plan_idle(pods: Sequence[IdlePod], memory: IdleMemory, now: float, gpu_pods_waiting: int, budget_left: int,
@@ -151,8 +158,8 @@ def plan_idle(pods: Sequence[IdlePod], memory: IdleMemory, now: float, gpu_pods_
         candidates.append(Reclaimable(p.key, p.workload, after))
     warned = {k: t for k, t in memory.warned_at.items() if k in idle_since and k in by_key}
     rp = plan_reclaim(candidates, idle_since, warned, now, gpu_pods_waiting, budget_left, s.warning_s)
-    for k in rp.warn:
-        warned[k] = now
+    # A planned warning is not a warning given: the shell records it (warning_delivered) only once
+    # the Event was accepted, so a notebook is never evicted on the strength of an undelivered one.
     reported = frozenset(k for k in memory.reported | set(report) if k in idle_since and k in by_key)
     return IdlePlan(
         memory=IdleMemory(idle_since, reported, warned),

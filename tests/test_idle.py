@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from scoring.idle import (
     plan_idle,
     plan_reclaim,
     update_idle_since,
+    warning_delivered,
 )
 from scoring.settings import IdleLoopSettings, SafetySettings
 
@@ -74,7 +77,11 @@ def test_plan_idle_reports_once_per_spell_and_reclaims_only_opted_in_notebooks()
     assert p.warn == () and p.evict == ()  # idle 600 s, opted in for 1 h
     p = plan_idle(pods, p.memory, 3600.0, 2, 5, s, safety, {})
     assert p.report == () and p.warn == ("lab/nb",) and p.evict == ()  # reported once; warned before evicting
+    undelivered = plan_idle(pods, p.memory, 3900.0, 2, 5, s, safety, {})
+    assert undelivered.warn == ("lab/nb",) and undelivered.evict == ()  # a planned warning is not a given one
+    p = replace(p, memory=warning_delivered(p.memory, "lab/nb", 3600.0))
     p2 = plan_idle(pods, p.memory, 3800.0, 2, 5, s, safety, {})
+    assert p2.warn == ()  # delivered: not warned twice
     assert p2.evict == ()  # the warning is 200 s old, 300 s needed
     p3 = plan_idle(pods, p2.memory, 3900.0, 0, 5, s, safety, {})
     assert p3.evict == ()  # nobody waits: the notebook stays
@@ -92,6 +99,7 @@ def test_plan_idle_forgets_a_pod_that_works_again() -> None:
     p = plan_idle([_pod("nb", 0.0, reclaim="1m")], IdleMemory(), 0.0, 1, 5, s, SafetySettings(), {})
     p = plan_idle([_pod("nb", 0.0, reclaim="1m")], p.memory, 60.0, 1, 5, s, SafetySettings(), {})
     assert p.report == ("lab/nb",) and p.warn == ("lab/nb",)
+    p = replace(p, memory=warning_delivered(p.memory, "lab/nb", 60.0))
     p = plan_idle([_pod("nb", 50.0, reclaim="1m")], p.memory, 70.0, 1, 5, s, SafetySettings(), {})
     assert p.idle == () and p.evict == () and p.memory == IdleMemory({}, frozenset(), {})
     p = plan_idle([_pod("nb", 0.0, reclaim="1m")], p.memory, 80.0, 1, 5, s, SafetySettings(), {})
@@ -103,3 +111,75 @@ def test_idle_settings_are_checked() -> None:
     for bad in ({"threshold_pct": 0.0}, {"window_s": 0.0}, {"warning_s": -1.0}, {"reclaim_key": ""}):
         with pytest.raises(ValueError):
             IdleLoopSettings(**bad)  # type: ignore[arg-type]
+
+
+def _idle_shell(recorder: Any) -> tuple[Any, Any, list[tuple[str, float]], list[float]]:
+    """The real IdleLoop in a ControlLoop (acting) over one idle opted-in notebook and a waiting GPU pod."""
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.idle import IdleLoop
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import ControlLoop, ControlMetrics
+    from extender.k8s_objects import parse_node, parse_pod
+    from extender.settings import Settings
+    from extender.state import ClusterState
+    from tests.control_fakes import FakeActions, FakeTracker, make_context
+    from tests.k8s_factories import node, pod
+
+    state = ClusterState()
+    evicted: list[tuple[str, float]] = []
+
+    class Actions(FakeActions):
+        def namespace_labels(self) -> dict[str, dict[str, str]]:
+            return {}
+
+        def evict(self, ns: str, name: str, uid: str = "") -> str:
+            evicted.append((name, clock[0]))
+            state.delete_pod(uid)
+            return "evicted"
+
+    clock = [0.0]
+    state.upsert_node(parse_node(node("n0", gpus=4)))
+    state.upsert_pod(parse_pod(pod("nb", gpus=1, node_name="n0", namespace="u", phase="Running", annotations={
+        "flowsched.io/workload": "notebook", "flowsched.io/reclaim-idle": "1h"})))
+    state.upsert_pod(parse_pod(pod("waiting", gpus=1, namespace="u", phase="Pending")))
+    state.synced = {"nodes": True, "pods": True}
+    ctx = make_context(state, FakeTracker({}), Actions(), recorder, settings=Settings(kube=False),
+                       clock=lambda: clock[0])
+    loop = ControlLoop(IdleLoop(ctx), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60,
+                       dry_run=False, per_interval=1, per_hour=6, clock=lambda: clock[0])
+    return loop, state, evicted, clock
+
+
+def test_a_notebook_is_evicted_only_warning_s_after_a_warning_the_apiserver_accepted() -> None:
+    class Events:  # EventRecorder's contract: False when the apiserver refused the Event, never raises
+        def __init__(self) -> None:
+            self.accept = False
+            self.delivered: list[tuple[str, float]] = []
+
+        def record(self, obj: Any, reason: str, message: str, **kw: Any) -> bool:
+            if self.accept and reason == "FlowschedIdleGPUReclaim":
+                self.delivered.append((obj.name, clock[0]))
+            return self.accept
+
+    events = Events()
+    loop, state, evicted, clock = _idle_shell(events)
+    warns: list[str] = []
+    for k in range(90):  # 90 min: warned from 60 min on, while no Event is accepted
+        clock[0] = k * 60.0
+        if k == 75:
+            events.accept = True  # the apiserver takes Events again at 75 min
+        state.set_pod_gpu_util({"u/nb": [0.0]}, clock[0])
+        warns += [o.outcome for o in loop.run_once().outcomes if o.action.kind == "idle_warn"]
+    assert "retry_later" in warns and warns[-1] == "recorded"  # refused warnings are retried, not counted
+    assert events.delivered == [("nb", 4500.0)]
+    warning_s = loop.controller.cfg.warning_s  # type: ignore[attr-defined]
+    assert [name for name, _ in evicted] == ["nb"] and evicted[0][1] >= 4500.0 + warning_s
+    # ... and not one round before the delivered warning is warning_s old
+    events2 = Events()
+    loop2, state2, evicted2, clock2 = _idle_shell(events2)
+    for k in range(90):
+        clock2[0] = k * 60.0
+        state2.set_pod_gpu_util({"u/nb": [0.0]}, clock2[0])
+        loop2.run_once()
+    assert evicted2 == [] and events2.delivered == []  # never warned: never evicted

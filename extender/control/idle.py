@@ -6,7 +6,8 @@ plan(): the pure core, scoring.idle.plan_idle -> actions:
 - `report` (an Event, no budget): a pod idle for window_s gets a FlowschedIdleGPU Event, once
   per idle spell; the flowsched_idle_gpu_pods and flowsched_idle_gpus gauges count them;
 - `warn` (an Event, no budget): an opted-in notebook (`flowsched.io/reclaim-idle: "2h"`) idle
-  that long is warned (FlowschedIdleGPUReclaim, type Warning);
+  that long is warned (FlowschedIdleGPUReclaim, type Warning); the warning counts from when the
+  apiserver accepted the Event (a refused one is a TemporaryError, and is planned again);
 - `evict` (budgeted): warned at least warning_s ago, while GPU pods wait, through the shared
   eviction path (extender/control/eviction.py), re-checking the opt-in on the pod as it is now.
 The loop (extender/control/loop.py) runs it only on the Lease holder, honours dry run (plans
@@ -22,13 +23,14 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from extender.control.errors import TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
 from extender.k8s_objects import PodInfo
-from scoring.idle import IdleMemory, IdlePlan, IdlePod, parse_duration_s, plan_idle
+from scoring.idle import IdleMemory, IdlePlan, IdlePod, parse_duration_s, plan_idle, warning_delivered
 from scoring.workload import workload_class
 
 log = logging.getLogger("flowsched.idle")
@@ -138,8 +140,13 @@ class IdleLoop:
             self.ctx.recorder.record(ref, IDLE_REASON, f"Idle GPU: {action.reason}", action="Detect")
             return "recorded"
         if action.kind == "idle_warn":
-            self.ctx.recorder.record(ref, WARN_REASON, f"Idle GPU reclamation: {action.reason}", type_="Warning",
-                                     action="Warn")
+            if not self.ctx.recorder.record(ref, WARN_REASON, f"Idle GPU reclamation: {action.reason}",
+                                            type_="Warning", action="Warn"):
+                # Not delivered, so not given: warned again next round, evicted only warning_s
+                # after a warning the apiserver accepted.
+                raise TemporaryError(f"the {WARN_REASON} Event on {action.target} was not accepted",
+                                     self.ctx.settings.control.retry_after_s)
+            self.memory = warning_delivered(self.memory, action.target, now)
             return "recorded"
         evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, [d], None,
                             action.reason, EVICT_REASON, "to give its idle GPUs to waiting pods",
