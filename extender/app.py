@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
@@ -92,6 +93,29 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 def _error(status: int, message: str) -> Response:
     return _json({"error": message}, status)
+
+
+def _samples(values: list[Any], field: str, high: float) -> tuple[list[float], str]:
+    """Injected telemetry samples: null is NaN (unknown); anything else must be a number in 0..high.
+
+    Returns the floats and "" or, for the first bad entry, the 400's message. Infinity (read as
+    "no sample") or a string there used to be stored or to raise (a 500).
+    """
+    out: list[float] = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(math.nan)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            return [], f"{field}[{i}]: expected a number or null"
+        try:
+            x = float(v)
+        except OverflowError:
+            x = math.inf
+        if not 0.0 <= x <= high or not math.isfinite(x):
+            return [], f"{field}[{i}]: expected a finite number in 0..{high:g}"
+        out.append(x)
+    return out, ""
 
 
 def build_app(
@@ -279,8 +303,13 @@ def build_app(
             if not isinstance(body, dict) or not isinstance(body.get("node"), str) \
                     or not isinstance(body.get("gpu_util"), list):
                 return _error(400, "expected {node: str, gpu_util: [pct, ...], fb_free_mib?: [...]}")
-            util = [float("nan") if v is None else float(v) for v in body["gpu_util"]]
-            fb = [float("nan") if v is None else float(v) for v in body.get("fb_free_mib") or []]
+            fb_raw = body.get("fb_free_mib")
+            if fb_raw is not None and not isinstance(fb_raw, list):
+                return _error(400, "fb_free_mib: expected a list or null")
+            util, bad = _samples(body["gpu_util"], "gpu_util", 100.0)
+            fb, bad_fb = _samples(fb_raw or [], "fb_free_mib", math.inf)
+            if bad or bad_fb:
+                return _error(400, bad or bad_fb)
             if not state.set_node_telemetry(body["node"], util, fb, clock()):
                 return _error(404, f"node {body['node']} is not in the snapshot")
             return _json({"ok": True})

@@ -140,6 +140,36 @@ def test_idle_gpus_beat_busy_ones(client: TestClient) -> None:
     assert f["FailedAndUnresolvableNodes"] == {"n0": "flowsched: GPUs saturated"}
 
 
+@pytest.mark.parametrize("payload", [
+    b'{"node": "n0", "gpu_util": ["abc"]}',
+    b'{"node": "n0", "gpu_util": ["inf", "inf", "inf", "inf"]}',
+    b'{"node": "n0", "gpu_util": [[1]]}',
+    b'{"node": "n0", "gpu_util": [true]}',
+    b'{"node": "n0", "gpu_util": [1], "fb_free_mib": "abc"}',
+    b'{"node": "n0", "gpu_util": [1], "fb_free_mib": ["abc"]}',
+    b'{"node": "n0", "gpu_util": [1], "fb_free_mib": [-1]}',
+    b'{"node": "n0", "gpu_util": [-500, 1]}',
+    b'{"node": "n0", "gpu_util": [1e308]}',
+    b'{"node": "n0", "gpu_util": [100.5]}',
+    b'{"node": "n0", "gpu_util": [1e400, 1e400, 1e400, 1e400]}',
+    b'{"node": "n0", "gpu_util": [Infinity, 1, 1, 1]}',
+    b'{"node": "n0", "gpu_util": [NaN, 1, 1, 1]}',
+    b'{"node": "n0", "gpu_util": [100000000000000000000000000000000000000000000000000' + b"0" * 400 + b"]}",
+])
+def test_debug_telemetry_rejects_anything_but_finite_in_range_numbers_or_null(
+        client: TestClient, payload: bytes) -> None:
+    # Strings and nested lists were a 500 (float(v)); inf was stored and read as "no sample", so a
+    # node injected as [inf]*4 passed a filter that [95]*4 fails as saturated.
+    r = client.post("/debug/telemetry", content=payload, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith(("gpu_util", "fb_free_mib", "malformed")), r.text
+    f = client.post("/filter", json=args_names(pod("p", gpus=1), ["n0"])).json()
+    assert f["NodeNames"] == ["n0"]  # nothing was stored
+    ok = client.post("/debug/telemetry", json={"node": "n0", "gpu_util": [None, 0, 100, 50.5],
+                                               "fb_free_mib": [None, 0, 1e6, 10]})
+    assert ok.status_code == 200, ok.text
+
+
 def test_one_idle_gpu_among_saturated_ones_takes_a_one_gpu_pod(client: TestClient) -> None:
     client.post("/debug/telemetry", json={"node": "n0", "gpu_util": [99, 99, 99, 2]})
     f = client.post("/filter", json=args_names(pod("p", gpus=1), ["n0"])).json()
