@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -230,3 +231,104 @@ def test_unbudgeted_notices_spend_no_budget_but_wait_for_dry_run_and_leadership(
     follower = FakeController([notice])
     make(follower, clock, Leader(False))[0].run_once()
     assert dry.acted == [] and follower.acted == [] and follower.plans == 0
+
+
+# ---- the controllers' act() against fakes (admission, the eviction path) ----
+
+H = 3600.0
+
+
+def _admission_world(now: float = 0.0, migrations: int = 0) -> Any:
+    """Two nodes full of long-served checkpointable jobs (queue 1), a gated 8-GPU job waiting 10 min."""
+    import math
+    from dataclasses import replace
+
+    from scoring.world import JobState, NodeState, World
+
+    def running(key: str, node: str, attained: float, **kw: Any) -> JobState:
+        return replace(JobState(key=key, namespace="t", gpus_on={node: 4.0}, live_gpus=4, per_pod=1,
+                                checkpointable=True, elastic=None, running=True, settling=False, runtime_s=2 * H,
+                                attained_gpu_s=attained), **kw)
+
+    g = JobState(key="t/g", namespace="t", gpus_on={}, live_gpus=8, per_pod=1, checkpointable=True, elastic=None,
+                 running=False, settling=True, runtime_s=math.nan, attained_gpu_s=0.0, gated_pods=(4.0, 4.0),
+                 wait_s=600.0)
+    jobs = (g, running("t/r1", "a", 20 * H, migrations=migrations), running("t/r2", "b", 30 * H,
+                                                                             migrations=migrations))
+    return World(now, (NodeState("a", 4, 4), NodeState("b", 4, 4)), jobs, (), {})
+
+
+def _admission(state: Any, actions: Any, clock: Clock) -> Any:
+    from extender.control.admission import Admission
+    from extender.control.events import LogRecorder
+    from extender.settings import Settings
+    from tests.control_fakes import FakeTracker, make_context
+
+    return Admission(make_context(state, FakeTracker({}), actions, LogRecorder(), settings=Settings(kube=False),
+                                  clock=clock))
+
+
+def _job_pod(name: str, uid: str, job: str, node: str = "a", mark: dict[str, Any] | None = None) -> Any:
+    import json
+
+    from extender.k8s_objects import MIGRATION, parse_pod
+    from tests.k8s_factories import pod
+
+    ann = {"flowsched.io/checkpointable": "true", **({MIGRATION: json.dumps(mark)} if mark else {})}
+    return parse_pod(pod(name, gpus=4, node_name=node, namespace="t", phase="Running", annotations=ann,
+                         labels={"flowsched.io/job": job}, uid=uid))
+
+
+class EvictingActions:
+    """KubeActions' writes, recorded; evict() refuses the pods in `refuse` with a 429."""
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.api_client = object()
+        self.refuse = refuse
+        self.calls: list[tuple[str, ...]] = []
+
+    def annotate_pod(self, ns: str, name: str, ann: dict[str, Any]) -> bool:
+        self.calls.append(("annotate", name, str(ann)))
+        return True
+
+    def check_evictable(self, ns: str, name: str, uid: str = "") -> str:
+        self.calls.append(("check", name))
+        return "evicted"
+
+    def evict(self, ns: str, name: str, uid: str = "") -> str:
+        if name in self.refuse:
+            raise TemporaryError(f"evict {ns}/{name}: 429 Cannot evict pod as it would violate the pod's "
+                                 "disruption budget", 30)
+        self.calls.append(("evict", name))
+        return "evicted"
+
+    def marks(self) -> list[dict[str, Any]]:
+        import ast
+        import json
+
+        from extender.k8s_objects import MIGRATION
+
+        out = []
+        for c in self.calls:
+            if c[0] == "annotate":
+                ann = ast.literal_eval(c[2])
+                if ann.get(MIGRATION):
+                    out.append(json.loads(ann[MIGRATION]))
+        return out
+
+
+def test_a_preemption_counts_on_from_the_jobs_restarts_never_resets_them() -> None:
+    from extender.control.world_builder import Observed
+    from extender.state import ClusterState
+
+    state = ClusterState()
+    state.upsert_pod(_job_pod("r2-0", "u-r2", "r2", node="b", mark={"from": "x", "at": 10.0, "count": 1}))
+    state.upsert_pod(_job_pod("r1-0", "u-r1", "r1"))
+    actions = EvictingActions()
+    adm = _admission(state, actions, Clock(100.0))
+    world = _admission_world(100.0, migrations=1)  # both moved once before (the mark the watch brought back)
+    pods_of = {"t/r2": [state.pods["u-r2"]], "t/r1": [state.pods["u-r1"]]}
+    preempts = [a for a in adm.plan(Observed(world, pods_of), 10) if a.kind == "preempt"]
+    assert preempts and all(a.detail["count"] == 2 for a in preempts)
+    assert adm.act(preempts[0], 100.0) == "evicted"
+    assert [m["count"] for m in actions.marks()] == [2]  # 1 + this one; was always 1

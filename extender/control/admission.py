@@ -7,7 +7,8 @@ plan_admission_for, the function the simulator runs. act(): an "admit" removes t
 gated pod of the job (a merge-patch of spec.schedulingGates keeping any other gate) and records a
 FlowschedAdmitted Event per pod; a "preempt" goes through the migrator's eviction path
 (extender/control/eviction.py: opt-in re-checked, PodDisruptionBudgets, the eviction mark with the
-job's attained service, a FlowschedPreempted Event), within its own budget.
+job's attained service and its count of flowsched-caused restarts + 1, which the migrator's
+max_migrations reads too, a FlowschedPreempted Event), within its own budget.
 """
 
 from __future__ import annotations
@@ -74,8 +75,12 @@ class Admission:
     def _preempt(self, p: Preempt, observed: Observed) -> Action:
         pods = [x for x in observed.pods_of.get(p.job, []) if x.node]
         origin = max(((x.node, x.requests.gpus) for x in pods), key=lambda t: t[1], default=("", 0.0))[0]
+        job = observed.world.job(p.job)
+        # A preemption restarts the job like a migration: its count of flowsched-caused restarts
+        # only goes up (the migrator's max_migrations reads it from the same mark).
+        count = (job.migrations if job is not None else 0) + 1
         return Action(key=p.job, kind="preempt", target=p.job, reason=p.reason, detail={
-            "for": p.for_job, "origin": origin,
+            "for": p.for_job, "origin": origin, "count": count,
             "attained": round(p.attained_gpu_s, 3) if math.isfinite(p.attained_gpu_s) else None,
             "pods": [{"namespace": x.namespace, "name": x.name, "uid": x.uid, "node": x.node} for x in pods]})
 
@@ -99,7 +104,11 @@ class Admission:
 
     def _act_preempt(self, action: Action, now: float) -> str:
         d = action.detail
-        mark = {"from": d["origin"], "at": round(now, 3), "count": 1, "attained": d.get("attained"),
+        # The job's restarts so far + 1: the planned count, or more if a newer mark reached the
+        # watch since (never 1 for a job that was already moved: that would reset its count).
+        known = self.ctx.state.migration_of(action.key)
+        count = max(int(d.get("count") or 1), known.count + 1 if known is not None else 1)
+        mark = {"from": d["origin"], "at": round(now, 3), "count": count, "attained": d.get("attained"),
                 "preempted_for": d["for"]}
         evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
                             action.reason, PREEMPTED, f"for {d['for']}")
