@@ -110,6 +110,15 @@ class Budget:
         self._interval_spent += 1
         self._spent_at.append(now)
 
+    def refund(self, at: float) -> None:
+        """Give back one action spent at `at` in this round that was not carried out after all
+        (spent when planned, then refused); nothing when none was spent at `at`."""
+        try:
+            self._spent_at.remove(at)
+        except ValueError:
+            return
+        self._interval_spent = max(0, self._interval_spent - 1)
+
     def remaining(self, now: float) -> dict[str, int]:
         self._expire(now)
         return {"interval": max(0, self.per_interval - self._interval_spent),

@@ -298,7 +298,7 @@ class EvictingActions:
     def evict(self, ns: str, name: str, uid: str = "") -> str:
         if name in self.refuse:
             raise TemporaryError(f"evict {ns}/{name}: 429 Cannot evict pod as it would violate the pod's "
-                                 "disruption budget", 30)
+                                 "disruption budget", 45)
         self.calls.append(("evict", name))
         return "evicted"
 
@@ -332,3 +332,58 @@ def test_a_preemption_counts_on_from_the_jobs_restarts_never_resets_them() -> No
     assert preempts and all(a.detail["count"] == 2 for a in preempts)
     assert adm.act(preempts[0], 100.0) == "evicted"
     assert [m["count"] for m in actions.marks()] == [2]  # 1 + this one; was always 1
+
+
+def _admission_loop(dry_run: bool, actions: Any, clock: Clock) -> tuple[ControlLoop, Any]:
+    from extender.control.leader import AlwaysLeader
+    from extender.control.world_builder import Observed
+    from extender.state import ClusterState
+
+    state = ClusterState()
+    state.upsert_pod(_job_pod("r1-0", "u-r1", "r1", node="a"))
+    state.upsert_pod(_job_pod("r2-0", "u-r2", "r2", node="b"))
+    adm = _admission(state, actions, clock)
+    pods_of = {"t/r1": [state.pods["u-r1"]], "t/r2": [state.pods["u-r2"]]}
+
+    class Shell:  # the real Admission, on a World that stays the same (the victims are never replaced)
+        name = "admission"
+
+        def observe(self, now: float) -> Any:
+            return Observed(_admission_world(now), pods_of)
+
+        def plan(self, observed: Any, budget_left: int) -> Sequence[Action]:
+            return adm.plan(observed, budget_left)
+
+        def act(self, action: Action, now: float) -> str:
+            return str(adm.act(action, now))
+
+    loop = ControlLoop(Shell(), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30,
+                       dry_run=dry_run, per_interval=64, per_hour=100_000, clock=clock)
+    return loop, adm
+
+
+def _preemptions_in_an_hour(loop: ControlLoop, clock: Clock) -> list[str]:
+    out: list[str] = []
+    for k in range(120):  # one hour of 30 s intervals
+        clock.t = k * 30.0
+        out += [o.outcome for o in loop.run_once().outcomes if o.action.kind == "preempt"]
+    return out
+
+
+def test_a_dry_run_spends_the_preemption_budget_as_acting_does() -> None:
+    clock = Clock(0.0)
+    dry, adm = _admission_loop(True, EvictingActions(), clock)
+    shown = _preemptions_in_an_hour(dry, clock)
+    limit = adm.cfg.max_preemptions_per_hour
+    assert shown.count(DRY_RUN) == limit  # was 240: 2 every interval, the hourly limit never applied
+    clock = Clock(0.0)
+    live, _ = _admission_loop(False, EvictingActions(), clock)
+    assert _preemptions_in_an_hour(live, clock).count("evicted") == limit
+
+
+def test_a_refused_preemption_gives_its_budget_back_and_a_parked_victim_spends_none() -> None:
+    clock = Clock(0.0)
+    loop, adm = _admission_loop(False, EvictingActions(refuse=("r1-0", "r2-0")), clock)
+    outcomes = _preemptions_in_an_hour(loop, clock)
+    assert "evicted" not in outcomes and RETRY in outcomes and BACKOFF in outcomes
+    assert adm.preempt_budget.remaining(clock.t)["hour"] == adm.cfg.max_preemptions_per_hour

@@ -8,7 +8,9 @@ gated pod of the job (a merge-patch of spec.schedulingGates keeping any other ga
 FlowschedAdmitted Event per pod; a "preempt" goes through the migrator's eviction path
 (extender/control/eviction.py: opt-in re-checked, PodDisruptionBudgets, the eviction mark with the
 job's attained service and its count of flowsched-caused restarts + 1, which the migrator's
-max_migrations reads too, a FlowschedPreempted Event), within its own budget.
+max_migrations reads too, a FlowschedPreempted Event), within its own budget. That budget is
+spent when a preemption is planned, so a dry run (which never acts) shows what acting would do,
+and given back when the preemption is refused or its job is gone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from extender.control.errors import PermanentError
+from extender.control.errors import PermanentError, TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.kube_actions import EVICTED
@@ -49,6 +51,8 @@ class Admission:
         self.preempted = Counter("flowsched_preemptions", "Jobs evicted by admission for long-waiting work",
                                  ["namespace"], registry=ctx.registry)
         self.last: dict[str, Any] = {}
+        self._spent: dict[str, float] = {}  # job -> when this round's plan spent preemption budget on it
+        self._parked: dict[str, float] = {}  # job -> until when the loop backs its preemption off (as the loop)
 
     def observe(self, now: float) -> Observed | None:
         return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False, last=self.last)
@@ -59,9 +63,19 @@ class Admission:
         world = observed.world
         now = self.ctx.clock()
         self.preempt_budget.new_interval()
+        # Preemptions come first in the loop's budget too: never plan more than it lets through.
         plan = plan_admission_for(world, self.ctx.core, max_admits=budget_left,
-                                  max_preempts=self.preempt_budget.left(now))
+                                  max_preempts=min(self.preempt_budget.left(now), budget_left))
         self.last = plan.describe(world.now)
+        # The preemption budget is spent when a preemption is planned, so a dry run (which never
+        # calls act) shows what acting would do; act() gives it back if the preemption is not
+        # carried out. A victim the loop has parked (it will report `backoff`) spends nothing.
+        self._spent = {}
+        self._parked = {k: t for k, t in self._parked.items() if t > now}
+        for p in plan.preempts:
+            if self._parked.get(p.job, -math.inf) <= now:
+                self.preempt_budget.spend(now)
+                self._spent[p.job] = now
         # Preemptions first: they free what the waiting job needs for the next interval.
         return [*(self._preempt(p, observed) for p in plan.preempts), *(self._admit(a, observed) for a in plan.admits)]
 
@@ -103,6 +117,30 @@ class Admission:
         return "admitted"
 
     def _act_preempt(self, action: Action, now: float) -> str:
+        try:
+            outcome = self._evict_for(action, now)
+        except TemporaryError as e:
+            self._not_carried_out(action.key, now, now + e.delay_s)
+            raise
+        except Exception:  # PermanentError, or a bug: the loop parks the key for permanent_backoff_s
+            self._not_carried_out(action.key, now, now + self.ctx.settings.control.permanent_backoff_s)
+            raise
+        if outcome == "gone":
+            self._not_carried_out(action.key, now, now)
+        else:
+            self._spent.pop(action.key, None)
+        return outcome
+
+    def _not_carried_out(self, job: str, now: float, parked_until: float) -> None:
+        """The preemption planned for `job` did not happen: its budget back; while the loop parks
+        the key, re-planning it spends nothing (the loop will not act on it)."""
+        at = self._spent.pop(job, None)
+        if at is not None:
+            self.preempt_budget.refund(at)
+        if parked_until > now:
+            self._parked[job] = parked_until
+
+    def _evict_for(self, action: Action, now: float) -> str:
         d = action.detail
         # The job's restarts so far + 1: the planned count, or more if a newer mark reached the
         # watch since (never 1 for a job that was already moved: that would reset its count).
@@ -114,7 +152,6 @@ class Admission:
                             action.reason, PREEMPTED, f"for {d['for']}")
         if not evicted:
             return "gone"
-        self.preempt_budget.spend(now)
         self.preempted.labels(evicted[0].namespace).inc()
         log.info("preempted %s for %s: %s", action.key, d["for"], action.reason)
         return EVICTED
