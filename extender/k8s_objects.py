@@ -46,7 +46,7 @@ _PARSED_MAX = 4096
 
 
 def parse_quantity(value: object) -> float:
-    """A resource.Quantity ('100m', '2Gi', '1e3', 4) as a float in base units."""
+    """A resource.Quantity ('100m', '2Gi', '1e3', 4) as a float in base units; never negative."""
     if type(value) is str:
         q = _PARSED.get(value)
         if q is not None:
@@ -64,6 +64,10 @@ def parse_quantity(value: object) -> float:
         raise ObjectError(f"not a quantity: {value!r}")
     if not math.isfinite(q):
         raise ObjectError(f"not a finite quantity: {value!r}")
+    if q < 0:
+        # Every quantity read here (requests, limits, overhead, capacity, allocatable) is one the
+        # apiserver keeps non-negative; a negative one is a malformed call, not a zero request.
+        raise ObjectError(f"negative quantity: {value!r}")
     if type(value) is str:
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()

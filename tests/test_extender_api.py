@@ -239,6 +239,20 @@ def test_bad_quantity_in_pod_is_400(client: TestClient) -> None:
     assert r.status_code == 400 and "Pod" in r.json()["error"]
 
 
+@pytest.mark.parametrize(("resource", "value"), [("nvidia.com/gpu", "-4"), ("cpu", "-1000"), ("memory", "-1Gi")])
+def test_negative_quantity_in_pod_is_400(client: TestClient, resource: str, value: str) -> None:
+    # A "-4" GPU limit skipped the GPU filter (as for a CPU-only pod): n3, with no free GPU, passed.
+    p = pod("p", gpus=4)
+    res = p["spec"]["containers"][0]["resources"]
+    res["limits"][resource] = value
+    if resource in res["requests"]:  # a request, when there is one, is what counts
+        res["requests"][resource] = value
+    for verb in ("/filter", "/prioritize"):
+        r = client.post(verb, json=args_names(p, ["n0", "n1", "n3"]))
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith("Pod: negative quantity"), r.text
+
+
 def test_bad_preempt_input_is_400(client: TestClient) -> None:
     r = client.post("/preempt", json={"Pod": pod("p"), "NodeNameToMetaVictims": {"n0": {"Pods": [{"uid": 5}]}}})
     assert r.status_code == 400 and "NodeNameToMetaVictims[n0].Pods[0].UID" in r.json()["error"]

@@ -22,6 +22,16 @@ def test_bad_quantities_raise(bad: object) -> None:
         parse_quantity(bad)
 
 
+@pytest.mark.parametrize("negative", ["-4", "-1000m", "-2Gi", -1, -0.5, "-1e3"])
+def test_negative_quantities_raise(negative: object) -> None:
+    # The regex allows a sign; a negative request used to parse as a valid (smaller than zero) demand.
+    with pytest.raises(ObjectError, match="negative"):
+        parse_quantity(negative)
+    with pytest.raises(ObjectError, match="negative"):  # never remembered as valid either
+        parse_quantity(negative)
+    assert parse_quantity("+4") == 4.0 and parse_quantity("-0") == 0.0
+
+
 def test_remembered_quantities_stay_exact_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from extender import k8s_objects
 
