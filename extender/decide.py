@@ -401,7 +401,8 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
     if memo is not None and key is not None:
         remembered = memo.scores_for(key, now, names)
         if remembered is not None:
-            return ScoreAnswer(names, remembered, 0)
+            # Unknown candidates are counted and logged on every prioritize call, memo or not.
+            return ScoreAnswer(names, remembered, sum(state.slot_of(n) < 0 for n in names))
     ask = ask_of(args.pod, policy.gpu_resource)
     view = state.view(names, now, policy.stale_after_s, ask.nominated)
     cls = ask.workload

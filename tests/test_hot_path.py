@@ -75,6 +75,31 @@ def test_prioritize_from_memo_equals_a_fresh_computation() -> None:
         assert memo.hits == 1 and remembered.scores == fresh.scores
 
 
+def test_prioritize_from_memo_counts_unknown_nodes_like_a_fresh_computation() -> None:
+    # The memo path answered unknown=0: flowsched_unknown_nodes{verb="prioritize"} and the warning
+    # missed every unknown candidate whenever prioritize followed filter (kube-scheduler's order).
+    state, policy = _state(), Policy(Settings(kube=False).placement, 60.0)
+    raw = pod("p", gpus=1)
+    raw["metadata"]["resourceVersion"] = "7"
+    names = ["n0", "ghost-1", "n1", "ghost-2"]
+    memo = ScoreMemo()
+    passed = decide_filter(state, wire.parse_extender_args({"Pod": raw, "NodeNames": names}), policy, 1.0,
+                           memo).passed
+    assert "ghost-1" in passed and "ghost-2" in passed  # unknown nodes pass, neutral
+    sub = wire.parse_extender_args({"Pod": raw, "NodeNames": passed})
+    remembered = decide_prioritize(state, sub, policy, 1.0, memo)
+    fresh = decide_prioritize(state, sub, policy, 1.0)
+    assert memo.hits == 1 and remembered.scores == fresh.scores
+    assert remembered.unknown == fresh.unknown == 2
+
+    metrics = build_metrics()
+    client = TestClient(build_app(Settings(kube=False), state, metrics, clock=lambda: 1.0))
+    for verb in ("/filter", "/prioritize", "/prioritize"):
+        client.post(verb, json={"Pod": raw, "NodeNames": names})
+    text = client.get("/metrics").text
+    assert 'flowsched_unknown_nodes_total{verb="prioritize"} 4.0' in text
+
+
 def test_memo_is_not_used_for_a_changed_pod_an_unknown_node_or_a_late_call() -> None:
     state, policy = _state(), Policy(Settings(kube=False).placement, 60.0)
     raw = pod("p", gpus=1)
