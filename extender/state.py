@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
@@ -30,6 +30,16 @@ GPU_SLOTS = 8  # telemetry columns per node; wider nodes keep their first 8 GPUs
 _UTIL = 9
 _FB = _UTIL + GPU_SLOTS
 _NCOLS = _FB + GPU_SLOTS
+
+
+@dataclass
+class MigrationRecord:
+    """A job's newest eviction mark, the pods that carried it (evicted ones stay in the set), and
+    the mark it replaced (the job's record again if every carrier has this one withdrawn)."""
+
+    mark: MigrationMark
+    carriers: set[str] = field(default_factory=set)
+    previous: MigrationMark | None = None
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,10 @@ class ClusterState:
         self.pods: dict[str, PodInfo] = {}
         self.jobs: dict[str, set[str]] = defaultdict(set)
         self.convergence: dict[str, JobConvergence] = {}
-        # job -> (mark, uid of the pod that carried it): the migrator's record, read from the
-        # flowsched.io/migration annotation it puts on a pod before evicting it, so every
-        # replica learns it from its pod watch (see docs/control-loops.md).
-        self.migrations: dict[str, tuple[MigrationMark, str]] = {}
+        # job -> its newest eviction mark and the pods that carried it: the migrator's record,
+        # read from the flowsched.io/migration annotation it puts on a pod before evicting it, so
+        # every replica learns it from its pod watch (see docs/control-loops.md).
+        self.migrations: dict[str, MigrationRecord] = {}
         self.migration_ttl_s = 3600.0  # how long the origin node is scored down
         self._pods_on: dict[str, set[str]] = defaultdict(set)
         self._slot: dict[str, int] = {}
@@ -259,23 +269,36 @@ class ClusterState:
                 del self.jobs[pod.job]
 
     def _note_migration(self, pod: PodInfo) -> None:
+        """One eviction marks every pod of the job with the same mark (same `at`); the record
+        goes only when every pod that carried it had it withdrawn (a refused eviction), so a pod
+        evicted with it keeps the record even when a later pod's eviction was refused. Then the
+        record the mark replaced, if any, is the job's again."""
         rec = self.migrations.get(pod.job)
-        if pod.migration is not None:
-            if rec is None or pod.migration.at >= rec[0].at:
-                self.migrations[pod.job] = (pod.migration, pod.uid)
-        elif rec is not None and rec[1] == pod.uid:
-            del self.migrations[pod.job]  # the mark was withdrawn (the eviction was refused)
+        mark = pod.migration
+        if mark is not None:
+            if rec is None or mark.at > rec.mark.at:
+                self.migrations[pod.job] = MigrationRecord(mark, {pod.uid}, rec.mark if rec is not None else None)
+            elif mark.at == rec.mark.at:
+                rec.mark = mark
+                rec.carriers.add(pod.uid)
+        elif rec is not None and pod.uid in rec.carriers:
+            rec.carriers.discard(pod.uid)  # the mark was withdrawn (that pod's eviction was refused)
+            if not rec.carriers:
+                if rec.previous is not None:
+                    self.migrations[pod.job] = MigrationRecord(rec.previous, set())
+                else:
+                    del self.migrations[pod.job]
 
     def migration_of(self, job: str) -> MigrationMark | None:
         rec = self.migrations.get(job)
-        return rec[0] if rec else None
+        return rec.mark if rec else None
 
     def migration_origin(self, job: str, now: float) -> str | None:
         """The node the job was last migrated away from, within migration_ttl_s."""
         rec = self.migrations.get(job)
-        if rec is None or now - rec[0].at > self.migration_ttl_s:
+        if rec is None or now - rec.mark.at > self.migration_ttl_s:
             return None
-        return rec[0].origin
+        return rec.mark.origin
 
     def delete_pod(self, uid: str) -> None:
         with self._lock:
@@ -357,7 +380,7 @@ class ClusterState:
         with self._lock:
             pods = tuple(self.pods.values())
             nodes = tuple(n for n in self.nodes.values() if n.ready and not n.unschedulable)
-            marks = {j: rec[0] for j, rec in self.migrations.items()}
+            marks = {j: rec.mark for j, rec in self.migrations.items()}
         return pods, nodes, marks
 
     def pod(self, uid: str) -> PodInfo | None:

@@ -26,6 +26,10 @@ class FakeActions:
         self.annotations.append((ns, name, ann))
         return True
 
+    def check_evictable(self, ns: str, name: str, uid: str = "") -> str:
+        """A dry-run eviction: every pod may go (a test that needs a refusal overrides it)."""
+        return "evicted"
+
 
 def make_context(state: Any, tracker: Any, actions: Any, recorder: Any, *, settings: Any = None,
                  namespace_labels: dict[str, dict[str, str]] | None = None, clock: Any = None) -> Any:

@@ -387,3 +387,74 @@ def test_a_refused_preemption_gives_its_budget_back_and_a_parked_victim_spends_n
     outcomes = _preemptions_in_an_hour(loop, clock)
     assert "evicted" not in outcomes and RETRY in outcomes and BACKOFF in outcomes
     assert adm.preempt_budget.remaining(clock.t)["hour"] == adm.cfg.max_preemptions_per_hour
+
+
+def _migrator(actions: Any, recorder: Any, n_pods: int = 2) -> tuple[Any, Any, list[dict[str, Any]]]:
+    from extender.control.migrator import Migrator
+    from extender.settings import Settings
+    from extender.state import ClusterState
+    from tests.control_fakes import FakeTracker, make_context
+
+    state = ClusterState()
+    refs = []
+    for i in range(n_pods):
+        state.upsert_pod(_job_pod(f"j-{i}", f"u{i}", "j", node="n0"))
+        refs.append({"namespace": "t", "name": f"j-{i}", "uid": f"u{i}", "node": "n0"})
+    mig = Migrator(make_context(state, FakeTracker({}), actions, recorder, settings=Settings(kube=False)))
+    return mig, state, refs
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def record(self, obj: Any, reason: str, message: str, *, type_: str = "Normal", action: str = "") -> bool:
+        self.events.append((obj.name, reason, type_))
+        return True
+
+
+def _evict(refs: list[dict[str, Any]]) -> Action:
+    return Action(key="t/j", kind="evict", target="t/j", reason="slow",
+                  detail={"origin": "n0", "count": 1, "attained": None, "pods": refs})
+
+
+def test_a_partly_refused_eviction_is_charged_counted_and_reported() -> None:
+    actions, events = EvictingActions(refuse=("j-1",)), Events()  # a PDB allowing one disruption at a time
+    mig, _, refs = _migrator(actions, events)
+
+    class One:
+        name = "migrator"
+
+        def observe(self, now: float) -> float:
+            return now
+
+        def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
+            return [_evict(refs)] if budget_left else []
+
+        def act(self, action: Action, now: float) -> str:
+            return str(mig.act(action, now))
+
+    clock = Clock(0.0)
+    loop = ControlLoop(One(), Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=False,
+                       per_interval=1, per_hour=6, clock=clock)
+    assert [o.outcome for o in loop.run_once().outcomes] == ["partial"]
+    assert loop.budget.remaining(0.0)["hour"] == 5  # the pod that went is charged (was 6: retry_later)
+    assert mig.migrations.labels("t")._value.get() == 1  # and counted in flowsched_migrations_total
+    assert [c[:2] for c in actions.calls if c[0] != "annotate"] == [("check", "j-0"), ("check", "j-1"),
+                                                                    ("evict", "j-0")]
+    assert events.events == [("j-0", "FlowschedMigrated", "Normal"), ("j-1", "FlowschedPartialEviction", "Warning")]
+
+
+def test_a_job_whose_pods_may_not_all_go_is_not_touched() -> None:
+    class Guarded(EvictingActions):
+        def check_evictable(self, ns: str, name: str, uid: str = "") -> str:
+            super().check_evictable(ns, name, uid)
+            if name == "j-1":
+                raise TemporaryError(f"evict (dry run) {ns}/{name}: 429 disruption budget", 30)
+            return "evicted"
+
+    actions = Guarded()
+    mig, _, refs = _migrator(actions, Events())
+    with pytest.raises(TemporaryError, match="dry run"):
+        mig.act(_evict(refs), 0.0)
+    assert [c[0] for c in actions.calls] == ["check", "check"]  # no mark, no eviction

@@ -72,3 +72,22 @@ def test_withdrawn_mark_forgets_the_record() -> None:
     state.upsert_pod(parse_pod(pod("train-2", "u4", "n1", mark(1500.0, "n1", 1))))
     m = state.migration_of("ns/train")
     assert m is not None and m.origin == "n2" and m.count == 2
+
+
+def test_a_partly_refused_eviction_keeps_the_record_of_the_pods_that_went() -> None:
+    state = ClusterState()
+    state.upsert_pod(parse_pod(pod("train-0", "u0", "n1", mark(1000.0, "n0", 1))))  # an earlier move
+    state.delete_pod("u0")
+    state.upsert_pod(parse_pod(pod("train-a", "ua", "n1")))
+    state.upsert_pod(parse_pod(pod("train-b", "ub", "n1")))
+    state.upsert_pod(parse_pod(pod("train-a", "ua", "n1", mark(2000.0, "n1", 2))))  # marked, then evicted
+    state.upsert_pod(parse_pod(pod("train-b", "ub", "n1", mark(2000.0, "n1", 2))))  # marked ...
+    state.upsert_pod(parse_pod(pod("train-b", "ub", "n1")))  # ... refused: its mark withdrawn
+    m = state.migration_of("ns/train")
+    assert m is not None and (m.at, m.count) == (2000.0, 2)  # train-a went with it: the move stands
+    state.delete_pod("ua")
+    assert state.migration_of("ns/train") == m
+    # A move refused for every pod leaves the job's earlier record, not none.
+    state.upsert_pod(parse_pod(pod("train-b", "ub", "n1", mark(3000.0, "n1", 3))))
+    state.upsert_pod(parse_pod(pod("train-b", "ub", "n1")))
+    assert state.migration_of("ns/train") == m

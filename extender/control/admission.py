@@ -26,7 +26,6 @@ from prometheus_client import Counter
 from extender.control.errors import PermanentError, TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
-from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
@@ -148,13 +147,13 @@ class Admission:
         count = max(int(d.get("count") or 1), known.count + 1 if known is not None else 1)
         mark = {"from": d["origin"], "at": round(now, 3), "count": count, "attained": d.get("attained"),
                 "preempted_for": d["for"]}
-        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
-                            action.reason, PREEMPTED, f"for {d['for']}")
-        if not evicted:
+        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
+                         action.reason, PREEMPTED, f"for {d['for']}")
+        if not done.evicted:
             return "gone"
-        self.preempted.labels(evicted[0].namespace).inc()
-        log.info("preempted %s for %s: %s", action.key, d["for"], action.reason)
-        return EVICTED
+        self.preempted.labels(done.evicted[0].namespace).inc()
+        log.info("preempted %s for %s (%s): %s", action.key, d["for"], done.outcome, action.reason)
+        return done.outcome
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg),

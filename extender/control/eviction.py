@@ -1,14 +1,22 @@
 """Evicting a whole job, the one way the control loops stop running work (the migrator's moves
-and admission's preemptions alike): re-check every pod's opt-in, mark the pods (the
-flowsched.io/migration annotation every replica's pod watch turns into the job's record: origin,
-count, attained service), evict through policy/v1 Eviction (PodDisruptionBudgets apply; a 429 is
-a TemporaryError, never forced), withdraw the mark when refused, one Event per evicted pod."""
+and admission's preemptions alike): re-check every pod's opt-in, ask the apiserver whether every
+pod may be evicted now (a dry-run eviction each, PodDisruptionBudgets apply; a refusal is raised
+before anything is written), mark the pods (the flowsched.io/migration annotation every
+replica's pod watch turns into the job's record: origin, count, attained service), evict through
+policy/v1 Eviction (a 429 is a TemporaryError, never forced), withdraw the mark when refused, one
+Event per evicted pod.
+
+A refusal after some pods went (a PDB that allows one disruption at a time passes every dry run
+but refuses the second real eviction) is not an error: the result is *partial*, the pods that
+went are reported (the caller counts them and the loop spends its budget), and each pod left
+running gets a FlowschedPartialEviction Warning Event."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from extender.control.errors import PermanentError, TemporaryError
@@ -19,6 +27,24 @@ from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
 log = logging.getLogger("flowsched.eviction")
 
 GONE = "gone"
+PARTIAL = "partial"
+PARTIAL_REASON = "FlowschedPartialEviction"
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What evict_job did: the pods evicted and, when it stopped part-way, those left running."""
+
+    evicted: tuple[PodInfo, ...] = ()
+    left: tuple[PodInfo, ...] = ()  # not evicted after a refusal part-way (empty: the whole job went)
+    why: str = ""  # why the rest were not evicted
+
+    @property
+    def outcome(self) -> str:
+        """The loop's outcome label: "evicted", "partial", or "gone" (nothing was evicted)."""
+        if not self.evicted:
+            return GONE
+        return PARTIAL if self.left else EVICTED
 
 
 def _checkpointable(p: PodInfo) -> str | None:
@@ -27,8 +53,10 @@ def _checkpointable(p: PodInfo) -> str | None:
 
 def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: str,
               pods: Sequence[Mapping[str, Any]], mark: Mapping[str, Any] | None, reason: str, event_reason: str,
-              message: str, refusal: Callable[[PodInfo], str | None] = _checkpointable) -> list[PodInfo]:
-    """The pods evicted (empty: the job was already gone). Raises TemporaryError/PermanentError.
+              message: str, refusal: Callable[[PodInfo], str | None] = _checkpointable) -> Eviction:
+    """Evicts the job's pods. Raises TemporaryError/PermanentError when nothing was evicted (a
+    refusal, the dry runs' included); a refusal after some pods went returns a partial Eviction.
+    An empty one: the job was already gone.
     refusal: why a pod, read fresh from the snapshot, may not be evicted (None: it may); by
     default its checkpointable opt-in. mark None: no migration mark (the pod does not move, it
     gives its GPUs back, e.g. an idle notebook)."""
@@ -46,26 +74,41 @@ def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: 
         if current.terminating:
             continue
         targets.append(current)
+    # Before any write, the whole job: would the apiserver evict each pod now? (Each is checked
+    # on its own, so a budget of one disruption passes them all; that case ends partial below.)
+    targets = [p for p in targets if actions.check_evictable(p.namespace, p.name, p.uid) != GONE]
     if not targets:
-        return []
+        return Eviction()
     text = json.dumps(dict(mark)) if mark is not None else None
     evicted: list[PodInfo] = []
-    for p in targets:
-        if text is not None and not actions.annotate_pod(p.namespace, p.name, {MIGRATION: text, EVICTED_FROM: p.node}):
-            continue
+    for i, p in enumerate(targets):
         try:
+            if text is not None and not actions.annotate_pod(p.namespace, p.name,
+                                                             {MIGRATION: text, EVICTED_FROM: p.node}):
+                continue
             outcome = actions.evict(p.namespace, p.name, p.uid)
-        except (TemporaryError, PermanentError):
+        except (TemporaryError, PermanentError) as e:
             try:  # refused (a PDB, ...): withdraw the mark so cooldown and counts stay true
                 if text is not None:
                     actions.annotate_pod(p.namespace, p.name, {MIGRATION: None, EVICTED_FROM: None})
             except (TemporaryError, PermanentError) as e2:
                 log.warning("could not withdraw the migration mark of %s: %s", p.key, e2)
-            if evicted:
-                log.warning("%s: evicted %d of %d pods before a refusal", key, len(evicted), len(targets))
-            raise
+            if not evicted:
+                raise
+            return _partial(recorder, key, evicted, targets[i:], len(targets), str(e), message)
         if outcome == EVICTED:
             evicted.append(p)
             recorder.record(ObjectRef(p.namespace, p.name, p.uid), event_reason,
                             f"Evicted from {p.node} {message}: {reason}", action="Evict")
-    return evicted
+    return Eviction(tuple(evicted))
+
+
+def _partial(recorder: Recorder, key: str, evicted: list[PodInfo], left: Sequence[PodInfo], total: int, why: str,
+             message: str) -> Eviction:
+    log.warning("%s: evicted %d of %d pods, then refused: %s", key, len(evicted), total, why)
+    for q in left:
+        recorder.record(ObjectRef(q.namespace, q.name, q.uid), PARTIAL_REASON,
+                        f"{len(evicted)} of {total} pods of {key} were evicted {message}, then an eviction was "
+                        f"refused ({why}); this pod runs on, the job is partly evicted", type_="Warning",
+                        action="Evict")
+    return Eviction(tuple(evicted), tuple(left), why)

@@ -26,7 +26,6 @@ from prometheus_client import Counter, Gauge
 from extender.control.errors import TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
-from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
 from extender.k8s_objects import PodInfo
@@ -148,14 +147,14 @@ class IdleLoop:
                                      self.ctx.settings.control.retry_after_s)
             self.memory = warning_delivered(self.memory, action.target, now)
             return "recorded"
-        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, [d], None,
-                            action.reason, EVICT_REASON, "to give its idle GPUs to waiting pods",
-                            refusal=self._refusal)
-        if not evicted:
+        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, [d], None,
+                         action.reason, EVICT_REASON, "to give its idle GPUs to waiting pods",
+                         refusal=self._refusal)
+        if not done.evicted:
             return "gone"
         self.reclaimed.labels(d["namespace"]).inc()
         log.info("reclaimed idle notebook %s on %s: %s", action.target, d["node"], action.reason)
-        return EVICTED
+        return done.outcome
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg)}

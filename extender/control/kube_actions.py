@@ -63,23 +63,32 @@ class KubeActions:
         self.api_client = api_client
         self.retry_s = retry_s
 
-    def evict(self, namespace: str, name: str, uid: str = "") -> str:
+    def evict(self, namespace: str, name: str, uid: str = "", *, dry_run: bool = False) -> str:
         """policy/v1 Eviction (PodDisruptionBudgets apply). With uid, only that incarnation of
-        the pod is evicted (a replacement with the same name is left alone: 409 -> gone)."""
+        the pod is evicted (a replacement with the same name is left alone: 409 -> gone). With
+        dry_run, the apiserver only says whether it would evict it now (`?dryRun=All`: the PDB
+        check, nothing deleted or counted)."""
         body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
         if uid:
             body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction" + ("?dryRun=All" if dry_run else "")
         try:
-            kube_request(self.api_client, "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+            kube_request(self.api_client, "POST", path, body)
         except Exception as e:
             status = _status(e)
             if status == 404:
                 return GONE
             if status == 409 and uid and "precondition" in _message(e).lower():
                 return GONE  # a different pod of the same name now
-            raise map_api_error(e, f"evict {namespace}/{name}", self.retry_s) from e
+            what = f"evict{' (dry run)' if dry_run else ''} {namespace}/{name}"
+            raise map_api_error(e, what, self.retry_s) from e
         return EVICTED
+
+    def check_evictable(self, namespace: str, name: str, uid: str = "") -> str:
+        """Whether the pod may be evicted now: a dry-run eviction ("evicted": it would be,
+        "gone"; a refusal raises as evict() does). Writes nothing."""
+        return self.evict(namespace, name, uid, dry_run=True)
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         """Merge-patch annotations (None deletes one). False when the pod is gone."""

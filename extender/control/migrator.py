@@ -3,10 +3,12 @@
 observe(): the snapshot -> scoring.world.World (extender/control/world_builder.py). plan(): the
 control core's scoring.control.plan_migrations_for (safety rules and composition included) ->
 one Action per chosen job. act(): re-checks the opt-in
-on every pod, marks the pods (annotation flowsched.io/migration, which every replica's pod
+on every pod, asks the apiserver whether every pod may go (dry-run evictions), marks the pods (annotation flowsched.io/migration, which every replica's pod
 watch turns into the job's origin record that the extender scores down), evicts them through
 policy/v1 Eviction, withdraws the mark if the eviction is refused, and records a
-FlowschedMigrated Event per pod with the numbers behind the decision.
+FlowschedMigrated Event per pod with the numbers behind the decision. A refusal after some pods
+went ends "partial" (counted and charged like a whole eviction, a FlowschedPartialEviction
+Warning Event on each pod left running; extender/control/eviction.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 from prometheus_client import Counter
 
 from extender.control.eviction import evict_job
-from extender.control.kube_actions import EVICTED
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
@@ -70,14 +71,15 @@ class Migrator:
     def act(self, action: Action, now: float) -> str:
         d = action.detail
         mark = {"from": d["origin"], "at": round(now, 3), "count": d["count"], "attained": d.get("attained")}
-        evicted = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
-                            action.reason, REASON, "to migrate")
-        if not evicted:
+        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
+                         action.reason, REASON, "to migrate")
+        if not done.evicted:
             return "gone"
-        self.migrations.labels(evicted[0].namespace).inc()
-        self.freed.inc(sum(p.requests.gpus for p in evicted))
-        log.info("migrated %s off %s: %s", action.key, d["origin"], action.reason)
-        return EVICTED
+        # Every job with a pod evicted counts, a partial eviction too (outcome "partial").
+        self.migrations.labels(done.evicted[0].namespace).inc()
+        self.freed.inc(sum(p.requests.gpus for p in done.evicted))
+        log.info("migrated %s off %s (%s): %s", action.key, d["origin"], done.outcome, action.reason)
+        return done.outcome
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg)}
