@@ -66,12 +66,15 @@ def loss_curve_svg(points: Sequence[tuple[float, float]], width: int = 340, heig
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    xspan = (x1 - x0) or 1.0
-    yspan = (y1 - y0) or 1.0
     w, h = width - pad_l - pad_r, height - pad_t - pad_b
 
+    # In halves: the span of finite values (1e308 down to -1e308) overflows to inf, and
+    # (y1 - y) / inf drew "nan" coordinates; half of any difference of finite floats is finite.
+    xspan = (x1 / 2 - x0 / 2) or 1.0
+    yspan = (y1 / 2 - y0 / 2) or 1.0
+
     def at(x: float, y: float) -> str:
-        return f"{pad_l + (x - x0) / xspan * w:.1f},{pad_t + (y1 - y) / yspan * h:.1f}"
+        return f"{pad_l + (x / 2 - x0 / 2) / xspan * w:.1f},{pad_t + (y1 / 2 - y / 2) / yspan * h:.1f}"
 
     line = " ".join(at(x, y) for x, y in points)
     axis = "#999"

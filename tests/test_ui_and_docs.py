@@ -71,6 +71,20 @@ def test_loss_curve_svg_scales_points_into_the_box() -> None:
     assert "<polyline" not in loss_curve_svg([(1.0, 1.0)])
 
 
+def test_loss_curve_svg_has_no_nan_when_values_span_more_than_the_float_range() -> None:
+    # Finite losses 1e308 and -1e308 (accepted by /v1/progress): y1 - y0 overflowed to inf and
+    # (y1 - y) / inf drew "44.0,nan" into the polyline.
+    pts = [(float(k), 1e308 if k % 2 else -1e308) for k in range(6)]
+    svg = loss_curve_svg(pts, width=200, height=100)
+    line = re.search(r'points="([^"]+)"', svg).group(1)  # type: ignore[union-attr]
+    assert "nan" not in line and "inf" not in line
+    coords = [tuple(map(float, p.split(","))) for p in line.split()]
+    assert all(0 <= x <= 200 and 0 <= y <= 100 for x, y in coords)
+    assert {y for _, y in coords} == {6.0, 82.0}  # top and bottom of the box
+    same = loss_curve_svg([(0.0, 5e-324), (1.0, 5e-324), (2.0, 0.0)])  # tiny spans stay finite too
+    assert "nan" not in same and "inf" not in same
+
+
 def test_gpu_cells_show_unknown_as_unknown_not_zero() -> None:
     cells = gpu_cells([87.5, None, 0.0])
     assert 'data-util="87.5"' in cells and 'data-util="0"' in cells
