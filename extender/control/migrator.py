@@ -4,11 +4,12 @@ observe(): the snapshot -> scoring.world.World (extender/control/world_builder.p
 control core's scoring.control.plan_migrations_for (safety rules and composition included) ->
 one Action per chosen job. act(): re-checks the opt-in on every pod, asks the apiserver
 whether every pod may go (dry-run evictions), marks the pods (annotation
-flowsched.io/migration, which every replica's pod watch turns into the job's origin record that the extender scores down), evicts them through
-policy/v1 Eviction, withdraws the mark if the eviction is refused, and records a
-FlowschedMigrated Event per pod with the numbers behind the decision. A refusal after some pods
-went ends "partial" (counted and charged like a whole eviction, a FlowschedPartialEviction
-Warning Event on each pod left running; extender/control/eviction.py).
+flowsched.io/migration, which every replica's pod watch turns into the job's origin record
+that the extender scores down), evicts them through policy/v1 Eviction, withdraws the mark if
+the eviction is refused, and records a FlowschedMigrated Event per pod with the numbers behind
+the decision. A refusal after some pods went ends "partial" (counted and charged like a whole
+eviction, a FlowschedPartialEviction Warning Event on each pod left running;
+extender/control/eviction.py).
 """
 
 from __future__ import annotations
