@@ -1,7 +1,7 @@
 """The mutating admission webhook that puts flowsched's scheduling gate on new pods.
 
 kube-apiserver POSTs an `admission.k8s.io/v1` AdmissionReview for every pod CREATE the
-MutatingWebhookConfiguration selects (deploy/webhook.yaml: failurePolicy Ignore, so pods are
+MutatingWebhookConfiguration selects (docs/admission.md "Opting in": failurePolicy Ignore, so pods are
 created ungated when flowsched is down, never refused). A pod whose `spec.schedulerName` is one
 of flowsched's schedulers, that has no GPU-less opt-out and does not carry the gate yet, gets a
 JSONPatch appending `{"name": "flowsched.io/admission"}` to `spec.schedulingGates`; every other
