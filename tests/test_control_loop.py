@@ -458,3 +458,50 @@ def test_a_job_whose_pods_may_not_all_go_is_not_touched() -> None:
     with pytest.raises(TemporaryError, match="dry run"):
         mig.act(_evict(refs), 0.0)
     assert [c[0] for c in actions.calls] == ["check", "check"]  # no mark, no eviction
+
+
+class FlakyLeader:
+    """Leader for the first `checks` leadership checks, then not (the Lease lost mid-action)."""
+
+    def __init__(self, checks: int) -> None:
+        self.left = checks
+
+    @property
+    def is_leader(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+def test_an_eviction_stops_at_the_first_write_after_the_lease_is_lost() -> None:
+    actions, events = EvictingActions(), Events()
+    mig, _, refs = _migrator(actions, events, n_pods=8)
+    mig.ctx.leader = FlakyLeader(6)  # mark, evict, Event for j-0 and j-1; then lost
+    assert mig.act(_evict(refs), 0.0) == "lost_leadership"  # two pods went: charged and counted, as such
+    assert [c[1] for c in actions.calls if c[0] == "evict"] == ["j-0", "j-1"]
+    assert len([c for c in actions.calls if c[0] == "annotate"]) == 2 and len(events.events) == 2
+    assert mig.migrations.labels("t")._value.get() == 1
+    actions2 = EvictingActions()
+    mig2, _, refs2 = _migrator(actions2, Events(), n_pods=8)
+    mig2.ctx.leader = FlakyLeader(1)  # lost after the first mark
+    with pytest.raises(TemporaryError, match=r"lost_leadership: stopped before evicting t/j-0 after 1 write"):
+        mig2.act(_evict(refs2), 0.0)
+    assert [c[0] for c in actions2.calls if c[0] != "check"] == ["annotate"]
+
+
+def test_a_gang_release_stops_when_the_lease_is_lost() -> None:
+    from extender.control.errors import LostLeadership
+    from extender.state import ClusterState
+
+    class Gates(EvictingActions):
+        def set_scheduling_gates(self, ns: str, name: str, gates: list[str]) -> bool:
+            self.calls.append(("ungate", name))
+            return True
+
+    actions = Gates()
+    adm = _admission(ClusterState(), actions, Clock(0.0))
+    adm.ctx.leader = FlakyLeader(2)  # release p0 (and its Event), then lost
+    admit = Action(key="t/g", kind="admit", target="t/g", reason="fits", detail={"pods": [
+        {"namespace": "t", "name": f"g-{i}", "uid": f"g{i}", "gates": []} for i in range(4)]})
+    with pytest.raises(LostLeadership) as e:
+        adm.act(admit, 0.0)
+    assert e.value.writes == 1 and actions.calls == [("ungate", "g-0")]

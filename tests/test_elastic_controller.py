@@ -169,3 +169,28 @@ def test_planned_gpus_is_the_latest_plan_on_the_jobs_pods() -> None:
     assert planned_gpus([with_plan(0, {"gpus": 4, "at": 20.0}), with_plan(1, {"gpus": 2, "at": 10.0})]) == 4
     for bad in ("4", True, -1, 2.5, None):  # a malformed count reads as no plan, never as a size
         assert planned_gpus([with_plan(0, {"gpus": bad, "at": 10.0})]) == 0
+
+
+def test_a_replica_that_loses_the_lease_mid_action_writes_nothing_more() -> None:
+    from extender.control.errors import LostLeadership
+
+    el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
+    acts = plan_at(el, 1000.0)
+
+    class Flaky:  # leader for the first annotation and its Event, then the Lease is lost
+        def __init__(self) -> None:
+            self.checks = 0
+
+        @property
+        def is_leader(self) -> bool:
+            self.checks += 1
+            return self.checks <= 2
+
+    el.ctx.leader = Flaky()
+    try:
+        el.act(acts[0], 1000.0)
+    except LostLeadership as e:
+        assert e.writes == 2 and "lost_leadership" in str(e)
+    else:
+        raise AssertionError("the action went on after leadership was lost")
+    assert [a[1] for a in actions.annotations] == ["a-0"] and len(rec.events) == 1  # a-1 untouched

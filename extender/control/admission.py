@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from extender.control.errors import PermanentError, TemporaryError
+from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.loop import Action
@@ -104,11 +104,23 @@ class Admission:
         if actions is None:
             raise PermanentError("no cluster: admission can only plan")
         released = 0
+        guard = LeaderGuard(self._still_leader)
         for p in action.detail["pods"]:
+            try:
+                guard(f"releasing {p['namespace']}/{p['name']}")
+            except LostLeadership:
+                if released:
+                    log.warning("%s: gang partly released (%d of %d pods) when this replica lost the Lease; the "
+                                "next leader releases the rest as they fit", action.key, released,
+                                len(action.detail["pods"]))
+                    self.admitted.labels(action.key.split("/", 1)[0]).inc(released)
+                raise
             if actions.set_scheduling_gates(p["namespace"], p["name"], p["gates"]):
                 released += 1
-                self.ctx.recorder.record(ObjectRef(p["namespace"], p["name"], p["uid"]), ADMITTED,
-                                         f"Scheduling gate {self.cfg.gate} removed: {action.reason}", action="Admit")
+                if self._still_leader():
+                    self.ctx.recorder.record(ObjectRef(p["namespace"], p["name"], p["uid"]), ADMITTED,
+                                             f"Scheduling gate {self.cfg.gate} removed: {action.reason}",
+                                             action="Admit")
         if not released:
             return "gone"
         self.admitted.labels(action.key.split("/", 1)[0]).inc(released)
@@ -148,12 +160,16 @@ class Admission:
         mark = {"from": d["origin"], "at": round(now, 3), "count": count, "attained": d.get("attained"),
                 "preempted_for": d["for"]}
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
-                         action.reason, PREEMPTED, f"for {d['for']}")
+                         action.reason, PREEMPTED, f"for {d['for']}", still_leader=self._still_leader)
         if not done.evicted:
             return "gone"
         self.preempted.labels(done.evicted[0].namespace).inc()
         log.info("preempted %s for %s (%s): %s", action.key, d["for"], done.outcome, action.reason)
         return done.outcome
+
+    def _still_leader(self) -> bool:
+        """Checked before every write of an action (one action is many API calls)."""
+        return bool(self.ctx.leader.is_leader)
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg),

@@ -34,7 +34,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from extender.control.errors import PermanentError
+from extender.control.errors import LeaderGuard, PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import MERGE_PATCH, map_api_error
 from extender.control.loop import Action
@@ -126,12 +126,16 @@ class Elastic:
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = d.get("kubeflow")
+        guard = LeaderGuard(self._still_leader)  # before every write: the action is many API calls
         if kf and self.cfg.patch_pytorchjobs:
-            outcome = self._scale_pytorchjob(ns, str(kf), int(d["gpus"]), int(d["per_pod"]), plan_json, action)
+            outcome = self._scale_pytorchjob(ns, str(kf), int(d["gpus"]), int(d["per_pod"]), plan_json, action,
+                                             guard)
         annotated = 0
         for p in d["pods"]:
+            guard(f"annotating {ns}/{p['name']}")
             if actions.annotate_pod(ns, p["name"], {PLAN: plan_json}):
                 annotated += 1
+                guard(f"the {REASON_PLAN} Event of {ns}/{p['name']}")
                 self.ctx.recorder.record(ObjectRef(ns, p["name"], p["uid"]), REASON_PLAN, action.reason,
                                          action="Scale")
         if not annotated and outcome == "planned":
@@ -149,7 +153,8 @@ class Elastic:
                   if (pod := self.ctx.state.pod(p["uid"])) is not None and pod.elastic_resized_at is not None]
         return max(before) if before else round(now, 3)
 
-    def _scale_pytorchjob(self, ns: str, name: str, gpus: int, per_pod: int, plan_json: str, action: Action) -> str:
+    def _scale_pytorchjob(self, ns: str, name: str, gpus: int, per_pod: int, plan_json: str, action: Action,
+                          guard: LeaderGuard) -> str:
         """Worker replicas within elasticPolicy; "scaled", "planned" (no elasticPolicy: annotated
         only) or "gone". The Master (if any) keeps its pods; Workers take the rest."""
         assert self.ctx.actions is not None
@@ -173,6 +178,7 @@ class Elastic:
             workers = min(max(gpus // per_pod - masters, w_lo), w_hi)
             if workers != int(specs["Worker"].get("replicas") or 0):
                 patch["spec"] = {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}
+        guard(f"patching pytorchjob {ns}/{name}")
         try:
             kube_request(api, "PATCH", path, patch, content_type=MERGE_PATCH)
         except Exception as e:
@@ -182,9 +188,14 @@ class Elastic:
         if "spec" not in patch:
             return "planned"
         uid = str((job.get("metadata") or {}).get("uid") or "")
+        guard(f"the {REASON_SCALED} Event of pytorchjob {ns}/{name}")
         self.ctx.recorder.record(ObjectRef(ns, name, uid, kind="PyTorchJob", api_version="kubeflow.org/v1"),
                                  REASON_SCALED, f"Worker replicas -> {workers}: {action.reason}", action="Scale")
         return "scaled"
+
+    def _still_leader(self) -> bool:
+        """Checked before every write of an action (one action is many API calls)."""
+        return bool(self.ctx.leader.is_leader)
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg)}

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class ControlError(Exception):
     """Base of the errors a controller's act() may raise."""
@@ -21,3 +23,30 @@ class TemporaryError(ControlError):
 
 class PermanentError(ControlError):
     pass
+
+
+class LostLeadership(TemporaryError):
+    """This replica stopped being the leader part-way through an action: it stopped before the
+    next write. `writes`: how many writes of the action it had made."""
+
+    def __init__(self, what: str, writes: int, delay_s: float = 30.0) -> None:
+        super().__init__(f"lost_leadership: {what} after {writes} write(s)", delay_s)
+        self.writes = writes
+
+
+class LeaderGuard:
+    """Checks leadership before each write of one action (one action is many API calls, each
+    with its own timeout: the loop's check before the action is not enough) and counts them.
+
+        guard = LeaderGuard(lambda: ctx.leader.is_leader)
+        guard("evict t/j-0")   # raises LostLeadership when no longer leader; else counts the write
+    """
+
+    def __init__(self, still_leader: Callable[[], bool]) -> None:
+        self.still_leader = still_leader
+        self.writes = 0
+
+    def __call__(self, before: str) -> None:
+        if not self.still_leader():
+            raise LostLeadership(f"stopped before {before}", self.writes)
+        self.writes += 1

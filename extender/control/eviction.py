@@ -9,7 +9,11 @@ Event per evicted pod.
 A refusal after some pods went (a PDB that allows one disruption at a time passes every dry run
 but refuses the second real eviction) is not an error: the result is *partial*, the pods that
 went are reported (the caller counts them and the loop spends its budget), and each pod left
-running gets a FlowschedPartialEviction Warning Event."""
+running gets a FlowschedPartialEviction Warning Event. Leadership is checked before every write
+(`still_leader`): a replica that lost the Lease part-way stops at once; with pods already evicted
+the outcome is "lost_leadership" (charged and counted), otherwise a LostLeadership error (nothing
+evicted; a mark already written on a pod not yet evicted stays there, as no write follows the
+loss)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.control.errors import PermanentError, TemporaryError
+from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
 from extender.control.events import ObjectRef, Recorder
 from extender.control.kube_actions import EVICTED, KubeActions
 from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
@@ -29,6 +33,7 @@ log = logging.getLogger("flowsched.eviction")
 GONE = "gone"
 PARTIAL = "partial"
 PARTIAL_REASON = "FlowschedPartialEviction"
+LOST_LEADERSHIP = "lost_leadership"  # the loop's NOT_LEADER label
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,16 @@ class Eviction:
     evicted: tuple[PodInfo, ...] = ()
     left: tuple[PodInfo, ...] = ()  # not evicted after a refusal part-way (empty: the whole job went)
     why: str = ""  # why the rest were not evicted
+    lost_leadership: bool = False  # stopped because this replica is no longer the leader
 
     @property
     def outcome(self) -> str:
-        """The loop's outcome label: "evicted", "partial", or "gone" (nothing was evicted)."""
+        """The loop's outcome label: "evicted", "partial", "lost_leadership" (some pods went) or
+        "gone" (nothing was evicted)."""
         if not self.evicted:
             return GONE
+        if self.lost_leadership:
+            return LOST_LEADERSHIP
         return PARTIAL if self.left else EVICTED
 
 
@@ -53,13 +62,14 @@ def _checkpointable(p: PodInfo) -> str | None:
 
 def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: str,
               pods: Sequence[Mapping[str, Any]], mark: Mapping[str, Any] | None, reason: str, event_reason: str,
-              message: str, refusal: Callable[[PodInfo], str | None] = _checkpointable) -> Eviction:
+              message: str, *, still_leader: Callable[[], bool],
+              refusal: Callable[[PodInfo], str | None] = _checkpointable) -> Eviction:
     """Evicts the job's pods. Raises TemporaryError/PermanentError when nothing was evicted (a
     refusal, the dry runs' included); a refusal after some pods went returns a partial Eviction.
     An empty one: the job was already gone.
     refusal: why a pod, read fresh from the snapshot, may not be evicted (None: it may); by
     default its checkpointable opt-in. mark None: no migration mark (the pod does not move, it
-    gives its GPUs back, e.g. an idle notebook)."""
+    gives its GPUs back, e.g. an idle notebook). still_leader: checked before every write."""
     if actions is None:
         raise PermanentError("no cluster: the loop can only plan")
     targets: list[PodInfo] = []
@@ -80,33 +90,54 @@ def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: 
     if not targets:
         return Eviction()
     text = json.dumps(dict(mark)) if mark is not None else None
+    guard = LeaderGuard(still_leader)
     evicted: list[PodInfo] = []
-    for i, p in enumerate(targets):
-        try:
-            if text is not None and not actions.annotate_pod(p.namespace, p.name,
-                                                             {MIGRATION: text, EVICTED_FROM: p.node}):
-                continue
-            outcome = actions.evict(p.namespace, p.name, p.uid)
-        except (TemporaryError, PermanentError) as e:
-            try:  # refused (a PDB, ...): withdraw the mark so cooldown and counts stay true
+    i = 0
+    try:
+        for i, p in enumerate(targets):
+            try:
                 if text is not None:
-                    actions.annotate_pod(p.namespace, p.name, {MIGRATION: None, EVICTED_FROM: None})
-            except (TemporaryError, PermanentError) as e2:
-                log.warning("could not withdraw the migration mark of %s: %s", p.key, e2)
-            if not evicted:
+                    guard(f"marking {p.key}")
+                    if not actions.annotate_pod(p.namespace, p.name, {MIGRATION: text, EVICTED_FROM: p.node}):
+                        continue
+                guard(f"evicting {p.key}")
+                outcome = actions.evict(p.namespace, p.name, p.uid)
+            except LostLeadership:
                 raise
-            return _partial(recorder, key, evicted, targets[i:], len(targets), str(e), message)
-        if outcome == EVICTED:
-            evicted.append(p)
-            recorder.record(ObjectRef(p.namespace, p.name, p.uid), event_reason,
-                            f"Evicted from {p.node} {message}: {reason}", action="Evict")
+            except (TemporaryError, PermanentError) as e:
+                try:  # refused (a PDB, ...): withdraw the mark so cooldown and counts stay true
+                    if text is not None:
+                        guard(f"withdrawing the mark of {p.key}")
+                        actions.annotate_pod(p.namespace, p.name, {MIGRATION: None, EVICTED_FROM: None})
+                except LostLeadership:
+                    log.warning("not leader any more: the migration mark of %s stays", p.key)
+                except (TemporaryError, PermanentError) as e2:
+                    log.warning("could not withdraw the migration mark of %s: %s", p.key, e2)
+                if not evicted:
+                    raise
+                return _partial(recorder, guard, key, evicted, targets[i:], len(targets), str(e), message)
+            if outcome == EVICTED:
+                evicted.append(p)
+                guard(f"the {event_reason} Event of {p.key}")
+                recorder.record(ObjectRef(p.namespace, p.name, p.uid), event_reason,
+                                f"Evicted from {p.node} {message}: {reason}", action="Evict")
+    except LostLeadership as e:
+        log.warning("%s: %s (%d of %d pods evicted)", key, e, len(evicted), len(targets))
+        if not evicted:
+            raise
+        left = tuple(q for q in targets[i:] if q not in evicted)
+        return Eviction(tuple(evicted), left, str(e), lost_leadership=True)
     return Eviction(tuple(evicted))
 
 
-def _partial(recorder: Recorder, key: str, evicted: list[PodInfo], left: Sequence[PodInfo], total: int, why: str,
-             message: str) -> Eviction:
+def _partial(recorder: Recorder, guard: LeaderGuard, key: str, evicted: list[PodInfo], left: Sequence[PodInfo],
+             total: int, why: str, message: str) -> Eviction:
     log.warning("%s: evicted %d of %d pods, then refused: %s", key, len(evicted), total, why)
     for q in left:
+        try:
+            guard(f"the {PARTIAL_REASON} Event of {q.key}")
+        except LostLeadership as e:
+            return Eviction(tuple(evicted), tuple(left), f"{why}; {e}", lost_leadership=True)
         recorder.record(ObjectRef(q.namespace, q.name, q.uid), PARTIAL_REASON,
                         f"{len(evicted)} of {total} pods of {key} were evicted {message}, then an eviction was "
                         f"refused ({why}); this pod runs on, the job is partly evicted", type_="Warning",
