@@ -35,7 +35,13 @@ from scoring.elastic import (
 )
 from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, place, plan_migrations
 from scoring.remedy import cap_growth
-from scoring.safety import NOT_CHECKPOINTABLE, elastic_refusal, migrator_refusal
+from scoring.safety import (
+    NO_PLANNABLE_SIZE,
+    NO_WHOLE_POD_SIZE,
+    NOT_CHECKPOINTABLE,
+    elastic_refusal,
+    migrator_refusal,
+)
 from scoring.settings import CoreSettings, ElasticLoopSettings
 from scoring.world import FloatArray, IntArray, JobState, Throughput, World, pods_for
 
@@ -418,13 +424,29 @@ def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> Float
     return out
 
 
+def unplannable(job: JobState) -> str:
+    """Why a running job has no size the optimizer may plan (job_options is empty)."""
+    assert job.elastic is not None
+    lo, hi = job.elastic
+    per = max(1, job.per_pod)
+    return NO_PLANNABLE_SIZE if hi // per * per >= max(1, lo) else NO_WHOLE_POD_SIZE
+
+
 def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool = False) -> ElasticLoopPlan:
+    return _plan_elastic(world, settings, migrator_on, {})
+
+
+def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held: dict[str, str]
+                  ) -> ElasticLoopPlan:
+    """`held`: jobs found unplannable (a running job with no size it may run at, as 4-GPU pods in
+    a 1-2 range): each is refused, held at its size with its GPUs counted as others', and the rest
+    planned as usual; one such job must not leave the DP without a feasible plan for everyone."""
     s = settings.elastic
     mine: list[JobState] = []
     refusals: dict[str, str] = {}
     other_held = 0.0
     for job in world.jobs:
-        why = elastic_refusal(job, world, settings.safety, migrator_on)
+        why = held.get(job.key) or elastic_refusal(job, world, settings.safety, migrator_on)
         if why is None:
             mine.append(job)
         else:
@@ -460,9 +482,12 @@ def plan_elastic_for(world: World, settings: CoreSettings, *, migrator_on: bool 
         w = rank_weights(np.array([j.remaining_gpu_s() for j in mine]), s.srpt_rank_p, s.srpt_rank_unknown)
         options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
+    es = ElasticSettings(s.restart_s, s.horizon_s, s.min_gain)
+    stuck = {j.key: unplannable(j) for j, o in zip(mine, options, strict=True) if job_options(o, es).gpus.size == 0}
+    if stuck:  # planned again without them (they only ever add: at most one more pass each)
+        return _plan_elastic(world, settings, migrator_on, {**held, **stuck})
     refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
-    es = ElasticSettings(s.restart_s, s.horizon_s, s.min_gain)
     plan = plan_elastic(options, max(capacity, floor), es)
     if plan.feasible and s.fit_waiting:
         plan = fit_waiting(plan, mine, options, world, es)

@@ -31,6 +31,9 @@ HELD_SCALED = "rescaled recently (held for the other loop)"
 HELD_MIGRATED = "migrated recently (held for the other loop)"
 SHRINKABLE = "elastic and above its minimum: the optimizer shrinks it"
 INFERENCE = "inference workload: never moved or rescaled by flowsched"
+# The elastic optimizer's refusals of a job it cannot plan (held at its size, its GPUs left to it).
+NO_WHOLE_POD_SIZE = "no size in its elastic range is a whole number of its pods: held at its size"
+NO_PLANNABLE_SIZE = "no size in its elastic range can be planned: held at its size"
 
 
 def namespace_refusal(namespace: str, labels: Mapping[str, Mapping[str, str]], s: SafetySettings) -> str | None:

@@ -16,6 +16,7 @@ from scoring.safety import (
     EXCLUDED,
     HELD_MIGRATED,
     HELD_SCALED,
+    NO_WHOLE_POD_SIZE,
     OPTED_OUT,
     SHRINKABLE,
     elastic_refusal,
@@ -305,3 +306,20 @@ def test_a_rescale_must_pay_back_its_restart_before_the_planned_end() -> None:
     assert planned(500.0 + 2.0 * 60, to_end=False) == [8]
     assert planned(500.0 + 2.0 * 3600) == [8]
     assert planned(math.nan) == [8]  # no planned end: the settings' horizon
+
+
+def test_a_job_with_no_whole_pod_size_in_its_range_is_refused_and_the_rest_planned() -> None:
+    # "bad" runs one 4-GPU pod on n0 but is annotated 1-2: no size in its range is a whole pod, so
+    # it has no option at all. It is refused, held at its size (its 4 GPUs counted as others'),
+    # and "good" is planned as if it were not there: it grows into n1's 3 free GPUs.
+    bad = job("open/bad", gpus=4, per_pod=4, elastic=(1, 2), estimate=est(Phase.GROWING, 1.0))
+    good = job("open/good", node="n1", gpus=1, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0))
+    alone = plan_elastic_for(world(good), S)
+    both = plan_elastic_for(world(bad, good), S)
+    assert [(a.job, a.gpus) for a in alone.actions] == [("open/good", 8)]  # n0 free too
+    assert both.plan is not None and both.plan.feasible
+    assert [(a.job, a.gpus) for a in both.actions] == [("open/good", 4)]
+    assert both.refusals == {"open/bad": NO_WHOLE_POD_SIZE}
+    assert both.accounting["held_by_others"] == 4.0 and [j.key for j in both.jobs] == ["open/good"]
+    assert plan_elastic_for(world(bad), S).actions == ()
+
