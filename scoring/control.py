@@ -282,7 +282,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     g = np.arange(g_max + 1)
     rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
     rate[0] = 0.0
-    cur = job.live_gpus if job.held_gpus > 0 else 0
+    # Its size now when any pod is bound, wherever (a job on a cordoned node is running, not
+    # waiting: its cooldown and settling hold apply as anywhere).
+    cur = job.live_gpus if job.bound else 0
     if not cur and free is not None:
         for size in range(1, g_max + 1):
             if np.isfinite(rate[size]).any() and not _fits(pods_for(job, size), free):
@@ -349,7 +351,7 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
     _, avail = _place_pods([p.gpus for p in world.pending if p.job not in mine_keys], avail)
     out = list(plan.decisions)
     resized = [i for i, (j, d) in enumerate(zip(mine, out, strict=True))
-               if j.held_gpus > 0 and d.gpus > 0 and d.gpus != j.live_gpus]
+               if j.bound and d.gpus > 0 and d.gpus != j.live_gpus]
     growing = [i for i in resized if out[i].gpus > mine[i].live_gpus]
     shrinking = [i for i in resized if out[i].gpus < mine[i].live_gpus]
     for i in shrinking:  # replaced at the new size: the GPUs it holds come back first
@@ -367,7 +369,7 @@ def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJo
             _give_back(avail, job, col, -1)
         else:
             out[i] = fit
-    waiting = [i for i, (j, d) in enumerate(zip(mine, out, strict=True)) if j.held_gpus <= 0 and d.gpus > 0]
+    waiting = [i for i, (j, d) in enumerate(zip(mine, out, strict=True)) if not j.bound and d.gpus > 0]
     for i in sorted(waiting, key=lambda i: -out[i].value):
         fit, avail = _largest_fit(mine[i], options[i], es, out[i], 1, avail)
         out[i] = fit or out[i]
@@ -461,9 +463,15 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
         other_waiting += sum(sum(j.gated_pods) for j in world.jobs if j.gated_pods and j.key not in waiting_mine)
     total = world.total_gpus()
     reserve = other_waiting if s.reserve_pending else 0.0
-    capacity = int(max(0.0, total - other_held - reserve))
+    # GPUs the elastic jobs hold on nodes not in the World (cordoned, NotReady): the plan counts
+    # their current sizes, so they count as capacity too (else a job held there at its size would
+    # push the others down into the schedulable GPUs alone).
+    unlisted = sum(j.unlisted_gpus for j in mine)
+    capacity = int(max(0.0, total + unlisted - other_held - reserve))
     accounting = {"allocatable_gpus": total, "held_by_others": other_held, "reserved_for_waiting": reserve,
                   "capacity": float(capacity)}
+    if unlisted:
+        accounting["held_on_unschedulable_nodes"] = unlisted
     if not mine:
         return ElasticLoopPlan((), (), (), None, accounting, refusals)
     # Where a waiting job could start: free GPUs after the pods kube-scheduler already sees.

@@ -82,6 +82,9 @@ class JobState:
     # The job adopts a planned batch size while it runs, at its next report, without a restart
     # (reported: training.batch_live, as AdaptDL's data loader does); False: at its next start only.
     batch_live: bool = False
+    # GPUs its bound pods hold on nodes not in the World (cordoned or NotReady): not in gpus_on,
+    # which counts schedulable nodes only. 0: none, or not filled in by the shell.
+    gpus_elsewhere: float = 0.0
 
     def remaining_gpu_s(self) -> float:
         """GPU-seconds of work left if the job runs to its planned end: the service attained so far
@@ -104,7 +107,21 @@ class JobState:
 
     @property
     def held_gpus(self) -> float:
+        """GPUs its bound pods hold on the World's (schedulable) nodes."""
         return float(sum(self.gpus_on.values()))
+
+    @property
+    def bound(self) -> bool:
+        """Whether any of its pods is bound to a node, schedulable or not: a job whose pods run on a
+        cordoned or NotReady node holds no GPUs in the World but is running, not waiting."""
+        return self.held_gpus > 0 or self.gpus_elsewhere > 0 or self.running
+
+    @property
+    def unlisted_gpus(self) -> float:
+        """GPUs its bound pods hold on nodes not in the World (all its live GPUs minus those in the
+        World when every pod is bound and running)."""
+        seen = float(self.live_gpus) - self.held_gpus if self.running else 0.0
+        return max(0.0, self.gpus_elsewhere, seen)
 
     @property
     def phase(self) -> Phase:

@@ -323,3 +323,24 @@ def test_a_job_with_no_whole_pod_size_in_its_range_is_refused_and_the_rest_plann
     assert both.accounting["held_by_others"] == 4.0 and [j.key for j in both.jobs] == ["open/good"]
     assert plan_elastic_for(world(bad), S).actions == ()
 
+
+def test_a_job_running_on_a_cordoned_node_keeps_its_cooldown_and_settling_hold() -> None:
+    # "x" runs 4 GPUs on a cordoned node (not in the World: gpus_on is empty); it was rescaled to 6
+    # 60 s ago (cooldown 300 s) and n0 and n1 are free. It is running, not waiting: held at 4.
+    x = job("open/x", gpus=4, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0), since_scaled_s=60.0,
+            planned_gpus=6)
+    cordoned = replace(x, gpus_on={})
+    assert plan_elastic_for(world(x), S).actions == ()  # on a schedulable node: held
+    assert plan_elastic_for(world(cordoned), S).actions == ()
+    # Mid-change (a pod pending) with the shell reporting where its other pods run: held too.
+    changing = replace(cordoned, running=False, settling=True, since_scaled_s=math.inf, gpus_elsewhere=4.0)
+    assert plan_elastic_for(world(changing), S).actions == ()
+    # Its GPUs there count as capacity for its held size: "y" on n0 and n1 is not shrunk for it.
+    y = job("open/y", gpus=4, elastic=(1, 8), estimate=est(Phase.GROWING, 1.0))
+    y = replace(y, gpus_on={"n0": 4.0, "n1": 4.0}, live_gpus=8)
+    plan = plan_elastic_for(world(cordoned, y), S)
+    assert plan.actions == () and plan.accounting["held_on_unschedulable_nodes"] == 4.0
+    # Out of its cooldown it may be rescaled, as a running job (never stopped: not planned at 0).
+    free = replace(cordoned, since_scaled_s=math.inf, planned_gpus=0)
+    assert [(a.from_gpus, a.gpus) for a in plan_elastic_for(world(free), S).actions] == [(4, 8)]
+
