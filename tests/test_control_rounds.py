@@ -169,3 +169,24 @@ def test_admission_does_not_release_a_gang_into_the_gpus_a_rescale_just_took() -
     grown = [o.action for o in loops["elastic"].history[-1].outcomes if o.outcome == "planned"]
     assert [a.detail["gpus"] for a in grown] == [8]
     assert admitted(loops["admission"]) == []
+
+
+def test_a_job_on_a_cordoned_node_is_held_not_replanned_as_waiting() -> None:
+    # x (elastic 1-8) runs 4 GPUs on a, which is then cordoned; one of its pods is still starting,
+    # so it is not "running". Its GPUs on a are outside the World's nodes, but they are held: the
+    # optimizer must not plan it as a waiting job at a new size while it settles.
+    state_pods = [_pod("x-0", "x", 4, "a", {"flowsched.io/elastic": "1-8"}),
+                  _pod("x-1", "x", 4, None, {"flowsched.io/elastic": "1-8"})]
+    state = ClusterState()
+    state.upsert_node(parse_node(node("a", gpus=4, unschedulable=True)))
+    state.upsert_node(parse_node(node("b", gpus=8)))
+    for d in state_pods:
+        state.upsert_pod(parse_pod(d))
+    state.synced = {"nodes": True, "pods": True}
+    ctx = make_context(state, FakeTracker({"t/x": _est(Phase.GROWING)}), FakeActions(), LogRecorder(),
+                       settings=Settings(kube=False, controllers=["elastic"]), clock=Clock(NOW))
+    pods, nodes, marks = state.control_view()
+    (x,) = ctx.world.build(pods, nodes, marks, NOW).jobs
+    assert x.held_gpus == 0 and x.gpus_elsewhere == 4 and x.bound
+    elastic = _factory("elastic")(ctx)
+    assert [a for a in elastic.plan(elastic.observe(NOW), 16) if a.key == "t/x"] == []

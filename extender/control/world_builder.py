@@ -145,9 +145,13 @@ class WorldBuilder:
     def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
              est: ConvergenceEstimate | None, report: JobReport | None, now: float) -> JobState:
         gpus_on: dict[str, float] = {}
+        elsewhere = 0.0  # on cordoned or NotReady nodes: held, but not capacity the plans may use
         for p in ps:
-            if p.node in nodes and p.holds_resources:
-                gpus_on[p.node] = gpus_on.get(p.node, 0.0) + p.requests.gpus
+            if p.node and p.holds_resources:
+                if p.node in nodes:
+                    gpus_on[p.node] = gpus_on.get(p.node, 0.0) + p.requests.gpus
+                else:
+                    elsewhere += p.requests.gpus
         starts = [p.started_at for p in ps if p.node and p.holds_resources]
         known = bool(starts) and all(s is not None for s in starts)
         ranges = {parse_range(p.elastic) for p in ps}
@@ -163,6 +167,7 @@ class WorldBuilder:
         return JobState(
             key=key, namespace=ps[0].namespace, gpus_on=gpus_on,
             live_gpus=int(sum(p.requests.gpus for p in ps if not p.terminating)),
+            gpus_elsewhere=elsewhere,
             per_pod=max(1, int(max(p.requests.gpus for p in ps))),
             checkpointable=all(p.checkpointable for p in ps),
             elastic=elastic,
