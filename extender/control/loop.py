@@ -1,4 +1,4 @@
-"""ControlLoop: runs one controller every interval, only while this replica holds the Lease.
+"""ControlLoop: one controller's interval, only while this replica holds the Lease; ControlRounds runs them.
 
 A controller is three methods (see `Controller`): `observe(now)` gathers what it decides from
 (the shell's reads: snapshot, namespaces, pods), `plan(observed, budget_left)` returns the
@@ -154,8 +154,6 @@ class ControlLoop:
         self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
         self.history: deque[Tick] = deque(maxlen=history)
         self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _count(self, action: Action, outcome: str) -> None:
         self.metrics.actions.labels(self.name, action.kind, outcome).inc()
@@ -235,27 +233,6 @@ class ControlLoop:
                         log.exception("%s: noting %s %s failed", self.name, action.kind, action.target)
         self._count(action, out.outcome)
         return out
-
-    # ---- thread ----
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # never let the thread die
-                log.exception("%s: tick failed", self.name)
-            self._stop.wait(self.interval_s)
-
-    def start(self) -> ControlLoop:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"control-{self.name}", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
 
     def status(self) -> dict[str, Any]:
         last = self.history[-1].as_dict() if self.history else None
