@@ -20,8 +20,7 @@ Per interval:
 3. Preemption (DynamoML): the first job in order that has waited `preempt_after_s` and does not
    fit may have running jobs of a *later* queue evicted for it (checkpointable, namespace
    allowed, running at least `min_runtime_s`, not predicted to end within the migrator's
-   `min_remaining_s`, restarted by flowsched (migrated or preempted) fewer than the migrator's
-   `max_migrations` times), most attained service first, only as many as its
+   `min_remaining_s`), most attained service first, only as many as its
    pods need to fit, and only if they then do. The evicted jobs' replacement pods carry the gate
    again and are ordered by what they had attained.
 4. Namespaces flowsched must not touch (excluded or labelled out) are never held: their gated
@@ -220,8 +219,6 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
             continue  # ends by itself soon, cheaper than a restart
         if r.since_migration_s < settings.safety.hold_s or r.since_scaled_s < settings.safety.hold_s:
             continue
-        if r.migrations >= settings.migrator.max_migrations:
-            continue  # restarted by flowsched as often as the migrator's per-job limit allows
         cands.append(r)
     cands.sort(key=lambda r: (-(r.attained_gpu_s if math.isfinite(r.attained_gpu_s) else 0.0), r.key))
     extra = np.zeros_like(room.free)

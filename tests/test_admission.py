@@ -83,16 +83,6 @@ def test_long_waiting_work_preempts_checkpointable_jobs_of_later_queues_only() -
     assert plan_admission_for(world(waiting, other, young, free=(0, 0)), S).preempts == ()
 
 
-def test_a_job_restarted_max_migrations_times_is_not_preempted() -> None:
-    # The migrator's per-job limit on flowsched's restarts holds for admission's victims too.
-    waiting = gated("a/new", (4.0,), wait_s=120)
-    limit = S.migrator.max_migrations
-    moved = running("a/served", "n0", 4, attained=30 * H, migrations=limit)
-    assert plan_admission_for(world(waiting, moved, free=(0, 0)), S).preempts == ()
-    once_less = replace(moved, migrations=limit - 1)
-    assert [p.job for p in plan_admission_for(world(waiting, once_less, free=(0, 0)), S).preempts] == ["a/served"]
-
-
 def test_namespaces_flowsched_may_not_touch_are_never_held() -> None:
     held = gated("frozen/job", (4.0, 4.0, 4.0), wait_s=5)
     plan = plan_admission_for(world(held, free=(0, 0), labels={"frozen": {"flowsched.io/migrate": "false"}}), S)
