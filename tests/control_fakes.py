@@ -20,6 +20,7 @@ class FakeTracker:
 class FakeActions:
     def __init__(self) -> None:
         self.api_client = object()
+        self.write_timeout_s = 5.0
         self.annotations: list[tuple[str, str, dict[str, Any]]] = []
 
     def annotate_pod(self, ns: str, name: str, ann: dict[str, Any]) -> bool:

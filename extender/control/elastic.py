@@ -180,7 +180,8 @@ class Elastic:
                 patch["spec"] = {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}
         guard(f"patching pytorchjob {ns}/{name}")
         try:
-            kube_request(api, "PATCH", path, patch, content_type=MERGE_PATCH)
+            kube_request(api, "PATCH", path, patch, content_type=MERGE_PATCH,
+                         timeout_s=self.ctx.actions.write_timeout_s)
         except Exception as e:
             if getattr(e, "status", None) == 404:
                 return "gone"

@@ -59,9 +59,15 @@ def map_api_error(e: Exception, what: str, retry_s: float = 30.0) -> Exception:
 
 
 class KubeActions:
-    def __init__(self, api_client: Any, retry_s: float = 30.0) -> None:
+    """write_timeout_s bounds each write. A loop checks leadership before every write, so the
+    longest a replica can write after losing the Lease is one write; with write_timeout_s at most
+    lease_duration_s - renew_deadline_s (5 s by default), even that write lands before another
+    replica may take the Lease over (the service passes exactly that)."""
+
+    def __init__(self, api_client: Any, retry_s: float = 30.0, write_timeout_s: float = 5.0) -> None:
         self.api_client = api_client
         self.retry_s = retry_s
+        self.write_timeout_s = write_timeout_s
 
     def evict(self, namespace: str, name: str, uid: str = "", *, dry_run: bool = False) -> str:
         """policy/v1 Eviction (PodDisruptionBudgets apply). With uid, only that incarnation of
@@ -74,7 +80,7 @@ class KubeActions:
             body["deleteOptions"] = {"preconditions": {"uid": uid}}
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction" + ("?dryRun=All" if dry_run else "")
         try:
-            kube_request(self.api_client, "POST", path, body)
+            kube_request(self.api_client, "POST", path, body, timeout_s=self.write_timeout_s)
         except Exception as e:
             status = _status(e)
             if status == 404:
@@ -94,7 +100,8 @@ class KubeActions:
         """Merge-patch annotations (None deletes one). False when the pod is gone."""
         try:
             kube_request(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
-                         {"metadata": {"annotations": annotations}}, content_type=MERGE_PATCH)
+                         {"metadata": {"annotations": annotations}}, content_type=MERGE_PATCH,
+                         timeout_s=self.write_timeout_s)
         except Exception as e:
             if _status(e) == 404:
                 return False
@@ -107,7 +114,7 @@ class KubeActions:
         body = {"spec": {"schedulingGates": [{"name": g} for g in gates] or None}}
         try:
             kube_request(self.api_client, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body,
-                         content_type=MERGE_PATCH)
+                         content_type=MERGE_PATCH, timeout_s=self.write_timeout_s)
         except Exception as e:
             if _status(e) == 404:
                 return False

@@ -372,10 +372,10 @@ class Resizer:
         core = client.CoreV1Api(api_client)
         if hasattr(core, "patch_namespaced_pod_resize"):
             core.patch_namespaced_pod_resize(name, ns, body, field_manager="flowsched", _content_type=STRATEGIC,
-                                             _request_timeout=30)
+                                             _request_timeout=self.ctx.actions.write_timeout_s)
         else:  # clients older than v33 have no method for the subresource
             kube_request(api_client, "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/resize", body,
-                         content_type=STRATEGIC)
+                         content_type=STRATEGIC, timeout_s=self.ctx.actions.write_timeout_s)
 
     def describe(self) -> dict[str, Any]:
         return {"settings": vars(self.settings), "headroom_m": self.headroom_m, "last_plan": self.last_plan,

@@ -149,7 +149,9 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                                 retry_period_s=cc.retry_period_s)
         leader = elector
         recorder = EventRecorder(api_client, identity, failures=event_failures)
-        actions = KubeActions(api_client, retry_s=cc.retry_after_s)
+        # A write lands before anyone may take the Lease over (kube_actions.KubeActions).
+        actions = KubeActions(api_client, retry_s=cc.retry_after_s,
+                              write_timeout_s=max(1.0, cc.lease_duration_s - cc.renew_deadline_s))
     else:
         log.warning("control loops without a cluster: always leader, always dry-run")
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
