@@ -14,7 +14,7 @@ Pure: time comes in as `now`; the budget's memory is a value the shell keeps.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scoring.settings import SafetySettings
@@ -121,6 +121,17 @@ class Budget:
         except ValueError:
             return
         self._interval_spent = max(0, self._interval_spent - 1)
+
+    def spent_times(self, now: float) -> tuple[float, ...]:
+        """When the actions of the sliding hour were taken (what a successor must honour)."""
+        self._expire(now)
+        return tuple(self._spent_at)
+
+    def restore(self, times: Iterable[float], now: float) -> None:
+        """Adds spends recorded elsewhere (before a restart, by the previous leader) to the
+        sliding hour; the same time twice counts once, times outside the hour are dropped."""
+        merged = set(self._spent_at) | {float(t) for t in times if now - HOUR_S < float(t) <= now}
+        self._spent_at = deque(sorted(merged))
 
     def remaining(self, now: float) -> dict[str, int]:
         self._expire(now)

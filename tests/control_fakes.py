@@ -54,3 +54,20 @@ def make_context(state: Any, tracker: Any, actions: Any, recorder: Any, *, setti
 def plan_at(controller: Any, now: float, budget_left: int = 100) -> Any:
     """What the ControlLoop does in one tick, minus acting: observe, then plan."""
     return controller.plan(controller.observe(now), budget_left)
+
+
+class MemoryBudgetStore:
+    """extender.control.budget_store.BudgetStore in a dict (the real one is a Lease; tested against
+    the real apiserver in tests/test_control_leader.py)."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, list[float]] = {}
+        self.unreadable = False
+
+    def load(self) -> dict[str, list[float]]:
+        if self.unreadable:
+            raise OSError("budget store unreadable")
+        return {k: list(v) for k, v in self.saved.items()}
+
+    def save(self, loop: str, times: Any) -> None:
+        self.saved[loop] = list(times)

@@ -157,3 +157,20 @@ def test_two_threads_never_lead_together_and_fail_over(api_client: Any, control_
         other_client.close()
     assert both == 0
     assert leaders == {"a", "b"}
+
+
+def test_the_budget_store_keeps_each_loops_spends_in_a_lease(api_client: Any, kube: Kube) -> None:
+    # As the flowsched ServiceAccount (deploy/ RBAC: leases get, create, update): a new leader
+    # reads what its predecessor spent; two writers in turn both land (read-modify-write).
+    from extender.control.budget_store import LeaseBudgetStore
+
+    name = lease_name() + "-budgets"
+    a, b = LeaseBudgetStore(api_client, NS, name), LeaseBudgetStore(api_client, NS, name)
+    assert a.load() == {}
+    a.save("migrator", [100.0, 200.5])
+    b.save("elastic", [150.0])
+    a.save("migrator", [100.0, 200.5, 300.0])
+    assert b.load() == {"migrator": [100.0, 200.5, 300.0], "elastic": [150.0]}
+    obj = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}")
+    assert obj["metadata"]["annotations"]["flowsched.io/spent-elastic"] == "[150.0]"
+    assert "holderIdentity" not in (obj.get("spec") or {})  # not a leader Lease: nobody holds it

@@ -505,3 +505,49 @@ def test_a_gang_release_stops_when_the_lease_is_lost() -> None:
     with pytest.raises(LostLeadership) as e:
         adm.act(admit, 0.0)
     assert e.value.writes == 1 and actions.calls == [("ungate", "g-0")]
+
+
+def test_the_hourly_budget_outlives_a_restart_and_a_change_of_leader() -> None:
+    # 1 per interval, 2 an hour. A leader acts, crashes, restarts (a new ControlLoop, the same
+    # saved budget): it may act once more this hour, not twice. Before, each restart had a full hour.
+    from tests.control_fakes import MemoryBudgetStore
+
+    store, clock = MemoryBudgetStore(), Clock()
+
+    def loop() -> tuple[FakeController, ControlLoop]:
+        ctrl = FakeController([act("j")])
+        lp = ControlLoop(ctrl, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=10, dry_run=False,
+                         per_interval=1, per_hour=2, clock=clock, budget_store=store)
+        return ctrl, lp
+
+    first, lp = loop()
+    lp.run_once()
+    assert first.acted == ["j"] and store.saved["fake"] == [clock.t]
+    for _ in range(3):  # three restarts within the hour
+        clock.t += 60
+        ctrl, lp = loop()
+        lp.run_once()
+    assert len(store.saved["fake"]) == 2  # one more action after the first, then none
+    assert [o.outcome for o in lp.history[-1].outcomes] == [BUDGET]
+    clock.t += 3600  # the hour slid by
+    ctrl, lp = loop()
+    lp.run_once()
+    assert ctrl.acted == ["j"]
+
+
+def test_an_unreadable_saved_budget_skips_the_interval_and_dry_run_saves_nothing() -> None:
+    from tests.control_fakes import MemoryBudgetStore
+
+    store, clock = MemoryBudgetStore(), Clock()
+    store.unreadable = True
+    ctrl = FakeController([act("j")])
+    lp = ControlLoop(ctrl, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=10, dry_run=False,
+                     clock=clock, budget_store=store)
+    tick = lp.run_once()
+    assert ctrl.plans == 0 and "unreadable" in tick.error
+    store.unreadable = False
+    assert lp.run_once().outcomes[0].outcome == "done"  # read once it can be
+    dry = ControlLoop(FakeController([act("k")]), Leader(), ControlMetrics.build(CollectorRegistry()),
+                      interval_s=10, dry_run=True, clock=clock, budget_store=store)
+    dry.run_once()
+    assert store.saved == {"fake": [clock.t]}  # the real action only: a dry run's spends are not saved

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from extender.control.budget_store import BudgetStore
 from extender.control.errors import PermanentError, TemporaryError
 from scoring.safety import Budget
 
@@ -88,6 +89,7 @@ class ControlMetrics:
     actions: Counter
     ticks: Counter
     leader: Gauge
+    budget_save_failures: Counter
 
     @classmethod
     def build(cls, registry: CollectorRegistry) -> ControlMetrics:
@@ -98,6 +100,9 @@ class ControlMetrics:
                           registry=registry),
             leader=Gauge("flowsched_control_leader", "1 while this replica runs the loop as leader", ["loop"],
                          registry=registry),
+            budget_save_failures=Counter("flowsched_control_budget_save_failures",
+                                         "Real actions whose budget spend could not be saved", ["loop"],
+                                         registry=registry),
         )
 
 
@@ -139,6 +144,7 @@ class ControlLoop:
         clock: Callable[[], float] = time.time,
         history: int = 50,
         on_acted: Callable[[Action, float], None] | None = None,
+        budget_store: BudgetStore | None = None,
     ) -> None:
         self.controller, self.leader, self.metrics = controller, leader, metrics
         self.name = controller.name
@@ -151,6 +157,10 @@ class ControlLoop:
         self.owns_budget = True
         self.on_acted = on_acted  # told of every performed action (the World builder's notes)
         self.last_run = -math.inf  # when run_once last ran (ControlRounds' schedule)
+        # The hourly budget outlives this leader (budget_store.py): loaded once per leadership
+        # before the first plan, saved after every real action.
+        self.budget_store = budget_store
+        self._budget_loaded = False
         self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
         self.history: deque[Tick] = deque(maxlen=history)
         self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
@@ -165,8 +175,19 @@ class ControlLoop:
         self.metrics.leader.labels(self.name).set(1.0 if leader else 0.0)
         tick = Tick(at=now, leader=leader, dry_run=self.dry_run)
         if not leader:
+            self._budget_loaded = False  # a later leadership reads what its predecessor spent
             self.metrics.ticks.labels(self.name, "not_leader").inc()
             return tick
+        if self.budget_store is not None and not self._budget_loaded:
+            try:
+                self.budget.restore(self.budget_store.load().get(self.name, ()), now)
+                self._budget_loaded = True
+            except Exception as e:  # acting on a budget it cannot read could exceed it: plan nothing
+                log.warning("%s: interval skipped, the saved budget is unreadable: %s", self.name, e)
+                tick.error = f"saved budget unreadable: {e}"[:300]
+                self.metrics.ticks.labels(self.name, "error").inc()
+                self.history.append(tick)
+                return tick
         if self.owns_budget:
             self.budget.new_interval()
         self.backoff = {k: v for k, v in self.backoff.items() if v[0] > now}
@@ -224,6 +245,7 @@ class ControlLoop:
             else:
                 if action.budgeted:
                     self.budget.spend(now)
+                    self._save_budget(now)
                 out = Outcome(action, result)
                 self.performed.append(out)
                 if self.on_acted is not None:
@@ -233,6 +255,15 @@ class ControlLoop:
                         log.exception("%s: noting %s %s failed", self.name, action.kind, action.target)
         self._count(action, out.outcome)
         return out
+
+    def _save_budget(self, now: float) -> None:
+        if self.budget_store is None:
+            return
+        try:
+            self.budget_store.save(self.name, self.budget.spent_times(now))
+        except Exception as e:  # the action is done; the in-memory budget still holds
+            log.warning("%s: could not save the budget (a restart would forget this action): %s", self.name, e)
+            self.metrics.budget_save_failures.labels(self.name).inc()
 
     def status(self) -> dict[str, Any]:
         last = self.history[-1].as_dict() if self.history else None

@@ -21,6 +21,7 @@ import orjson
 from fastapi import APIRouter, Response
 from prometheus_client import CollectorRegistry, Counter
 
+from extender.control.budget_store import BudgetStore, LeaseBudgetStore
 from extender.control.events import EventRecorder, LogRecorder, Recorder
 from extender.control.kube_actions import KubeActions
 from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
@@ -142,6 +143,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     leader: Leadership
     recorder: Recorder
     actions: KubeActions | None
+    budgets: BudgetStore | None = None
     dry_run = cc.dry_run
     if api_client is not None:
         elector = LeaderElector(KubeLeaseClient(api_client), cc.lease_namespace, cc.lease_name, identity,
@@ -149,6 +151,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                                 retry_period_s=cc.retry_period_s)
         leader = elector
         recorder = EventRecorder(api_client, identity, failures=event_failures)
+        budgets = LeaseBudgetStore(api_client, cc.lease_namespace, f"{cc.lease_name}-budgets")
         # A write lands before anyone may take the Lease over (kube_actions.KubeActions).
         actions = KubeActions(api_client, retry_s=cc.retry_after_s,
                               write_timeout_s=max(1.0, cc.lease_duration_s - cc.renew_deadline_s))
@@ -172,7 +175,8 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         made[name] = controller
         loops.append(ControlLoop(controller, leader, metrics, interval_s=cfg.interval_s, dry_run=dry_run,
                                  per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
-                                 permanent_backoff_s=cc.permanent_backoff_s, clock=clock, on_acted=note))
+                                 permanent_backoff_s=cc.permanent_backoff_s, clock=clock, on_acted=note,
+                                 budget_store=budgets))
         log.info("control loop %s enabled (every %.0fs, %s, identity %s)", name, cfg.interval_s,
                  "dry run" if dry_run else "acting", identity)
     by_name = {lp.name: lp for lp in loops}
