@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo_main(argv[1:]) if argv[0] == "demo" else simulate_main(argv[1:])
     if argv and argv[0] == "migrate":
+        if "-h" in argv or "--help" in argv:
+            print("flowsched migrate [flags]: flowsched serve with the migrator loop on "
+                  "(= serve --controllers migrator); the flags are serve's:")
         argv = ["serve", "--with-migrator", *argv[1:]]
     ns = parser.parse_args(argv)
     if ns.command == "serve":

@@ -491,3 +491,11 @@ def test_deploy_matches_the_server_limits() -> None:
     sleep_s = int(pre_stop["sleep"]["seconds"]) if "sleep" in pre_stop else 0
     grace = int(spec["terminationGracePeriodSeconds"])
     assert grace >= sleep_s + Settings().shutdown_timeout_s + 5  # preStop, then bounded shutdown, then slack
+
+
+def test_migrate_help_says_it_is_serve_with_the_migrator(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["migrate", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("flowsched migrate [flags]: flowsched serve with the migrator loop on")
+    assert "--controllers" in out and "usage: flowsched serve" in out
