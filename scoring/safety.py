@@ -13,7 +13,7 @@ Pure: time comes in as `now`; the budget's memory is a value the shell keeps.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -129,9 +129,12 @@ class Budget:
 
     def restore(self, times: Iterable[float], now: float) -> None:
         """Adds spends recorded elsewhere (before a restart, by the previous leader) to the
-        sliding hour; the same time twice counts once, times outside the hour are dropped."""
-        merged = set(self._spent_at) | {float(t) for t in times if now - HOUR_S < float(t) <= now}
-        self._spent_at = deque(sorted(merged))
+        sliding hour. Several actions of one round share a time, so times are a multiset: a time
+        counts as often as the larger of the two records has it (a record loaded twice counts
+        once); times outside the hour are dropped."""
+        loaded = Counter(float(t) for t in times if now - HOUR_S < float(t) <= now)
+        merged = Counter(self._spent_at) | loaded
+        self._spent_at = deque(sorted(merged.elements()))
 
     def remaining(self, now: float) -> dict[str, int]:
         self._expire(now)

@@ -107,6 +107,17 @@ def test_dry_run_plans_and_budgets_but_never_acts() -> None:
     assert loop.history[-1] is tick  # shown at /debug
 
 
+def test_budget_restore_counts_actions_of_one_round_each_and_a_reload_once() -> None:
+    # A round's actions share one time: [t, t, t] is three actions, not one.
+    b = Budget(per_interval=10, per_hour=4)
+    b.restore([100.0, 100.0, 100.0, -5000.0], now=200.0)  # the last is outside the hour
+    assert b.remaining(200.0)["hour"] == 1
+    b.restore([100.0, 100.0, 100.0], now=200.0)  # the same record loaded again
+    assert b.spent_times(200.0) == (100.0, 100.0, 100.0)
+    b.spend(200.0)
+    assert not b.allows(200.0)
+
+
 def test_budget_limits_real_actions_per_interval_and_hour() -> None:
     clock = Clock()
     ctrl = FakeController([act("a"), act("b")])
