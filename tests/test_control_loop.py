@@ -562,3 +562,26 @@ def test_an_unreadable_saved_budget_skips_the_interval_and_dry_run_saves_nothing
                       interval_s=10, dry_run=True, clock=clock, budget_store=store)
     dry.run_once()
     assert store.saved == {"fake": [clock.t]}  # the real action only: a dry run's spends are not saved
+
+
+def test_the_preemption_budget_outlives_a_restart() -> None:
+    # Acting for half an hour spends part of the hourly preemption limit; a restarted admission
+    # controller (same saved budgets) preempts only what is left of it in the rest of the hour.
+    from tests.control_fakes import MemoryBudgetStore
+
+    store = MemoryBudgetStore()
+    clock = Clock(0.0)
+    first, adm = _admission_loop(False, EvictingActions(), clock)
+    adm.ctx.budgets = store
+    done = 0
+    for k in range(3):  # 2 preemptions an interval
+        clock.t = k * 30.0
+        done += [o.outcome for o in first.run_once().outcomes].count("evicted")
+    assert done == 6 and len(store.saved["admission-preemptions"]) == 6
+    second, adm2 = _admission_loop(False, EvictingActions(), clock)  # restarted: a fresh controller
+    adm2.ctx.budgets = store
+    later = 0
+    for k in range(3, 120):
+        clock.t = k * 30.0
+        later += [o.outcome for o in second.run_once().outcomes].count("evicted")
+    assert done + later == adm2.cfg.max_preemptions_per_hour

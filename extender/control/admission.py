@@ -33,6 +33,8 @@ from scoring.admission import Admit, Preempt, plan_admission_for
 from scoring.safety import Budget
 
 log = logging.getLogger("flowsched.admission")
+# The key of admission's preemption budget in the budget store (the loops' own are their names).
+PREEMPT_BUDGET = "admission-preemptions"
 
 ADMITTED = "FlowschedAdmitted"
 PREEMPTED = "FlowschedPreempted"
@@ -62,6 +64,11 @@ class Admission:
         world = observed.world
         now = self.ctx.clock()
         self.preempt_budget.new_interval()
+        if self.ctx.budgets is not None:  # what this or an earlier leader preempted this hour
+            try:
+                self.preempt_budget.restore(self.ctx.budgets.load().get(PREEMPT_BUDGET, ()), now)
+            except Exception as e:
+                raise TemporaryError(f"saved preemption budget unreadable: {e}", 0.0) from e
         # Preemptions come first in the loop's budget too: never plan more than it lets through.
         plan = plan_admission_for(world, self.ctx.core, max_admits=budget_left,
                                   max_preempts=min(self.preempt_budget.left(now), budget_left))
@@ -140,7 +147,16 @@ class Admission:
             self._not_carried_out(action.key, now, now)
         else:
             self._spent.pop(action.key, None)
+            self._save_preempt_budget(now)
         return outcome
+
+    def _save_preempt_budget(self, now: float) -> None:
+        if self.ctx.budgets is None:
+            return
+        try:
+            self.ctx.budgets.save(PREEMPT_BUDGET, self.preempt_budget.spent_times(now))
+        except Exception as e:  # the preemption is done; the in-memory budget still holds
+            log.warning("could not save the preemption budget (a restart would forget it): %s", e)
 
     def _not_carried_out(self, job: str, now: float, parked_until: float) -> None:
         """The preemption planned for `job` did not happen: its budget back; while the loop parks

@@ -61,6 +61,7 @@ class ControlContext:
     leader: Leadership
     identity: str
     clock: Callable[[], float] = time.time
+    budgets: BudgetStore | None = None  # where budgets outlive the leader (None: no cluster)
 
 
 def default_identity(settings: Settings) -> str:
@@ -163,7 +164,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                          diagnoses=diagnoses)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
-                         registry=registry, leader=leader, identity=identity, clock=clock)
+                         registry=registry, leader=leader, identity=identity, clock=clock, budgets=budgets)
     metrics = ControlMetrics.build(registry)
     world.remember_s = max(cc.hold_s, world.remember_s)
     note = note_for(world)
