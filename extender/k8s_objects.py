@@ -287,7 +287,8 @@ def _text(value: Any) -> str | None:
 
 def controller_kind(meta: Mapping[str, Any]) -> str:
     """The kind of the controlling ownerReference; "" when none."""
-    for ref in meta.get("ownerReferences") or []:
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
         if isinstance(ref, Mapping) and ref.get("controller"):
             return str(ref.get("kind") or "")
     return ""

@@ -131,8 +131,9 @@ class Budget:
         """Adds spends recorded elsewhere (before a restart, by the previous leader) to the
         sliding hour. Several actions of one round share a time, so times are a multiset: a time
         counts as often as the larger of the two records has it (a record loaded twice counts
-        once); times outside the hour are dropped."""
-        loaded = Counter(float(t) for t in times if now - HOUR_S < float(t) <= now)
+        once); times before the hour are dropped, times after `now` (another replica's clock
+        ahead of this one's) count as now."""
+        loaded = Counter(min(float(t), now) for t in times if now - HOUR_S < float(t))
         merged = Counter(self._spent_at) | loaded
         self._spent_at = deque(sorted(merged.elements()))
 

@@ -585,3 +585,80 @@ def test_the_preemption_budget_outlives_a_restart() -> None:
         clock.t = k * 30.0
         later += [o.outcome for o in second.run_once().outcomes].count("evicted")
     assert done + later == adm2.cfg.max_preemptions_per_hour
+
+
+class FakeLeaseApi:
+    """rest.kube_request for one namespace's Leases, in a dict (the real apiserver's round trip
+    is tests/test_control_leader.py's): GET, POST, PUT with resourceVersion checks."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.version = 0
+
+    def __call__(self, api_client: Any, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        import copy
+        import json
+
+        from extender.control.rest import ApiError
+
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        if method == "GET":
+            if name not in self.objects:
+                raise ApiError(method, path, 404, "{}", {})
+            return copy.deepcopy(self.objects[name])
+        obj = json.loads(json.dumps(body))  # what the wire carries
+        name = obj["metadata"]["name"]
+        if method == "PUT" and obj["metadata"].get("resourceVersion") != self.objects[name]["metadata"][
+                "resourceVersion"]:
+            raise ApiError(method, path, 409, "{}", {})
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[name] = obj
+        return copy.deepcopy(obj)
+
+
+def test_saved_spends_read_back_equal_so_regaining_the_lease_counts_each_action_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Wall-clock times have microseconds; a store that rounded them made each reload count a
+    # rounded copy as another action (3 actions exhausted a budget of 6).
+    import extender.control.budget_store as bs
+
+    monkeypatch.setattr(bs, "kube_request", FakeLeaseApi())
+    store = bs.LeaseBudgetStore(object(), "flowsched", "flowsched-controllers-budgets")
+    clock, leader = Clock(1_763_900_000.123456), Leader()
+    ctrl = FakeController([act("j")])
+    lp = ControlLoop(ctrl, leader, ControlMetrics.build(CollectorRegistry()), interval_s=10, dry_run=False,
+                     per_interval=1, per_hour=6, clock=clock, budget_store=store)
+    for _ in range(3):
+        lp.run_once()
+        leader.is_leader = False  # the Lease flaps between ticks
+        clock.t += 30.5
+        lp.run_once()
+        leader.is_leader = True
+        clock.t += 30.5
+    assert ctrl.acted == ["j", "j", "j"]
+    assert lp.budget.remaining(clock.t)["hour"] == 3
+    assert len(store.load()["fake"]) == 3
+
+
+def test_spends_stamped_ahead_of_this_clock_still_count() -> None:
+    # The previous leader's clock ran 2 s ahead: its last spend is "in the future" here.
+    b = Budget(per_interval=5, per_hour=1)
+    b.restore([1002.0], now=1000.0)
+    assert not b.allows(1000.0)
+
+
+def test_a_refusal_after_a_preemption_in_the_same_round_stays_refunded_in_the_saved_budget() -> None:
+    # r2 is preempted, then r1 is refused (429). The save after r2 must not carry r1's spend from
+    # planning, or the next plan's reload would take the refund back.
+    from tests.control_fakes import MemoryBudgetStore
+
+    clock, store = Clock(0.0), MemoryBudgetStore()
+    loop, adm = _admission_loop(False, EvictingActions(refuse=("r1-0",)), clock)
+    adm.ctx.budgets = store
+    outcomes = [(o.action.key, o.outcome) for o in loop.run_once().outcomes if o.action.kind == "preempt"]
+    assert outcomes == [("t/r2", "evicted"), ("t/r1", RETRY)]
+    assert store.saved["admission-preemptions"] == [0.0]
+    clock.t = 30.0
+    loop.run_once()
+    assert adm.preempt_budget.spent_times(30.0).count(0.0) == 1

@@ -59,7 +59,7 @@ def test_a_round_runs_the_due_loops_in_loop_order_each_at_its_own_interval() -> 
     clock, log = Clock(NOW), []
     names = ["idle", "migrator", "admission", "elastic"]  # as configured: not the core's order
     rounds = ControlRounds(_loops(names, {"idle": 60, "migrator": 60, "admission": 30, "elastic": 30}, clock, log),
-                           LOOP_ORDER, clock=clock)
+                           LOOP_ORDER, mono=clock)
     assert rounds.run_round() == ["elastic", "admission", "migrator", "idle"]
     assert log == ["elastic", "admission", "migrator", "idle"]
     clock.t += 30
@@ -75,7 +75,7 @@ def test_a_shared_budget_starts_a_new_interval_only_at_its_owner() -> None:
     clock, log = Clock(NOW), []
     migrator, idle = _loops(["migrator", "idle"], {"migrator": 60, "idle": 60}, clock, log)
     idle.budget, idle.owns_budget = migrator.budget, False
-    rounds = ControlRounds([migrator, idle], LOOP_ORDER, clock=clock)
+    rounds = ControlRounds([migrator, idle], LOOP_ORDER, mono=clock)
     rounds.run_round()
     assert [o.outcome for o in migrator.history[-1].outcomes] == ["done"]
     assert [o.outcome for o in idle.history[-1].outcomes] == ["budget_exhausted"]
@@ -103,7 +103,8 @@ def _pod(name: str, job: str, gpus: int, node_name: str | None, ann: dict[str, s
 
 
 def _service_loops(pods: list[dict[str, Any]], nodes: dict[str, int], est: dict[str, ConvergenceEstimate],
-                   loops: list[str], dry: set[str]) -> tuple[ControlRounds, dict[str, ControlLoop], FakeActions]:
+                   loops: list[str], dry: set[str],
+                   notes: bool = True) -> tuple[ControlRounds, dict[str, ControlLoop], FakeActions]:
     state = ClusterState()
     for n, g in nodes.items():
         state.upsert_node(parse_node(node(n, gpus=g)))
@@ -122,8 +123,9 @@ def _service_loops(pods: list[dict[str, Any]], nodes: dict[str, int], est: dict[
         cfg = ctx.core.loop(name)
         built[name] = ControlLoop(_factory(name)(ctx), AlwaysLeader(), metrics, interval_s=cfg.interval_s,
                                   dry_run=name in dry, per_interval=cfg.max_per_interval,
-                                  per_hour=cfg.max_per_hour, clock=clock, on_acted=note_for(ctx.world))
-    return ControlRounds(list(built.values()), LOOP_ORDER, clock=clock), built, actions
+                                  per_hour=cfg.max_per_hour, clock=clock,
+                                  on_acted=note_for(ctx.world) if notes else None)
+    return ControlRounds(list(built.values()), LOOP_ORDER, mono=clock), built, actions
 
 
 def test_the_migrator_sees_the_rescale_the_optimizer_just_made_in_the_same_round() -> None:
@@ -134,12 +136,18 @@ def test_the_migrator_sees_the_rescale_the_optimizer_just_made_in_the_same_round
             _pod("d-0", "d", 3, None)]
     est = {"t/x": _est(Phase.COMPLETING), "t/y": _est(Phase.GROWING), "t/z": _est(Phase.GROWING),
            "t/z2": _est(Phase.GROWING)}
-    # Each loop alone on this snapshot (dry run): the two plans contradict each other.
+    # Each loop alone on this snapshot (no notes: what two threads did): the plans contradict.
     rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4, "c": 4}, est, ["migrator", "elastic"],
-                                      dry={"migrator", "elastic"})
+                                      dry={"migrator", "elastic"}, notes=False)
     rounds.run_round()
     assert [(o.action.kind, o.action.key) for o in loops["elastic"].history[-1].outcomes] == [("scale-up", "t/x")]
     assert [(o.action.kind, o.action.key) for o in loops["migrator"].history[-1].outcomes] == [("evict", "t/x")]
+    # A dry run previews the composition: the migrator's plan already leaves x alone.
+    rounds, loops, actions = _service_loops(pods, {"a": 4, "b": 4, "c": 4}, est, ["migrator", "elastic"],
+                                            dry={"migrator", "elastic"})
+    rounds.run_round()
+    assert [o.outcome for o in loops["elastic"].history[-1].outcomes] == ["dry_run"] and not actions.annotations
+    assert not any(o.action.key == "t/x" for t in loops["migrator"].history for o in t.outcomes)
     # Acting, in one round: the optimizer's rescale is noted, and the migrator leaves x alone.
     rounds, loops, actions = _service_loops(pods, {"a": 4, "b": 4, "c": 4}, est, ["migrator", "elastic"],
                                             dry={"migrator"})
@@ -157,9 +165,9 @@ def test_admission_does_not_release_a_gang_into_the_gpus_a_rescale_just_took() -
     def admitted(loop: ControlLoop) -> list[str]:
         return [o.action.key for t in loop.history for o in t.outcomes if o.action.kind == "admit"]
 
-    # Each alone on this snapshot (dry run): both would give b's 4 GPUs away.
+    # Each alone on this snapshot (no notes): both would give b's 4 GPUs away.
     rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4}, est, ["admission", "elastic"],
-                                      dry={"admission", "elastic"})
+                                      dry={"admission", "elastic"}, notes=False)
     rounds.run_round()
     assert [o.action.key for o in loops["elastic"].history[-1].outcomes] == ["t/x"]
     assert admitted(loops["admission"]) == ["t/g"]
@@ -190,3 +198,14 @@ def test_a_job_on_a_cordoned_node_is_held_not_replanned_as_waiting() -> None:
     assert x.held_gpus == 0 and x.gpus_elsewhere == 4 and x.bound
     elastic = _factory("elastic")(ctx)
     assert [a for a in elastic.plan(elastic.observe(NOW), 16) if a.key == "t/x"] == []
+
+
+def test_a_wall_clock_stepped_back_does_not_stop_the_rounds() -> None:
+    # The loops read the wall clock (their budgets' hour); the schedule runs on a monotonic one.
+    wall, mono, log = Clock(NOW), Clock(0.0), []
+    rounds = ControlRounds(_loops(["migrator", "elastic"], {"migrator": 60, "elastic": 30}, wall, log), LOOP_ORDER,
+                           mono=mono)
+    assert rounds.run_round() == ["elastic", "migrator"]
+    wall.t -= 3600  # NTP steps the clock back an hour
+    mono.t += 60
+    assert rounds.run_round() == ["elastic", "migrator"]

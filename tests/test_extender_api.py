@@ -286,8 +286,20 @@ def test_preempt_pdb_count_beyond_int64_or_negative_is_400(client: TestClient, p
 def test_job_key_ignores_junk_owner_references() -> None:
     from extender.k8s_objects import job_key
 
-    for refs in (["x"], {"controller": True}, [None, 3], "abc"):
+    for refs in (["x"], {"controller": True}, [None, 3], "abc", 3, True):
         assert job_key({"name": "p", "namespace": "a", "ownerReferences": refs}) == "a/p"
+
+
+def test_a_number_for_owner_references_is_no_fallback(client: TestClient, state: ClusterState) -> None:
+    # controller_kind iterated it (TypeError: a flowsched bug, so /filter failed open and passed
+    # an 8-GPU pod on a full node); it is ignored like any other junk there.
+    p = pod("p", gpus=8)
+    p["metadata"]["ownerReferences"] = 3
+    r = client.post("/filter", content=orjson.dumps(args_names(p, ["n0"])),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["NodeNames"] == [] and "n0" in body["FailedNodes"]
 
 
 def test_oversized_body_is_413(client: TestClient) -> None:

@@ -15,6 +15,7 @@ and given back when the preemption is refused or its job is gone.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from collections.abc import Sequence
@@ -153,8 +154,12 @@ class Admission:
     def _save_preempt_budget(self, now: float) -> None:
         if self.ctx.budgets is None:
             return
+        # Only what was carried out: the round's other planned preemptions are still in _spent
+        # (spent at planning), and a refusal after this save would give back in memory alone.
+        carried = (collections.Counter(self.preempt_budget.spent_times(now))
+                   - collections.Counter(self._spent.values()))
         try:
-            self.ctx.budgets.save(PREEMPT_BUDGET, self.preempt_budget.spent_times(now))
+            self.ctx.budgets.save(PREEMPT_BUDGET, sorted(carried.elements()))
         except Exception as e:  # the preemption is done; the in-memory budget still holds
             log.warning("could not save the preemption budget (a restart would forget it): %s", e)
 

@@ -62,7 +62,9 @@ class LeaseBudgetStore:
                 if isinstance(k, str) and k.startswith(ANNOTATION) and isinstance(v, str)}
 
     def save(self, loop: str, times: Iterable[float]) -> None:
-        value = json.dumps([round(t, 3) for t in times])
+        # Full precision: json writes a float so that it reads back equal, and Budget.restore
+        # matches spends by value (a rounded copy would count as another action).
+        value = json.dumps([float(t) for t in times])
         for _ in range(3):  # a conflicting writer (a second leader for a moment): read again
             obj = self._get()
             try:

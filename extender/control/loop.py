@@ -143,7 +143,7 @@ class ControlLoop:
         permanent_backoff_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         history: int = 50,
-        on_acted: Callable[[Action, float], None] | None = None,
+        on_acted: Callable[[Action, float], None] | None = None,  # performed, or would be (dry run)
         budget_store: BudgetStore | None = None,
     ) -> None:
         self.controller, self.leader, self.metrics = controller, leader, metrics
@@ -156,11 +156,9 @@ class ControlLoop:
         # its owner starts a new interval, so the two together stay within per_interval.
         self.owns_budget = True
         self.on_acted = on_acted  # told of every performed action (the World builder's notes)
-        self.last_run = -math.inf  # when run_once last ran (ControlRounds' schedule)
-        # The hourly budget outlives this leader (budget_store.py): loaded once per leadership
-        # before the first plan, saved after every real action.
+        # The hourly budget outlives this leader (budget_store.py): loaded before every plan (the
+        # Lease may have changed hands between two ticks), saved after every real action.
         self.budget_store = budget_store
-        self._budget_loaded = False
         self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
         self.history: deque[Tick] = deque(maxlen=history)
         self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
@@ -170,18 +168,15 @@ class ControlLoop:
 
     def run_once(self) -> Tick:
         now = self.clock()
-        self.last_run = now
         leader = bool(self.leader.is_leader)
         self.metrics.leader.labels(self.name).set(1.0 if leader else 0.0)
         tick = Tick(at=now, leader=leader, dry_run=self.dry_run)
         if not leader:
-            self._budget_loaded = False  # a later leadership reads what its predecessor spent
             self.metrics.ticks.labels(self.name, "not_leader").inc()
             return tick
-        if self.budget_store is not None and not self._budget_loaded:
+        if self.budget_store is not None:
             try:
                 self.budget.restore(self.budget_store.load().get(self.name, ()), now)
-                self._budget_loaded = True
             except Exception as e:  # acting on a budget it cannot read could exceed it: plan nothing
                 log.warning("%s: interval skipped, the saved budget is unreadable: %s", self.name, e)
                 tick.error = f"saved budget unreadable: {e}"[:300]
@@ -225,6 +220,9 @@ class ControlLoop:
                 self.budget.spend(now)
             out = Outcome(action, DRY_RUN)
             log.info("%s (dry run) would %s %s: %s", self.name, action.kind, action.target, action.reason)
+            # Noted as if done (in memory only), so the round's later loops plan on what acting
+            # would have left: a dry run previews the composition, not each loop alone.
+            self._note(action, now)
         elif not self.leader.is_leader:
             out = Outcome(action, NOT_LEADER)
         else:
@@ -248,13 +246,17 @@ class ControlLoop:
                     self._save_budget(now)
                 out = Outcome(action, result)
                 self.performed.append(out)
-                if self.on_acted is not None:
-                    try:
-                        self.on_acted(action, now)
-                    except Exception:  # the note is bookkeeping: never let it undo the outcome
-                        log.exception("%s: noting %s %s failed", self.name, action.kind, action.target)
+                self._note(action, now)
         self._count(action, out.outcome)
         return out
+
+    def _note(self, action: Action, now: float) -> None:
+        if self.on_acted is None:
+            return
+        try:
+            self.on_acted(action, now)
+        except Exception:  # the note is bookkeeping: never let it undo the outcome
+            log.exception("%s: noting %s %s failed", self.name, action.kind, action.target)
 
     def _save_budget(self, now: float) -> None:
         if self.budget_store is None:
@@ -276,24 +278,29 @@ class ControlLoop:
 class ControlRounds:
     """Runs loops in one thread: each round, every loop whose interval has come, in `order`
     (scoring.control.LOOP_ORDER first, then the others as configured). One loop's slow action
-    delays the others' round; that is the price of their never planning on the same snapshot."""
+    delays the others' round; that is the price of their never planning on the same snapshot.
+    The schedule runs on `mono` (a monotonic clock): a wall clock stepped back must not stop the
+    loops until it catches up."""
 
-    def __init__(self, loops: Sequence[ControlLoop], order: Sequence[str], clock: Callable[[], float] = time.time,
-                 idle_wait_s: float = 1.0) -> None:
+    def __init__(self, loops: Sequence[ControlLoop], order: Sequence[str],
+                 mono: Callable[[], float] = time.monotonic, idle_wait_s: float = 1.0) -> None:
         rank = {name: i for i, name in enumerate(order)}
         self.loops = sorted(loops, key=lambda lp: rank.get(lp.name, len(rank)))  # stable: the rest keep their order
-        self.clock = clock
+        self.mono = mono
         self.idle_wait_s = idle_wait_s
+        self._last = [-math.inf] * len(self.loops)  # when each loop last ran, on `mono`
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def due(self, now: float) -> list[ControlLoop]:
-        return [lp for lp in self.loops if now - lp.last_run >= lp.interval_s - 1e-6]
+    def due(self, now: float) -> list[int]:
+        return [i for i, lp in enumerate(self.loops) if now - self._last[i] >= lp.interval_s - 1e-6]
 
     def run_round(self) -> list[str]:
         """Runs the loops that are due, in order; returns their names."""
         ran: list[str] = []
-        for lp in self.due(self.clock()):
+        for i in self.due(self.mono()):
+            lp = self.loops[i]
+            self._last[i] = self.mono()
             try:
                 lp.run_once()
             except Exception:  # never let one loop stop the others
@@ -302,8 +309,9 @@ class ControlRounds:
         return ran
 
     def _wait_s(self) -> float:
-        now = self.clock()
-        nxt = min((lp.last_run + lp.interval_s for lp in self.loops), default=now + self.idle_wait_s)
+        now = self.mono()
+        nxt = min((last + lp.interval_s for last, lp in zip(self._last, self.loops, strict=True)),
+                  default=now + self.idle_wait_s)
         return min(max(nxt - now, 0.05), self.idle_wait_s * 60)
 
     def _run(self) -> None:

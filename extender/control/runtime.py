@@ -186,7 +186,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         by_name["idle"].budget = by_name["migrator"].budget
         by_name["idle"].owns_budget = False
     return Controllers(loops=loops, elector=elector, leader=leader, controllers=made,
-                       rounds=ControlRounds(loops, LOOP_ORDER, clock=clock))
+                       rounds=ControlRounds(loops, LOOP_ORDER))
 
 
 def _json(obj: Any, status: int = 200) -> Response:
