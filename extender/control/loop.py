@@ -246,7 +246,8 @@ class ControlLoop:
                     self._save_budget(now)
                 out = Outcome(action, result)
                 self.performed.append(out)
-                self._note(action, now)
+                if result != "gone":  # nothing was there to change: nothing for the others to see
+                    self._note(action, now)
         self._count(action, out.outcome)
         return out
 
@@ -268,11 +269,15 @@ class ControlLoop:
             self.metrics.budget_save_failures.labels(self.name).inc()
 
     def status(self) -> dict[str, Any]:
-        last = self.history[-1].as_dict() if self.history else None
+        """Read by the HTTP thread while the rounds' thread runs the loop: it iterates copies
+        (a dict or deque changing size under an iteration would raise)."""
+        history, backoff, performed = list(self.history), dict(self.backoff), list(self.performed)
+        last = history[-1].as_dict() if history else None
         return {"interval_s": self.interval_s, "dry_run": self.dry_run,
                 "budget_left": self.budget.remaining(self.clock()),
-                "backoff": {k: {"until": v[0], "why": v[1]} for k, v in self.backoff.items()},
-                "last_planned_tick": last, "performed": [o.as_dict() for o in self.performed]}
+                "backoff": {k: {"until": v[0], "why": v[1]} for k, v in backoff.items()},
+                "last_planned_tick": last, "performed": [o.as_dict() for o in performed],
+                "recent": [t.as_dict() for t in history]}
 
 
 class ControlRounds:

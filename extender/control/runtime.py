@@ -212,8 +212,7 @@ def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
         lp = c.loop(name) if c is not None else None
         if c is None or lp is None:
             return _json({"error": f"controller {name} is not enabled (settings.controllers)"}, 404)
-        body: dict[str, Any] = {"leader": c.status()["leader"], **lp.status(),
-                                "recent": [t.as_dict() for t in lp.history]}
+        body: dict[str, Any] = {"leader": c.status()["leader"], **lp.status()}
         describe = getattr(c.controllers.get(name), "describe", None)
         if callable(describe):
             body["controller"] = describe()
