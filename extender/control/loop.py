@@ -155,7 +155,7 @@ class ControlLoop:
         # False when the budget is another loop's (idle reclamation spends the migrator's): only
         # its owner starts a new interval, so the two together stay within per_interval.
         self.owns_budget = True
-        self.on_acted = on_acted  # told of every performed action (the World builder's notes)
+        self.on_acted = on_acted  # told of every action performed, or planned in a dry run (the World's notes)
         # The hourly budget outlives this leader (budget_store.py): loaded before every plan (the
         # Lease may have changed hands between two ticks), saved after every real action.
         self.budget_store = budget_store
@@ -288,11 +288,10 @@ class ControlRounds:
     loops until it catches up."""
 
     def __init__(self, loops: Sequence[ControlLoop], order: Sequence[str],
-                 mono: Callable[[], float] = time.monotonic, idle_wait_s: float = 1.0) -> None:
+                 mono: Callable[[], float] = time.monotonic) -> None:
         rank = {name: i for i, name in enumerate(order)}
         self.loops = sorted(loops, key=lambda lp: rank.get(lp.name, len(rank)))  # stable: the rest keep their order
         self.mono = mono
-        self.idle_wait_s = idle_wait_s
         self._last = [-math.inf] * len(self.loops)  # when each loop last ran, on `mono`
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -314,10 +313,10 @@ class ControlRounds:
         return ran
 
     def _wait_s(self) -> float:
+        """Until the next loop is due (no loops: a minute, to check the stop flag)."""
         now = self.mono()
-        nxt = min((last + lp.interval_s for last, lp in zip(self._last, self.loops, strict=True)),
-                  default=now + self.idle_wait_s)
-        return min(max(nxt - now, 0.05), self.idle_wait_s * 60)
+        nxt = min((last + lp.interval_s for last, lp in zip(self._last, self.loops, strict=True)), default=now + 60)
+        return max(nxt - now, 0.05)
 
     def _run(self) -> None:
         while not self._stop.is_set():
