@@ -3,9 +3,10 @@ Lease (`<lease_name>-budgets`; the RBAC for Leases is already there), one annota
 holding the times of its real actions in the sliding hour.
 
 Without it a restart, a crash loop or a change of leader started every budget afresh: a leader
-restarting five times in an hour could evict 36 jobs against a limit of 6. A new leader loads
-them before its first plan (ControlLoop); each real action saves its loop's times. Dry-run
-spends are never saved: switching to --act must not find the hour already spent.
+restarting five times in an hour could evict 36 jobs against a limit of 6. The leader loads
+them before every plan (ControlLoop: the Lease may have changed hands since its last tick); each
+real action saves its loop's times. Dry-run spends are never saved: switching to --act must not
+find the hour already spent.
 """
 
 from __future__ import annotations

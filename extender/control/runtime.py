@@ -85,7 +85,8 @@ def _factory(name: str) -> Callable[[ControlContext], Controller]:
 
 
 def note_for(world: WorldBuilder) -> Callable[[Action, float], None]:
-    """What a performed action tells the World builder: later loops see it before the watch does."""
+    """What an action (performed, or planned in a dry run) tells the World builder: later loops
+    see it before the watch does."""
     def note(action: Action, now: float) -> None:
         d = action.detail
         if action.kind in ("scale-up", "scale-down"):
@@ -102,20 +103,17 @@ class Controllers:
     elector: LeaderElector | None
     leader: Leadership
     controllers: dict[str, Controller] = field(default_factory=dict)
-    rounds: ControlRounds | None = None
+    rounds: ControlRounds = field(init=False)  # the one thread that runs the loops
 
     def __post_init__(self) -> None:
-        if self.rounds is None:
-            self.rounds = ControlRounds(self.loops, LOOP_ORDER)
+        self.rounds = ControlRounds(self.loops, LOOP_ORDER)
 
     def start(self) -> None:
         if self.elector is not None:
             self.elector.start()
-        assert self.rounds is not None
         self.rounds.start()
 
     def stop(self) -> None:
-        assert self.rounds is not None
         self.rounds.stop()
         if self.elector is not None:
             self.elector.stop(release=True)
@@ -185,8 +183,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         # Idle reclamation evicts within the migrator's budget: one budget for both loops.
         by_name["idle"].budget = by_name["migrator"].budget
         by_name["idle"].owns_budget = False
-    return Controllers(loops=loops, elector=elector, leader=leader, controllers=made,
-                       rounds=ControlRounds(loops, LOOP_ORDER))
+    return Controllers(loops=loops, elector=elector, leader=leader, controllers=made)
 
 
 def _json(obj: Any, status: int = 200) -> Response:
