@@ -69,7 +69,7 @@ def parse_range(value: str | None) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Acted:
-    """What this replica did to a job (a loop's performed action), at `at`."""
+    """What this replica did to a job (a loop's action: performed, or planned in a dry run), at `at`."""
 
     at: float
     gpus: int = 0  # a rescale: the planned size
