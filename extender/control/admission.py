@@ -112,7 +112,7 @@ class Admission:
         if actions is None:
             raise PermanentError("no cluster: admission can only plan")
         released = 0
-        guard = LeaderGuard(self._still_leader)
+        guard = LeaderGuard(self.ctx.still_leader)
         for p in action.detail["pods"]:
             try:
                 guard(f"releasing {p['namespace']}/{p['name']}")
@@ -125,7 +125,7 @@ class Admission:
                 raise
             if actions.set_scheduling_gates(p["namespace"], p["name"], p["gates"]):
                 released += 1
-                if self._still_leader():
+                if self.ctx.still_leader():
                     self.ctx.recorder.record(ObjectRef(p["namespace"], p["name"], p["uid"]), ADMITTED,
                                              f"Scheduling gate {self.cfg.gate} removed: {action.reason}",
                                              action="Admit")
@@ -181,16 +181,12 @@ class Admission:
         mark = {"from": d["origin"], "at": round(now, 3), "count": count, "attained": d.get("attained"),
                 "preempted_for": d["for"]}
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
-                         action.reason, PREEMPTED, f"for {d['for']}", still_leader=self._still_leader)
+                         action.reason, PREEMPTED, f"for {d['for']}", still_leader=self.ctx.still_leader)
         if not done.evicted:
             return "gone"
         self.preempted.labels(done.evicted[0].namespace).inc()
         log.info("preempted %s for %s (%s): %s", action.key, d["for"], done.outcome, action.reason)
         return done.outcome
-
-    def _still_leader(self) -> bool:
-        """Checked before every write of an action (one action is many API calls)."""
-        return bool(self.ctx.leader.is_leader)
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg),

@@ -126,7 +126,7 @@ class Elastic:
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = d.get("kubeflow")
-        guard = LeaderGuard(self._still_leader)  # before every write: the action is many API calls
+        guard = LeaderGuard(self.ctx.still_leader)  # before every write: the action is many API calls
         if kf and self.cfg.patch_pytorchjobs:
             outcome = self._scale_pytorchjob(ns, str(kf), int(d["gpus"]), int(d["per_pod"]), plan_json, action,
                                              guard)
@@ -193,10 +193,6 @@ class Elastic:
         self.ctx.recorder.record(ObjectRef(ns, name, uid, kind="PyTorchJob", api_version="kubeflow.org/v1"),
                                  REASON_SCALED, f"Worker replicas -> {workers}: {action.reason}", action="Scale")
         return "scaled"
-
-    def _still_leader(self) -> bool:
-        """Checked before every write of an action (one action is many API calls)."""
-        return bool(self.ctx.leader.is_leader)
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg)}

@@ -149,16 +149,12 @@ class IdleLoop:
             return "recorded"
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, [d], None,
                          action.reason, EVICT_REASON, "to give its idle GPUs to waiting pods",
-                         still_leader=self._still_leader, refusal=self._refusal)
+                         still_leader=self.ctx.still_leader, refusal=self._refusal)
         if not done.evicted:
             return "gone"
         self.reclaimed.labels(d["namespace"]).inc()
         log.info("reclaimed idle notebook %s on %s: %s", action.target, d["node"], action.reason)
         return done.outcome
-
-    def _still_leader(self) -> bool:
-        """Checked before every write of an action (one action is many API calls)."""
-        return bool(self.ctx.leader.is_leader)
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg)}

@@ -73,7 +73,7 @@ class Migrator:
         d = action.detail
         mark = {"from": d["origin"], "at": round(now, 3), "count": d["count"], "attained": d.get("attained")}
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
-                         action.reason, REASON, "to migrate", still_leader=self._still_leader)
+                         action.reason, REASON, "to migrate", still_leader=self.ctx.still_leader)
         if not done.evicted:
             return "gone"
         # Every job with a pod evicted counts, a partial eviction too (outcome "partial").
@@ -81,10 +81,6 @@ class Migrator:
         self.freed.inc(sum(p.requests.gpus for p in done.evicted))
         log.info("migrated %s off %s (%s): %s", action.key, d["origin"], done.outcome, action.reason)
         return done.outcome
-
-    def _still_leader(self) -> bool:
-        """Checked before every write of an action (one action is many API calls)."""
-        return bool(self.ctx.leader.is_leader)
 
     def describe(self) -> dict[str, Any]:
         return {"last_plan": self.last, "settings": asdict(self.cfg)}

@@ -63,6 +63,10 @@ class ControlContext:
     clock: Callable[[], float] = time.time
     budgets: BudgetStore | None = None  # where budgets outlive the leader (None: no cluster)
 
+    def still_leader(self) -> bool:
+        """Checked before every write of an action (one action is many API calls)."""
+        return bool(self.leader.is_leader)
+
 
 def default_identity(settings: Settings) -> str:
     if settings.control.identity:
