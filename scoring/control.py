@@ -491,12 +491,13 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
         options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
     es = ElasticSettings(s.restart_s, s.horizon_s, s.min_gain)
-    stuck = {j.key: unplannable(j) for j, o in zip(mine, options, strict=True) if job_options(o, es).gpus.size == 0}
+    opts = [job_options(o, es) for o in options]
+    stuck = {j.key: unplannable(j) for j, o in zip(mine, opts, strict=True) if o.gpus.size == 0}
     if stuck:  # planned again without them (they only ever add: at most one more pass each)
         return _plan_elastic(world, settings, migrator_on, {**held, **stuck})
     refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
-    plan = plan_elastic(options, max(capacity, floor), es)
+    plan = plan_elastic(options, max(capacity, floor), es, opts)
     if plan.feasible and s.fit_waiting:
         plan = fit_waiting(plan, mine, options, world, es)
     actions: list[Scale] = []

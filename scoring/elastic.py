@@ -334,13 +334,15 @@ def solve(options: Sequence[JobOptions], capacity: int) -> tuple[float, IntArray
     return total, picks
 
 
-def plan_elastic(jobs: Sequence[ElasticJob], capacity: int, settings: ElasticSettings | None = None) -> ElasticPlan:
+def plan_elastic(jobs: Sequence[ElasticJob], capacity: int, settings: ElasticSettings | None = None,
+                 options: Sequence[JobOptions] | None = None) -> ElasticPlan:
     """GPUs and batch size for every elastic job, maximising Σ weight x normalised useful rate
     (with restart penalty and hysteresis) within `capacity` GPUs: the free GPUs plus those the
     elastic jobs hold now. Pending jobs may stay pending (g = 0); running ones stay within
-    their min..max. If even the running jobs' minimums do not fit, nothing changes."""
+    their min..max. If even the running jobs' minimums do not fit, nothing changes.
+    `options`: each job's job_options(job, settings), when the caller has them already."""
     s = settings or ElasticSettings()
-    opts = [job_options(j, s) for j in jobs]
+    opts = list(options) if options is not None else [job_options(j, s) for j in jobs]
     total, picks = solve(opts, capacity)
     if not math.isfinite(total):
         keep = tuple(
