@@ -2,7 +2,7 @@
 
     python -m benchmarks.debug_contention [--nodes 5000] [--pods 50000] [--names 500] [--rounds 3]
 
-Starts `flowsched`'s real server (build_app under extender.http_server, as `flowsched serve`
+Starts `flowsched`'s real server (build_app under extender.http.server, as `flowsched serve`
 runs it) on a populated snapshot of openb nodes and pods, then alternates rounds of
 prioritize calls (names mode, one kept-alive connection, like kube-scheduler) with no other
 load and with a second process looping on the heaviest debug-class call: each of the largest
@@ -31,13 +31,13 @@ from benchmarks.extender_latency import _free_port, rss_mib
 
 
 def serve(ns: argparse.Namespace) -> int:
-    from extender.app import build_app
-    from extender.http_server import FlowschedServer, ServerLimits, server_config
+    from extender.http.app import build_app
+    from extender.http.server import FlowschedServer, ServerLimits, server_config
+    from extender.http.ui import build_ui_router
     from extender.metrics import build_metrics
-    from extender.progress_store import ProgressStore, ProgressStoreSettings
+    from extender.progress.store import ProgressStore, ProgressStoreSettings
     from extender.settings import Settings
-    from extender.state import ClusterState
-    from extender.ui import build_ui_router
+    from extender.snapshot.state import ClusterState
     from scoring.convergence import ConvergenceSettings
 
     state = ClusterState()

@@ -20,10 +20,10 @@ import numpy as np
 import orjson
 
 from benchmarks import openb
-from extender.app import ExtenderApp, build_app
+from extender.http.app import ExtenderApp, build_app
 from extender.metrics import build_metrics
 from extender.settings import Settings
-from extender.state import ClusterState
+from extender.snapshot.state import ClusterState
 
 
 def apiserver_like(pod: dict[str, Any]) -> dict[str, Any]:

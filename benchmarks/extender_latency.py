@@ -47,10 +47,10 @@ def rss_mib(pid: int) -> float:
 def serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from extender.app import build_app
+    from extender.http.app import build_app
     from extender.metrics import build_metrics
     from extender.settings import Settings
-    from extender.state import ClusterState
+    from extender.snapshot.state import ClusterState
 
     state = ClusterState()
     openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
@@ -60,7 +60,7 @@ def serve(ns: argparse.Namespace) -> int:
     app = build_app(Settings(kube=False), state, build_metrics())
     print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
     if ns.http == "flowsched":  # the protocol `flowsched serve` runs: the verbs answered directly
-        from extender.http_server import FlowschedServer, ServerLimits, server_config
+        from extender.http.server import FlowschedServer, ServerLimits, server_config
 
         FlowschedServer(server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(),
                                       log_level="warning", loop=ns.loop)).run()
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="raw: minimal HTTP/1.1 over a socket; stdlib: http.client (about 0.1 ms more a request)")
     p.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
     p.add_argument("--http", default="flowsched", choices=["flowsched", "httptools", "h11"],
-                   help="flowsched: the service's own protocol (extender/http_server.py); httptools, h11: "
+                   help="flowsched: the service's own protocol (extender/http/server.py); httptools, h11: "
                         "plain uvicorn, every verb through ASGI")
     p.add_argument("--data", default=str(openb.DEFAULT_DIR))
     p.add_argument("--gc-freeze", action="store_true", help="freeze the populated heap (what serve does after a list)")

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import data_paths
-from extender.k8s_objects import parse_node, parse_pod
-from extender.state import ClusterState
+from extender.snapshot.objects import parse_node, parse_pod
+from extender.snapshot.state import ClusterState
 
 DEFAULT_DIR = data_paths.openb_dir()
 

@@ -39,15 +39,15 @@ def serve(ns: argparse.Namespace) -> int:
     import uvicorn
     from prometheus_client import CollectorRegistry
 
-    from extender.app import build_app
-    from extender.auth import StaticTokenAuthenticator
-    from extender.convergence_loop import ConvergenceTracker
+    from extender.http.app import build_app
+    from extender.http.auth import StaticTokenAuthenticator
+    from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
     from extender.metrics import build_metrics
-    from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
-    from extender.progress_sources.replicated_store import ReplicatedProgressStore, ReplicatedStoreSettings
-    from extender.progress_store import ProgressStore, ProgressStoreSettings
+    from extender.progress.convergence import ConvergenceTracker
+    from extender.progress.replicated_store import ReplicatedProgressStore, ReplicatedStoreSettings
+    from extender.progress.store import ProgressStore, ProgressStoreSettings
     from extender.settings import Settings
-    from extender.state import ClusterState
+    from extender.snapshot.state import ClusterState
     from scoring.settings import TrackerSettings
 
     state = ClusterState()

@@ -16,8 +16,8 @@ log = logging.getLogger("flowsched")
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from extender.http_server import FlowschedServer, ServerLimits, server_config
-    from extender.progress_store import StoreError
+    from extender.http.server import FlowschedServer, ServerLimits, server_config
+    from extender.progress.store import StoreError
     from extender.service import build_service
 
     try:

@@ -11,9 +11,10 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from extender.api_docs import build_docs_router
-from extender.app import ExtenderApp, build_app
-from extender.auth import (
+from extender.control.bottleneck import BottleneckDiagnoser, build_diagnoser
+from extender.control.runtime import Controllers, build_control_router, build_controllers
+from extender.http.app import ExtenderApp, build_app
+from extender.http.auth import (
     Authenticator,
     AuthError,
     Identity,
@@ -22,21 +23,20 @@ from extender.auth import (
     TokenReviewAuthenticator,
     kubernetes_token_reviewer,
 )
-from extender.bottleneck_loop import BottleneckDiagnoser, build_diagnoser
-from extender.control.runtime import Controllers, build_control_router, build_controllers
-from extender.convergence_loop import ConvergenceTracker
-from extender.job_reports import JobReportBook
+from extender.http.docs import build_docs_router
+from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
+from extender.http.status_view import PHASES, job_phase_counts
+from extender.http.ui import build_ui_router
+from extender.http.webhook import build_webhook_router
 from extender.metrics import Metrics, build_metrics, watch_status
-from extender.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
-from extender.progress_sources.runtime import ProgressSources, build_progress_store, start_progress_sources
-from extender.progress_store import ProgressStore
+from extender.progress.convergence import ConvergenceTracker
+from extender.progress.reports import JobReportBook
+from extender.progress.sources import ProgressSources, build_progress_store, start_progress_sources
+from extender.progress.store import ProgressStore
 from extender.settings import Settings, load_static_tokens
-from extender.state import ClusterState
-from extender.status_view import PHASES, job_phase_counts
+from extender.snapshot.state import ClusterState
+from extender.snapshot.watcher import Watcher, kube_api_client, start_watchers
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
-from extender.ui import build_ui_router
-from extender.watcher import Watcher, kube_api_client, start_watchers
-from extender.webhook import build_webhook_router
 
 log = logging.getLogger("flowsched.service")
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from extender.telemetry.config import DiagnosisConfig, TelemetryConfig
+from extender.prometheus.config import DiagnosisConfig, TelemetryConfig
 from scoring.bottleneck import BottleneckSettings
 from scoring.placement import PlacementSettings
 from scoring.settings import (

@@ -330,7 +330,7 @@ def placement_scores(delta: FloatArray, valid: BoolArray, gpu_after: FloatArray,
     the fullest node, then the least CPU left; that order moves a score by less than half of
     one level, so it is invisible in kube-scheduler's integers (kube-scheduler's own scores
     then choose among the tied nodes). The service uses it as the
-    headroom term of GPU pods (extender/decide.py); the openb replay picks its argmax
+    headroom term of GPU pods (extender/http/verbs.py); the openb replay picks its argmax
     (benchmarks/fgd/policies.py), both through scoring.placement.combined_score.
     """
     if levels < 1:

@@ -58,7 +58,7 @@ def plan_at(controller: Any, now: float, budget_left: int = 100) -> Any:
 
 class MemoryBudgetStore:
     """extender.control.budget_store.BudgetStore in a dict (the real one is a Lease; tested against
-    the real apiserver in tests/test_control_leader.py)."""
+    the real apiserver in tests/service/control/test_control_leader.py)."""
 
     def __init__(self) -> None:
         self.saved: dict[str, list[float]] = {}

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from extender.control.rest import ApiError, kube_request
+from extender.kube.rest import ApiError, kube_request
 
 ANNOTATION = "flowsched.io/spent-"  # + loop name
 

@@ -38,10 +38,10 @@ from extender.control.errors import LeaderGuard, PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import MERGE_PATCH, map_api_error
 from extender.control.loop import Action
-from extender.control.rest import kube_request
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe, parse_range
-from extender.k8s_objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
+from extender.kube.rest import kube_request
+from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
 from scoring.control import Scale, plan_elastic_for
 from scoring.settings import ElasticLoopSettings
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from extender.control.rest import kube_request
+from extender.kube.rest import kube_request
 
 log = logging.getLogger("flowsched.events")
 

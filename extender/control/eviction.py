@@ -26,7 +26,7 @@ from typing import Any
 from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
 from extender.control.events import ObjectRef, Recorder
 from extender.control.kube_actions import EVICTED, KubeActions
-from extender.k8s_objects import EVICTED_FROM, MIGRATION, PodInfo
+from extender.snapshot.objects import EVICTED_FROM, MIGRATION, PodInfo
 
 log = logging.getLogger("flowsched.eviction")
 

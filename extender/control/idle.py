@@ -28,7 +28,7 @@ from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
-from extender.k8s_objects import PodInfo
+from extender.snapshot.objects import PodInfo
 from scoring.idle import IdleMemory, IdlePlan, IdlePod, parse_duration_s, plan_idle, warning_delivered
 from scoring.workload import workload_class
 

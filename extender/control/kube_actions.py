@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from extender.control.errors import PermanentError, TemporaryError
-from extender.control.rest import kube_request
+from extender.kube.rest import kube_request
 
 log = logging.getLogger("flowsched.actions")
 

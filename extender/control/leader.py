@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from extender.control.rest import ApiError, kube_request
+from extender.kube.rest import ApiError, kube_request
 
 log = logging.getLogger("flowsched.leader")
 

@@ -29,9 +29,9 @@ from extender.control.errors import PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import map_api_error
 from extender.control.loop import Action
-from extender.control.rest import kube_request
 from extender.control.runtime import ControlContext
-from extender.k8s_objects import ObjectError, PodInfo, parse_quantity
+from extender.kube.rest import kube_request
+from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
 from scoring.convergence import Phase
 from scoring.remedy import resize_targets
 from scoring.resize import NodeRows, ResizeSettings, Why, growth_efficiency, plan_node

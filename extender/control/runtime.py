@@ -27,10 +27,10 @@ from extender.control.kube_actions import KubeActions
 from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
 from extender.control.loop import Action, Controller, ControlLoop, ControlMetrics, ControlRounds, Leadership
 from extender.control.world_builder import WorldBuilder
-from extender.convergence_loop import ConvergenceTracker
-from extender.job_reports import JobReportBook
+from extender.progress.convergence import ConvergenceTracker
+from extender.progress.reports import JobReportBook
 from extender.settings import Settings
-from extender.state import ClusterState
+from extender.snapshot.state import ClusterState
 from scoring.bottleneck import Diagnosis
 from scoring.control import LOOP_ORDER
 from scoring.settings import CoreSettings

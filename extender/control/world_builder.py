@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from extender.k8s_objects import MigrationMark, NodeInfo, PodInfo
+from extender.progress.reports import JobReport
+from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
-from scoring.elastic import GradientNoise
 from scoring.remedy import with_diagnoses
 from scoring.workload import workload_class
 from scoring.world import JobState, NodeState, PendingPod, World
@@ -39,17 +39,6 @@ log = logging.getLogger("flowsched.control")
 
 class EstimateSource(Protocol):
     def snapshot(self) -> Mapping[str, ConvergenceEstimate]: ...
-
-
-@dataclass(frozen=True)
-class JobReport:
-    """What a job reported about its batch beyond loss points (the progress API's optional fields)."""
-
-    batch_size: int = 0
-    batch_range: tuple[int, int] | None = None
-    noise: GradientNoise | None = None
-    planned_steps: float = math.nan  # max_steps, the planned end; NaN: not reported
-    batch_live: bool = False  # adopts a planned batch while it runs (training.batch_live)
 
 
 NamespaceLabels = Callable[[], Mapping[str, Mapping[str, str]]]

@@ -25,9 +25,8 @@ from typing import Any
 
 import orjson
 
-from extender.telemetry.config import TelemetryConfig
-from extender.telemetry.httpio import auth_headers, bounded_get, make_client
-from extender.telemetry.source import TelemetryError
+from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
+from extender.prometheus.config import TelemetryConfig
 
 CONTAINERS = 'container!="",container!="POD"'
 

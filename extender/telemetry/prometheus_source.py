@@ -15,12 +15,11 @@ from typing import Any
 
 import orjson
 
-from extender.telemetry.config import TelemetryConfig
-from extender.telemetry.httpio import auth_headers, bounded_get, make_client
+from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
+from extender.prometheus.config import TelemetryConfig
 from extender.telemetry.source import (
     METRICS,
     GpuSeries,
-    TelemetryError,
     TelemetryReading,
     assemble,
     check_value,

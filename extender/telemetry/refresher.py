@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from extender.metrics import Metrics
-from extender.state import ClusterState
-from extender.telemetry.config import TelemetryConfig
-from extender.telemetry.source import TelemetryError, TelemetryReading, TelemetrySource
+from extender.prometheus.client import TelemetryError
+from extender.prometheus.config import TelemetryConfig
+from extender.snapshot.state import ClusterState
+from extender.telemetry.source import TelemetryReading, TelemetrySource
 
 log = logging.getLogger("flowsched.telemetry")
 

@@ -25,14 +25,6 @@ _VALID = {GPU_UTIL: (0.0, 100.0), FB_FREE: (0.0, 16 * 1024 * 1024.0), FB_USED: (
 MAX_GPU_INDEX = 1023  # a larger `gpu` label is garbage, not a GPU
 
 
-class TelemetryError(Exception):
-    """A whole read failed; `reason` is a short metric label (connect, timeout, http, ...)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
 @dataclass(frozen=True)
 class GpuSeries:
     node: str

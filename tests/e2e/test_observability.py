@@ -26,8 +26,8 @@ import httpx
 import pytest
 import yaml
 
+from extender.http.ui_render import duration
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
-from extender.ui_render import duration
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.flowsched_proc import FlowschedService
 from tests.cluster.kubeapi import Kube, pods_path

@@ -64,7 +64,7 @@ def test_node_relabel_shows_in_the_snapshot(scenario: Scenario) -> None:
     s.add_nodes("gpu-l1")
     s.wait_snapshot(lambda snap: "gpu-l1" in snap["nodes"], "node listed")
     assert "labels" in s.flowsched.snapshot()["nodes"]["gpu-l1"], \
-        "/debug/snapshot shows no node labels (extender/state.py ClusterState.describe)"
+        "/debug/snapshot shows no node labels (extender/snapshot/state.py ClusterState.describe)"
     s.kube.merge_patch(node_path("gpu-l1"), {"metadata": {"labels": {"e2e.flowsched.io/pool": "a100"}}})
     s.wait_snapshot(lambda snap: snap["nodes"]["gpu-l1"]["labels"].get("e2e.flowsched.io/pool") == "a100",
                     "node relabelled", WITHIN_S)

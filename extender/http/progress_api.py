@@ -1,0 +1,373 @@
+"""Training progress in, convergence out: POST /v1/progress and GET /v1/jobs/{namespace}/{job}.
+
+POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_body_bytes):
+    {"namespace": "team-a", "job": "resnet-1", "pod": "resnet-1-worker-0",   # pod optional
+     "higher_is_better": false,        # optional, remembered per job (true for accuracy)
+     "points": [{"step": 120, "loss": 0.83, "timestamp": 1732250000.5,    # timestamp optional
+                 "metrics": {"accuracy": 0.71}}],                          # metrics optional
+     "training": {"batch_size": 512, "batch_min": 128, "batch_max": 4096,  # all optional
+                  "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000, "batch_live": true,
+                  "target_metric": 0.05}}                # the loss value the job stops at
+  200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}, "plan": {...} | null}:
+      points with a NaN, inf or null loss or a non-finite timestamp are rejected one by one, and
+      so are points stamped more than max_future_skew_s (1 h) ahead of the server's clock, before
+      1970, or older than the store's idle window (7 days: prune would drop them); the rest are
+      stored. Metric names are 1-128 characters of valid Unicode, at
+      most 64 per point. "plan" is the elastic optimizer's latest plan for the job ({"gpus",
+      "replicas", "batch_size", "at", "reason"}; batch_size null = keep yours), so the job learns
+      its next size from the reply (docs/elastic.md: what a training script must do).
+      NaN/Infinity literals (Python's json.dumps writes them) are read, then rejected per point.
+  400 {"error": "points.3.step: ..."} names the field; 401 bad token; 403 the token's namespace
+  is not the body's; 413 body too large; 503 token or store unavailable (retry later).
+GET /v1/jobs/{namespace}/{job} (same token rule): the job's history summary, phase and
+  predictions, its latest `training` report and its `plan`; NaN (unknown) is null.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Request, Response
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
+
+from extender.http.app import BodyTooLarge, read_body
+from extender.http.auth import Authenticator, AuthError, Identity, bearer_token
+from extender.progress.reports import JobReportBook, TrainingReport
+from extender.progress.store import JobHistory, ProgressPoint, ProgressStore
+from scoring.bottleneck import Diagnosis
+from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
+from scoring.remaining import evidence_weight
+
+log = logging.getLogger("flowsched.progress")
+
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+JOB_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN.replace("$", r"\Z"))
+_JOB_RE = re.compile(JOB_PATTERN.replace("$", r"\Z"))
+
+
+@dataclass(frozen=True)
+class ProgressApiSettings:
+    convergence: ConvergenceSettings = field(default_factory=ConvergenceSettings)
+    max_body_bytes: int = 1 << 20
+    max_points_per_request: int = 10_000
+    # A point stamped further ahead than this is rejected: a job whose last timestamp lies far in
+    # the future would never be pruned as idle (a clock this far off is a bug, not skew).
+    max_future_skew_s: float = 3600.0
+
+
+def _utf8(text: str) -> str:
+    """Refuse what JSON can carry but UTF-8 (SQLite, logs, replies) cannot: lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"not valid Unicode text (lone surrogate at {e.start})") from None
+    return text
+
+
+MetricName = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_utf8)]
+
+
+def _int_as_float(x: object) -> object:
+    """A JSON integer as a float; one beyond the float range (10**400) is a field error, not a 500."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        try:
+            return float(x)
+        except OverflowError:
+            raise ValueError("number beyond the float range") from None
+    return x
+
+
+# A number, integer or not, read as a float (bools and strings are refused as by StrictFloat).
+Number = Annotated[StrictFloat, BeforeValidator(_int_as_float)]
+
+
+class PointIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: StrictInt = Field(ge=0, le=2**63 - 1)
+    loss: StrictFloat | None  # null, NaN and inf are rejected per point; a string is a 400
+    timestamp: StrictFloat | None = None
+    metrics: dict[MetricName, StrictFloat | None] | None = Field(default=None, max_length=64)
+
+
+class TrainingIn(BaseModel):
+    """What the job reports about its batch (for the elastic optimizer); every field optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: StrictInt | None = Field(default=None, ge=1, le=2**31)
+    batch_min: StrictInt | None = Field(default=None, ge=1, le=2**31)
+    batch_max: StrictInt | None = Field(default=None, ge=1, le=2**31)
+    grad_sqr: Number | None = Field(default=None, ge=0, allow_inf_nan=False)
+    grad_var: Number | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_steps: StrictInt | None = Field(default=None, ge=1, le=2**63 - 1)
+    batch_live: StrictBool | None = None  # adopts a planned batch while it runs (no restart needed)
+    # The value of the reported metric at which the job stops (its own units and direction).
+    target_metric: Number | None = Field(default=None, allow_inf_nan=False)
+
+
+class ReportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field(min_length=1, max_length=63, pattern=NAMESPACE_PATTERN)
+    job: str = Field(min_length=1, max_length=253, pattern=JOB_PATTERN)
+    pod: Annotated[str, AfterValidator(_utf8)] | None = Field(default=None, max_length=253)
+    higher_is_better: StrictBool | None = None
+    points: list[PointIn] = Field(min_length=1)
+    training: TrainingIn | None = None
+
+
+@dataclass(frozen=True)
+class ProgressApiMetrics:
+    points: Counter
+    requests: Counter
+
+    @classmethod
+    def build(cls, registry: CollectorRegistry) -> ProgressApiMetrics:
+        return cls(
+            points=Counter("flowsched_progress_points", "Progress points received", ["result"], registry=registry),
+            requests=Counter("flowsched_progress_requests", "Progress API calls", ["route", "code"],
+                             registry=registry),
+        )
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _interval_or_none(low: float, high: float) -> list[float] | None:
+    """[low, high] when both ends are known, else null (never a half-known interval)."""
+    return [low, high] if math.isfinite(low) and math.isfinite(high) else None
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def parse_json(raw: bytes) -> Any:
+    """orjson first; on failure the stdlib, which also reads NaN/Infinity literals."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as first:
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise first from None
+
+
+def validation_message(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0,
+                 max_age_s: float = math.inf) -> tuple[list[ProgressPoint], dict[str, int]]:
+    """Valid points to store, and the count of rejected ones by reason.
+
+    max_age_s is the store's idle window: a point stamped further back would be acknowledged and
+    then deleted, with its whole job, by the next prune (seconds since the job's start sent as
+    timestamps, or a client clock days behind), so it is rejected here instead.
+    """
+    kept: list[ProgressPoint] = []
+    reasons: dict[str, int] = {}
+    for p in report.points:
+        reason = None
+        if p.loss is None:
+            reason = "loss_null"
+        elif math.isnan(p.loss):
+            reason = "loss_nan"
+        elif math.isinf(p.loss):
+            reason = "loss_inf"
+        elif p.timestamp is not None and not math.isfinite(p.timestamp):
+            reason = "timestamp_not_finite"
+        elif p.timestamp is not None and p.timestamp > now + max_future_skew_s:
+            reason = "timestamp_future"
+        elif p.timestamp is not None and p.timestamp < 0:
+            reason = "timestamp_negative"
+        elif p.timestamp is not None and p.timestamp < now - max_age_s:
+            reason = "timestamp_stale"
+        if reason is not None:
+            reasons[reason] = reasons.get(reason, 0) + 1
+            continue
+        assert p.loss is not None
+        metrics = None
+        if p.metrics:
+            metrics = {k: v for k, v in p.metrics.items() if v is not None and math.isfinite(v)}
+            dropped = len(p.metrics) - len(metrics)
+            if dropped:  # a bad side metric does not spoil the loss
+                reasons["metric_not_finite"] = reasons.get("metric_not_finite", 0) + dropped
+        ts = p.timestamp if p.timestamp is not None else now
+        kept.append(ProgressPoint(step=p.step, value=p.loss, timestamp=ts, pod=report.pod, metrics=metrics))
+    return kept, reasons
+
+
+def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None,
+                target: float | None = None) -> dict[str, Any]:
+    s = replace(settings, higher_is_better=history.higher_is_better)
+    # The planned end and the target the job reported (training.max_steps, .target_metric) bound
+    # the prediction.
+    est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s,
+                                        max_steps=float(max_steps) if max_steps else None, target=target)
+    last = history.count - 1
+    return {
+        "namespace": history.namespace,
+        "job": history.job,
+        "points": history.count,
+        "higher_is_better": history.higher_is_better,
+        "first_timestamp": float(history.timestamps[0]) if history.count else None,
+        "last_timestamp": float(history.timestamps[last]) if history.count else None,
+        "last_step": int(history.steps[last]) if history.count else None,
+        "last_value": float(history.values[last]) if history.count else None,
+        "phase": est.phase.name.lower(),
+        "progress": _finite_or_none(est.progress),
+        "growth_efficiency": _finite_or_none(est.growth_efficiency),
+        "remaining_steps": _finite_or_none(est.remaining_steps),
+        "remaining_seconds": _finite_or_none(est.remaining_seconds),
+        "remaining_steps_interval": _interval_or_none(est.remaining_steps_low, est.remaining_steps_high),
+        "remaining_seconds_interval": _interval_or_none(est.remaining_seconds_low, est.remaining_seconds_high),
+        "plateau_probability": _finite_or_none(est.plateau_probability),
+        "evidence_weight": evidence_weight(est.remaining_distribution()),
+        "step_rate": _finite_or_none(est.step_rate),
+        "restarts": est.restarts,
+        "points_used": est.points_used,
+    }
+
+
+PlanOf = Callable[[str], dict[str, Any] | None]  # "namespace/job" -> its elastic plan
+
+
+def build_progress_router(
+    store: ProgressStore,
+    authenticator: Authenticator,
+    settings: ProgressApiSettings,
+    metrics: ProgressApiMetrics,
+    clock: Callable[[], float] = time.time,
+    reports: JobReportBook | None = None,
+    plan_of: PlanOf | None = None,
+    diagnosis: Callable[[str], Diagnosis | None] | None = None,  # job -> its bottleneck (bottleneck_loop)
+) -> APIRouter:
+    router = APIRouter()
+
+    def plan(key: str) -> dict[str, Any] | None:
+        return plan_of(key) if plan_of is not None else None
+
+    async def identify(authorization: str | None) -> Identity | Response:
+        try:
+            return await authenticator.authenticate(bearer_token(authorization))
+        except AuthError as e:
+            headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+            return _error(e.status, e.message, headers)
+
+    def reply(route: str, response: Response) -> Response:
+        metrics.requests.labels(route, str(response.status_code)).inc()
+        return response
+
+    @router.post("/v1/progress")
+    async def post_progress(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        who = await identify(authorization)
+        if isinstance(who, Response):
+            return reply("progress", who)
+        try:
+            raw = await read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            return reply("progress", _error(413, f"body over {settings.max_body_bytes} bytes"))
+        try:
+            report = ReportIn.model_validate(parse_json(raw))
+        except orjson.JSONDecodeError as e:
+            return reply("progress", _error(400, f"body is not valid JSON: {e}"))
+        except ValidationError as e:
+            return reply("progress", _error(400, validation_message(e)))
+        if len(report.points) > settings.max_points_per_request:
+            return reply("progress", _error(413, f"points: more than {settings.max_points_per_request}"))
+        if not who.may_write(report.namespace):
+            return reply("progress", _error(403, f"{who.username} may not report for namespace {report.namespace}"))
+
+        if report.training is not None and report.training.batch_min and report.training.batch_max and \
+                report.training.batch_min > report.training.batch_max:
+            return reply("progress", _error(400, "training: batch_min is above batch_max"))
+        now = clock()
+        kept, reasons = split_points(report, now, settings.max_future_skew_s, store.max_idle_s)
+        try:
+            stored = await asyncio.to_thread(
+                store.add_points, report.namespace, report.job, kept, report.higher_is_better
+            )
+        except sqlite3.Error as e:
+            log.error("progress store write failed for %s/%s: %s", report.namespace, report.job, e)
+            return reply("progress", _error(503, "progress store unavailable; retry later"))
+        rejected = len(report.points) - stored
+        if stored < len(kept):
+            reasons["not_stored"] = len(kept) - stored
+        metrics.points.labels("accepted").inc(stored)
+        for reason, n in reasons.items():
+            if reason != "metric_not_finite":
+                metrics.points.labels(reason).inc(n)
+        key = f"{report.namespace}/{report.job}"
+        if report.training is not None and reports is not None:
+            t = report.training
+            reports.put(key, TrainingReport(t.batch_size, t.batch_min, t.batch_max,
+                                            None if t.grad_sqr is None else float(t.grad_sqr),
+                                            None if t.grad_var is None else float(t.grad_var), t.max_steps, now,
+                                            t.batch_live,
+                                            None if t.target_metric is None else float(t.target_metric)))
+        body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
+        return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
+
+    @router.get("/v1/jobs/{namespace}/{job}")
+    async def get_job(
+        namespace: str, job: str, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        who = await identify(authorization)
+        if isinstance(who, Response):
+            return reply("job", who)
+        if not (_NAMESPACE_RE.match(namespace) and len(namespace) <= 63
+                and _JOB_RE.match(job) and len(job) <= 253):
+            return reply("job", _error(400, "namespace or job: not a valid name"))
+        if not who.may_write(namespace):
+            return reply("job", _error(403, f"{who.username} may not read namespace {namespace}"))
+        try:
+            history = await asyncio.to_thread(store.history, namespace, job)
+        except sqlite3.Error as e:
+            log.error("progress store read failed for %s/%s: %s", namespace, job, e)
+            return reply("job", _error(503, "progress store unavailable; retry later"))
+        if history is None:
+            return reply("job", _error(404, f"no progress for job {namespace}/{job}"))
+        key = f"{namespace}/{job}"
+        training = reports.get(key) if reports is not None else None
+        max_steps = training.max_steps if training is not None else None
+        target = training.target_metric if training is not None else None
+        summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps, target)
+        summary["training"] = training.as_dict() if training is not None else None
+        summary["plan"] = plan(key)
+        if diagnosis is not None:
+            d = diagnosis(key)
+            summary["bottleneck"] = d.as_dict() if d is not None else None
+        return reply("job", Response(orjson.dumps(summary), media_type="application/json"))
+
+    return router

@@ -1,0 +1,196 @@
+"""extender.control.elastic on a fake snapshot and tracker: what it plans and writes, the opt-in,
+holding jobs mid-change, reserving GPUs for waiting pods, and the ControlLoop's dry run."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from extender.control.elastic import PLAN, REASON_PLAN, Elastic, parse_range
+from extender.control.events import LogRecorder
+from extender.control.leader import AlwaysLeader
+from extender.control.loop import DRY_RUN, ControlLoop, ControlMetrics
+from extender.settings import ElasticConfig
+from extender.snapshot.objects import parse_node, parse_pod
+from extender.snapshot.state import ClusterState
+from scoring.convergence import Phase
+from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
+from tests.k8s_factories import node, pod
+
+
+@dataclass
+class Est:
+    phase: Phase
+    step_rate: float = math.nan
+
+
+def worker(job: str, i: int, node_name: str | None, elastic: str | None = "1-8", gpus: int = 1) -> dict[str, Any]:
+    ann = {"flowsched.io/elastic": elastic} if elastic else {}
+    return pod(f"{job}-{i}", gpus=gpus, node_name=node_name, namespace="t", annotations=ann,
+               labels={"flowsched.io/job": job}, phase="Running" if node_name else "Pending")
+
+
+def make(pods: list[dict[str, Any]], est: dict[str, Est] | None = None, nodes: int = 2,
+         **cfg: Any) -> tuple[Elastic, FakeActions, LogRecorder, ClusterState]:
+    state = ClusterState()
+    for k in range(nodes):
+        state.upsert_node(parse_node(node(f"n{k}", gpus=4)))
+    for p in pods:
+        state.upsert_pod(parse_pod(p))
+    state.synced = {"nodes": True, "pods": True}
+    actions, rec = FakeActions(), LogRecorder()
+    ctx = make_context(state, FakeTracker(est or {}), actions, rec)
+    return Elastic(ctx, ElasticConfig(**{"las_power": 0.0, **cfg})), actions, rec, state
+
+
+def test_parse_range() -> None:
+    assert parse_range("1-8") == (1, 8) and parse_range(" 2 - 4 ") == (2, 4)
+    for bad in (None, "", "8-1", "0-4", "x", "4"):
+        assert parse_range(bad) is None
+
+
+def test_lone_elastic_job_grows_into_free_gpus_and_the_plan_is_published() -> None:
+    el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
+    acts = plan_at(el, 1000.0)
+    assert len(acts) == 1 and acts[0].kind == "scale-up" and acts[0].detail["gpus"] == 8
+    assert el.act(acts[0], 1000.0) == "planned"
+    plans = [json.loads(a[2][PLAN]) for a in actions.annotations]
+    assert [a[1] for a in actions.annotations] == ["a-0", "a-1"]
+    assert all(p["gpus"] == 8 and p["replicas"] == 8 and p["at"] == 1000.0 for p in plans)
+    assert [e[1] for e in rec.events] == [REASON_PLAN, REASON_PLAN]
+
+
+def test_not_opted_in_is_never_planned_and_its_gpus_are_not_shared() -> None:
+    pods = [worker("a", 0, "n0"), worker("b", 0, "n1", elastic=None, gpus=4)]
+    el, *_ = make(pods)
+    acts = plan_at(el, 0.0)
+    assert [a.target for a in acts] == ["t/a"] and acts[0].detail["gpus"] == 4  # 8 GPUs - b's 4
+    # Mixed annotations within one job: not elastic.
+    el2, *_ = make([worker("c", 0, "n0"), worker("c", 1, "n0", elastic=None)])
+    assert plan_at(el2, 0.0) == []
+
+
+def test_waiting_pods_are_reserved_and_running_jobs_shrink_for_them() -> None:
+    pods = [worker("a", i, f"n{i // 4}") for i in range(8)]
+    pods.append(worker("w", 0, None, elastic=None, gpus=4))  # a waiting 4-GPU pod
+    el, *_ = make(pods)
+    acts = plan_at(el, 0.0)
+    assert len(acts) == 1 and acts[0].kind == "scale-down" and acts[0].detail["gpus"] == 4
+    el_off, *_ = make(pods, reserve_pending=False)
+    assert plan_at(el_off, 0.0) == []
+
+
+def test_jobs_mid_change_or_in_cooldown_are_held() -> None:
+    pods = [worker("a", 0, "n0"), worker("a", 1, None)]  # one pod still waiting
+    el, *_ = make(pods)
+    assert plan_at(el, 0.0) == []
+    pods2 = [worker("a", 0, "n0"), worker("a", 1, "n0")]
+    el2, actions, _, state = make(pods2, cooldown_s=300)
+    act = plan_at(el2, 0.0)[0]
+    el2.act(act, 0.0)
+    for p, (_, _, ann) in zip(pods2, actions.annotations, strict=True):  # what the pod watch brings back
+        p["metadata"].setdefault("annotations", {}).update(ann)
+        state.upsert_pod(parse_pod(p))
+    assert plan_at(el2, 100.0) == []  # within cooldown, read from the pods' plan annotation
+    assert plan_at(el2, 400.0) != []  # the pods did not change (no job controller here): planned again
+
+
+def test_a_plan_that_changes_only_the_batch_keeps_the_time_of_the_last_rescale() -> None:
+    from scoring.control import Scale
+
+    pods = [worker("a", 0, "n0"), worker("a", 1, "n0")]
+    el, actions, _, state = make(pods, cooldown_s=300)
+
+    def act(kind_gpus: int, now: float) -> dict[str, Any]:
+        s = Scale("t/a", kind_gpus, 2, 512, 256, 1, 1, 8, "test plan")
+        el.act(el._action(s, el.observe(now)), now)
+        body: dict[str, Any] = json.loads(actions.annotations[-1][2][PLAN])
+        for p in pods:  # what the pod watch brings back
+            p["metadata"].setdefault("annotations", {}).update({PLAN: json.dumps(body)})
+            state.upsert_pod(parse_pod(p))
+        return body
+
+    first = act(4, 100.0)  # a rescale: 2 -> 4 GPUs
+    assert first["at"] == first["resized_at"] == 100.0
+    again = act(2, 250.0)  # same size, new batch: a rebatch
+    assert again["at"] == 250.0 and again["resized_at"] == 100.0
+    assert state.pod(pods[0]["metadata"]["uid"]).elastic_resized_at == 100.0  # type: ignore[union-attr]
+    # An annotation written before resized_at existed counts from its "at".
+    assert parse_pod(worker("b", 0, "n1")).elastic_resized_at is None
+    pods[0]["metadata"]["annotations"][PLAN] = json.dumps({"gpus": 2, "at": 7.0})
+    assert parse_pod(pods[0]).elastic_resized_at == 7.0
+
+
+def test_convergence_weight_gives_gpus_to_the_growing_job() -> None:
+    pods = [worker("g", i, "n0") for i in range(4)] + [worker("c", i, "n1") for i in range(4)]
+    est = {"t/g": Est(Phase.GROWING), "t/c": Est(Phase.COMPLETING)}
+    # The phase weights are neutral by default (scoring/settings.py); set, they move GPUs.
+    el, *_ = make(pods, est, min_gain=0.0, restart_s=0.0, completing_weight=0.5)
+    acts = {a.target: a.detail["gpus"] for a in plan_at(el, 0.0)}
+    assert acts["t/g"] > 4 > acts["t/c"]
+    neutral, *_ = make(pods, est, min_gain=0.0, restart_s=0.0)
+    assert plan_at(neutral, 0.0) == []
+
+
+def test_measured_step_times_shape_the_plan() -> None:
+    # Job a measured at 4 GPUs; nothing else known. A job that barely speeds up is left alone
+    # once a second size shows it: with 2 GPUs the step took almost as long as with 4.
+    pods = [worker("a", i, "n0") for i in range(4)]
+    el, *_ = make(pods, {"t/a": Est(Phase.GROWING, step_rate=1.0)}, nodes=2)
+    el.ctx.world.step_samples["t/a"] = {2: 1.02}
+    acts = plan_at(el, 0.0)  # records the 4-GPU sample (1.0 s/step)
+    assert el.ctx.world.step_samples["t/a"][4] == 1.0
+    assert acts == []  # 8 GPUs would not be faster by the margin a restart needs
+
+
+def test_dry_run_loop_plans_but_writes_nothing() -> None:
+    el, actions, rec, _ = make([worker("a", 0, "n0")])
+    loop = ControlLoop(el, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30, dry_run=True,
+                       per_interval=4, per_hour=30)
+    tick = loop.run_once()
+    assert [o.outcome for o in tick.outcomes] == [DRY_RUN]
+    assert actions.annotations == [] and rec.events == []
+
+
+def test_planned_gpus_is_the_latest_plan_on_the_jobs_pods() -> None:
+    from extender.control.world_builder import planned_gpus
+
+    def with_plan(i: int, plan: object) -> Any:
+        p = worker("a", i, "n0")
+        p["metadata"]["annotations"][PLAN] = json.dumps(plan)
+        return parse_pod(p)
+
+    assert planned_gpus([parse_pod(worker("a", 0, "n0"))]) == 0  # never planned
+    assert planned_gpus([with_plan(0, {"gpus": 2, "at": 10.0}), with_plan(1, {"gpus": 4, "at": 20.0})]) == 4
+    assert planned_gpus([with_plan(0, {"gpus": 4, "at": 20.0}), with_plan(1, {"gpus": 2, "at": 10.0})]) == 4
+    for bad in ("4", True, -1, 2.5, None):  # a malformed count reads as no plan, never as a size
+        assert planned_gpus([with_plan(0, {"gpus": bad, "at": 10.0})]) == 0
+
+
+def test_a_replica_that_loses_the_lease_mid_action_writes_nothing_more() -> None:
+    from extender.control.errors import LostLeadership
+
+    el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
+    acts = plan_at(el, 1000.0)
+
+    class Flaky:  # leader for the first annotation and its Event, then the Lease is lost
+        def __init__(self) -> None:
+            self.checks = 0
+
+        @property
+        def is_leader(self) -> bool:
+            self.checks += 1
+            return self.checks <= 2
+
+    el.ctx.leader = Flaky()
+    try:
+        el.act(acts[0], 1000.0)
+    except LostLeadership as e:
+        assert e.writes == 2 and "lost_leadership" in str(e)
+    else:
+        raise AssertionError("the action went on after leadership was lost")
+    assert [a[1] for a in actions.annotations] == ["a-0"] and len(rec.events) == 1  # a-1 untouched

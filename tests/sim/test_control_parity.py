@@ -1,0 +1,255 @@
+"""Parity: one scenario, built once as Kubernetes objects for the service shell and once as engine
+state for the simulator shell, gives the same World and the same plans, action for action.
+
+The scenario: 4 nodes x 4 GPUs; a slow (completing) checkpointable job, a growing one, a
+completing one in an excluded namespace, a completing one in a namespace labelled
+flowsched.io/migrate: "false", a slow job migrated once recently, elastic jobs (one rescaled a
+minute ago), pending pods in kube-scheduler's order, and a migrator budget with one action left.
+
+Both shells estimate convergence with the same core tracker from the same points (the service
+through its SQLite progress store). The one documented difference is what a job reports about
+its throughput (the simulator measures its profile; the service has a prior scaled to measured
+step rates), so the elastic plans are compared with that input cleared on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.sim.cluster import ClusterSettings
+from benchmarks.sim.control import SimControl
+from benchmarks.sim.engine import Engine, EngineSettings, SimJob
+from benchmarks.sim.generator import calibrated_profiles
+from benchmarks.sim.policies import make_policy, pod_sizes
+from benchmarks.sim.variants import core_settings
+from benchmarks.sim.workload import JobSpec
+from benchmarks.sim.world import node_name
+from extender.control.elastic import Elastic
+from extender.control.events import LogRecorder
+from extender.control.migrator import Migrator
+from extender.progress.convergence import ConvergenceTracker
+from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreSettings
+from extender.settings import Settings
+from extender.snapshot.objects import parse_node, parse_pod
+from extender.snapshot.state import ClusterState
+from scoring.control import Evict, Scale, plan_elastic_for
+from scoring.world import World
+from tests.control_fakes import FakeActions, make_context
+from tests.k8s_factories import node, pod
+
+PROFILES = calibrated_profiles()
+APP = "deepspeech2"  # a lower-is-better metric, as a loss posted to /v1/progress is
+T0 = 1_700_000_000.0  # the service's clock at the simulator's t = 0
+NOW = 20_000.0
+LABELS = {"team-a": {}, "team-b": {}, "frozen": {"flowsched.io/migrate": "false"}, "kube-system": {}}
+
+
+def iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(T0 + t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def flat(n: int, start: float, every: float) -> list[tuple[float, int, float]]:
+    """(time, epoch, loss): improving fast, then flat for the last third."""
+    out = []
+    for k in range(n):
+        loss = 2.0 * math.exp(-k / 4.0) + 1.0 if k < 2 * n // 3 else 1.0 + 2.0 * math.exp(-(2 * n // 3) / 4.0)
+        out.append((start + every * k, k + 1, loss + 0.0005 * (k % 2)))
+    return out
+
+
+def growing(n: int, start: float, every: float) -> list[tuple[float, int, float]]:
+    return [(start + every * k, k + 1, 5.0 - 0.1 * k) for k in range(n)]
+
+
+# name, namespace, GPUs, running on (node, GPUs)... or None, started, series, checkpointable, elastic, marks
+SCENARIO: list[dict[str, Any]] = [
+    {"name": "slow", "ns": "team-a", "gpus": 4, "on": [(0, 4)], "start": 2000.0, "series": flat(30, 2100.0, 500.0)},
+    {"name": "fresh", "ns": "team-a", "gpus": 4, "on": [(1, 4)], "start": 1000.0,
+     "series": growing(30, 5100.0, 500.0)},
+    {"name": "sys", "ns": "kube-system", "gpus": 2, "on": [(2, 2)], "start": 2000.0,
+     "series": flat(30, 2100.0, 500.0)},
+    {"name": "optout", "ns": "frozen", "gpus": 2, "on": [(2, 2)], "start": 2000.0,
+     "series": flat(30, 2100.0, 500.0)},
+    {"name": "moved", "ns": "team-b", "gpus": 1, "on": [(3, 1)], "start": 19_000.0,
+     "series": flat(30, 2100.0, 500.0), "migrated": (18_500.0, 1)},
+    {"name": "el", "ns": "team-b", "gpus": 2, "on": [(3, 1), (3, 1)], "start": 5000.0,
+     "series": growing(20, 8100.0, 600.0), "elastic": (1, 8)},
+    {"name": "el2", "ns": "team-b", "gpus": 1, "on": [(3, 1)], "start": 5000.0,
+     "series": growing(20, 8100.0, 600.0), "elastic": (1, 8), "scaled": 19_940.0},
+    {"name": "wait6", "ns": "team-b", "gpus": 6, "on": None, "arrival": 15_000.0},
+    {"name": "wait2", "ns": "team-a", "gpus": 2, "on": None, "arrival": 12_000.0},
+]
+
+
+# -- the simulator side -------------------------------------------------------------------
+def sim_side(loops: tuple[str, ...]) -> tuple[SimControl, Engine]:
+    specs = [JobSpec(j["name"], j.get("arrival", 0.0), APP, j["gpus"], 320, namespace=j["ns"],
+                     checkpointable=j["ns"] != "team-x",
+                     elastic_min=j["elastic"][0] if "elastic" in j else 0,
+                     elastic_max=j["elastic"][1] if "elastic" in j else 0) for j in SCENARIO]
+    eng = Engine(specs, PROFILES, make_policy("flowsched"), EngineSettings(cluster=ClusterSettings(nodes=4)))
+    control = SimControl(core_settings(eng.settings), loops)
+    control.builder.namespace_labels = LABELS
+    by_name = {j.spec.name: j for j in eng.jobs}
+    for j in SCENARIO:
+        job: SimJob = by_name[j["name"]]
+        eng.active[job.idx] = job
+        eng.policy.on_arrival(job, job.spec.arrival)
+        if j["on"]:
+            eng.now = j["start"]
+            eng.start(job, j["on"])
+            job.series = list(j["series"])
+            job.synced_at = NOW  # the engine adds no points of its own: the scenario's are the job's posts
+        if "migrated" in j:
+            control.builder.marks.migrated_at[job.idx], control.builder.marks.migrations[job.idx] = j["migrated"]
+        if "scaled" in j:
+            control.builder.marks.scaled_at[job.idx] = j["scaled"]
+    eng.now = NOW
+    return control, eng
+
+
+# -- the service side ---------------------------------------------------------------------
+def service_side(tmp_path: Path, loops: list[str]) -> tuple[Migrator, Elastic]:
+    state = ClusterState()
+    for k in range(4):
+        state.upsert_node(parse_node(node(node_name(k), gpus=4, cpu="64", memory="256Gi")))
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "progress.sqlite"), max_idle_s=1e9))
+    for j in SCENARIO:
+        ann: dict[str, str] = {"flowsched.io/checkpointable": "true"}
+        if "elastic" in j:
+            ann["flowsched.io/elastic"] = f"{j['elastic'][0]}-{j['elastic'][1]}"
+        if "migrated" in j:
+            ann["flowsched.io/migration"] = json.dumps({"from": "node-009", "at": T0 + j["migrated"][0],
+                                                        "count": j["migrated"][1]})
+        if "scaled" in j:
+            ann["flowsched.io/elastic-plan"] = json.dumps({"gpus": 1, "at": T0 + j["scaled"]})
+        sizes = pod_sizes(j["gpus"], 4) if not j["on"] else [g for _, g in j["on"]]
+        for i, g in enumerate(sizes):
+            where = node_name(j["on"][i][0]) if j["on"] else None
+            p = pod(f"{j['name']}-{i}", gpus=g, node_name=where, namespace=j["ns"], annotations=dict(ann),
+                    labels={"flowsched.io/job": j["name"]}, phase="Running" if where else "Pending")
+            p["metadata"]["creationTimestamp"] = iso(j.get("arrival", j.get("start", 0.0)))
+            if where:
+                p["status"]["startTime"] = iso(j["start"])
+            state.upsert_pod(parse_pod(p))
+        if j.get("series"):
+            store.add_points(j["ns"], j["name"], [ProgressPoint(step=e, value=v, timestamp=T0 + t)
+                                                  for t, e, v in j["series"]])
+    state.synced = {"nodes": True, "pods": True}
+    settings = Settings(kube=False, controllers=loops)
+    tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW)
+    tracker.refresh_once()
+    ctx = make_context(state, tracker, FakeActions(), LogRecorder(), settings=settings, namespace_labels=LABELS)
+    return Migrator(ctx), Elastic(ctx, ctx.core.elastic)
+
+
+def _n(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 6)
+
+
+def comparable(world: World, shift: float) -> dict[str, Any]:
+    """What drives filtering and ordering, in the simulator's clock."""
+    return {
+        "now": world.now - shift,
+        "nodes": [(n.name, n.gpus, n.used_gpus) for n in world.nodes],
+        "pending": [(p.key, p.job, p.gpus, _n(p.wait_s)) for p in world.pending],
+        "jobs": [(j.key, j.namespace, dict(j.gpus_on), j.live_gpus, j.per_pod, j.checkpointable, j.elastic,
+                  j.running, j.settling, _n(j.runtime_s), _n(j.attained_gpu_s), j.phase,
+                  j.migrations, _n(j.since_migration_s), _n(j.since_scaled_s), j.gated_pods, _n(j.wait_s))
+                 for j in world.jobs],
+        "labels": {k: dict(v) for k, v in world.namespace_labels.items()},
+    }
+
+
+def without_reports(world: World) -> World:
+    """The documented difference cleared: what a job reports about its throughput, its batch and
+    its planned end (the simulated jobs report their epochs as max_steps; the service's here none)."""
+    return replace(world, now=0.0, jobs=tuple(replace(j, throughput=None, step_samples={}, noise=None,
+                                                      batch_range=None, batch_size=0, planned_steps=math.nan,
+                                                      batch_live=False)
+                                              for j in world.jobs))
+
+
+@pytest.mark.parametrize("loops", [("migrator",), ("elastic", "migrator")])
+def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loops: tuple[str, ...]) -> None:
+    control, eng = sim_side(loops)
+    migrator, _ = service_side(tmp_path, list(loops))
+    sim_world = control.builder.build(eng, NOW)
+    svc_obs = migrator.observe(T0 + NOW)
+    assert svc_obs is not None
+    assert comparable(svc_obs.world, T0) == comparable(sim_world, 0.0)
+    phases = {j.key: j.phase.name for j in sim_world.jobs}
+    assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
+
+    # The migrator, through each shell's whole path, one action of budget left.
+    svc_actions = migrator.plan(svc_obs, budget_left=1)
+    sim_actions = control.plan("migrator", sim_world, budget_left=1)
+    assert all(isinstance(a, Evict) for a in sim_actions)
+    assert [(a.key, a.kind, a.detail["origin"], a.detail["served"], a.reason) for a in svc_actions] == \
+        [(a.job, a.kind, a.origin, list(a.served), a.reason) for a in sim_actions if isinstance(a, Evict)]
+    assert [a.job for a in sim_actions if isinstance(a, Evict)] == ["team-a/slow"]
+    decided = migrator.last["jobs"]
+    assert decided["kube-system/sys"]["decision"] == "namespace excluded"
+    assert decided["frozen/optout"]["decision"] == "namespace opted out"
+    assert decided["team-b/moved"]["decision"] in ("too_young", "cooldown")
+    assert control.plan("migrator", sim_world, budget_left=0) == ()  # budget spent: nothing
+
+    # The elastic optimizer, with the reported throughput cleared on both sides.
+    if "elastic" in loops:
+        core = control.settings
+        a_svc = plan_elastic_for(without_reports(svc_obs.world), core, migrator_on=True).actions
+        a_sim = plan_elastic_for(without_reports(sim_world), core, migrator_on=True).actions
+        assert a_svc == a_sim
+        assert all(isinstance(a, Scale) for a in a_sim)
+        assert "team-b/el2" not in {a.job for a in a_sim}  # rescaled a minute ago: held
+        # The waiting pods' 8 GPUs are kept for them, so the optimizer shrinks el to its minimum.
+        assert [(a.job, a.gpus, a.from_gpus) for a in a_sim] == [("team-b/el", 1, 2)]
+
+
+def test_the_simulator_runs_the_services_defaults_or_prints_the_difference() -> None:
+    from benchmarks.sim.variants import INTEGRATED, build, overrides_line
+    from scoring.settings import CoreSettings, differences
+
+    v = build("flowsched", PROFILES, 0)
+    assert v.control is not None and v.settings is not None
+    effective = v.control.settings
+    service = Settings(kube=False).core()
+    assert differences(service, CoreSettings()) == {}  # the service parses into the same defaults
+    line = overrides_line(effective)
+    for name, (value, _) in differences(effective, service).items():
+        assert f"{name}={value!r}" in line, f"{name} differs from the service's default but is not printed"
+    assert v.control.loops == INTEGRATED
+
+
+def test_every_core_section_is_a_service_setting() -> None:
+    # A core setting the service cannot parse is stuck at its default in a cluster (the bottleneck
+    # thresholds were, docs/bottlenecks.md told operators to set link_bytes_s): each section of
+    # CoreSettings is a key of flowsched.yaml / FLOWSCHED_<SECTION>__<FIELD>, and reaches core().
+    import dataclasses
+
+    from extender.settings import Settings
+    from scoring.settings import CoreSettings
+
+    key = {"safety": "control"}  # the safety rules are flattened into the control section
+    for f in dataclasses.fields(CoreSettings):
+        default = getattr(CoreSettings(), f.name)
+        if not dataclasses.is_dataclass(default):
+            continue
+        changed = next(g for g in dataclasses.fields(default) if isinstance(getattr(default, g.name), float)
+                       and not isinstance(getattr(default, g.name), bool))
+        value = getattr(default, changed.name)
+        new = value * 0.9 if value else 1.0
+        try:
+            core = Settings.model_validate({key.get(f.name, f.name): {changed.name: new}}).core()
+        except ValueError:  # a cross-field rule refused the nudge: nudge the other way
+            new = value * 1.0001
+            core = Settings.model_validate({key.get(f.name, f.name): {changed.name: new}}).core()
+        assert getattr(getattr(core, f.name), changed.name) == new, f.name
