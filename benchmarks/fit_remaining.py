@@ -1,4 +1,4 @@
-"""Regenerate scoring/remaining_params.py: the remaining-steps model, fit on even LCBench tasks only.
+"""Regenerate scoring/data/remaining_params.json: the remaining-steps model, fit on even LCBench tasks only.
 
 Data: every prefix (from min_fit_points points on) of every LCBench curve whose OpenML task id
 is even, validation cross-entropy and accuracy both (the odd tasks and every Pollux curve are
@@ -9,7 +9,7 @@ prefix is past it.
 
 Fits (numpy only, no learning library): gradient-boosted regression trees (depth 3, 60 trees,
 learning rate 0.1, half the rows per tree, splits on 48 quantile bins per feature, thresholds and
-leaves kept to 6 significant digits as the parameters file writes them) for the 10th,
+leaves kept to 6 significant digits, as the shipped parameters have always been) for the 10th,
 50th and 90th percentile of log((left + unit) / (span + unit)) on the prefixes 10 .. 90 % of the
 way (in time) to the plateau (DONE_WINDOW; pinball loss; each curve's prefixes share a weight of 1,
 so long-growing curves do not dominate, in proportion to the time each stands until the next point
@@ -24,12 +24,15 @@ and the median's error in seconds at the asked prefixes, per metric. The shipped
 fit on all even tasks. Two models: one with no planned end, and one told each curve's last step as
 max_steps (as convergence_eval --max-steps).
 
-Usage: python -m benchmarks.fit_remaining [--data DIR] [--out scoring/remaining_params.py] [--limit N]
+The parameters file is JSON text (render(); scoring.remaining_params reads it at import).
+
+Usage: python -m benchmarks.fit_remaining [--data DIR] [--out scoring/data/remaining_params.json] [--limit N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from collections.abc import Iterator
@@ -49,10 +52,11 @@ from scoring.convergence import (
     step_rate,
 )
 from scoring.remaining import QUANTILES, CurveEvidence, RemainingModel, Trees, feature_vector, predict
+from scoring.remaining_params import FORMAT
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-OUT = Path(__file__).resolve().parents[1] / "scoring" / "remaining_params.py"
+OUT = Path(__file__).resolve().parents[1] / "scoring" / "data" / "remaining_params.json"
 
 
 def prefix_evidence(c: Curve, m: int, settings: ConvergenceSettings,
@@ -265,7 +269,7 @@ def boost(x: FloatArray, y: FloatArray, w: FloatArray, loss: str, tau: float = 0
             else:
                 leaf[j] = float(np.sum(w[mk] * g[mk] * h[mk]) / (np.sum(w[mk] * h[mk]) + 1e-9))
         leaf = np.array([float(f"{v:.6g}") for v in LEARNING_RATE * leaf])
-        # thresholds as the parameters file writes them (6 digits; a bin edge needs no more)
+        # thresholds to 6 digits, as before (a bin edge needs no more)
         threshold = np.array([float(f"{v:.6g}") if math.isfinite(v) else v for v in threshold])
         # route every row as scoring.remaining.Trees will (with the rounded leaves)
         k = np.zeros(n, dtype=np.int64)
@@ -276,7 +280,7 @@ def boost(x: FloatArray, y: FloatArray, w: FloatArray, loss: str, tau: float = 0
         feats.append(feature)
         thresholds.append(threshold)
         leaves.append(leaf)
-    finite = [np.where(np.isfinite(t), t, 1e300) for t in thresholds]  # "no split" as a finite literal
+    finite = [np.where(np.isfinite(t), t, 1e300) for t in thresholds]  # "no split" as a finite number (JSON)
     return Trees(base=base, depth=depth, feature=tuple(int(v) for a in feats for v in a),
                  threshold=tuple(float(v) for a in finite for v in a),
                  leaf=tuple(float(v) for a in leaves for v in a))
@@ -373,39 +377,37 @@ def fit_model(samples: Samples) -> RemainingModel:
     return replace(model, spread=spread, plateau_threshold=threshold)
 
 
-def _tuple(a: tuple[float, ...] | tuple[int, ...], indent: str, exact: bool = False, per_line: int = 8) -> str:
-    """A tuple literal, per_line numbers a line (the file stays within the line length); exact: repr()."""
-    cells = [repr(v) if exact or isinstance(v, int) else f"{v:.6g}" for v in a]
-    lines = [", ".join(cells[i:i + per_line]) for i in range(0, len(cells), per_line)]
-    return "(\n" + "".join(f"{indent}    {line},\n" for line in lines) + f"{indent})"
+def _numbers(a: tuple[float, ...] | tuple[int, ...], indent: str, per_line: int) -> str:
+    """A JSON list, per_line numbers a line (one tree's nodes or leaves); each float as repr() writes it,
+    which reads back to the same bits."""
+    lines = [", ".join(json.dumps(v, allow_nan=False) for v in a[i:i + per_line]) for i in range(0, len(a), per_line)]
+    return "[\n" + ",\n".join(f"{indent}  {line}" for line in lines) + f"\n{indent}]"
 
 
-def _render_trees(t: Trees, indent: str) -> list[str]:
-    inner = indent + "    "
-    return [f"{indent}Trees(", f"{inner}base={t.base!r},", f"{inner}depth={t.depth!r},",
-            f"{inner}feature={_tuple(t.feature, inner, per_line=24)},",
-            f"{inner}threshold={_tuple(t.threshold, inner, per_line=8)},",
-            f"{inner}leaf={_tuple(t.leaf, inner)},", f"{indent}),"]
+def _render_trees(t: Trees, indent: str) -> str:
+    inner, nodes, leaves = indent + "  ", 2 ** t.depth - 1, 2 ** t.depth
+    fields = [f'"base": {json.dumps(t.base, allow_nan=False)}', f'"depth": {json.dumps(t.depth)}',
+              f'"feature": {_numbers(t.feature, inner, nodes)}', f'"threshold": {_numbers(t.threshold, inner, nodes)}',
+              f'"leaf": {_numbers(t.leaf, inner, leaves)}']
+    return "{\n" + ",\n".join(inner + f for f in fields) + f"\n{indent}}}"
 
 
 def render(models: dict[str, RemainingModel], note: str) -> str:
-    lines = [
-        '"""Parameters of scoring.remaining\'s model. GENERATED by benchmarks/fit_remaining.py; do not edit.',
-        "",
-        note,
-        '"""',
-        "",
-        "from scoring.remaining import RemainingModel, Trees",
-        "",
-    ]
+    """The parameters file (scoring/data/remaining_params.json, read by scoring.remaining_params): JSON,
+    one tree's nodes (or leaves) a line, so that a refit diffs tree by tree."""
+    blocks = []
     for name, m in models.items():
-        lines += [f"{name} = RemainingModel(", f"    quantiles={m.quantiles!r},", "    quantile_trees=("]
-        for t in m.quantile_trees:
-            lines += _render_trees(t, "        ")
-        lines += ["    ),", "    plateau_trees=" + _render_trees(m.plateau_trees, "    ")[0].strip()]
-        lines += _render_trees(m.plateau_trees, "    ")[1:]
-        lines += [f"    spread={m.spread!r},", f"    plateau_threshold={m.plateau_threshold!r},", ")", ""]
-    return "\n".join(lines)
+        quantile_trees = ",\n".join("        " + _render_trees(t, "        ") for t in m.quantile_trees)
+        blocks.append(f'    {json.dumps(name)}: {{\n'
+                      f'      "quantiles": {json.dumps(list(m.quantiles), allow_nan=False)},\n'
+                      f'      "spread": {json.dumps(m.spread, allow_nan=False)},\n'
+                      f'      "plateau_threshold": {json.dumps(m.plateau_threshold, allow_nan=False)},\n'
+                      f'      "quantile_trees": [\n{quantile_trees}\n      ],\n'
+                      f'      "plateau_trees": {_render_trees(m.plateau_trees, "      ")}\n'
+                      f"    }}")
+    note_lines = ",\n".join(f"    {json.dumps(line)}" for line in note.splitlines())
+    return (f'{{\n  "format": {json.dumps(FORMAT)},\n  "note": [\n{note_lines}\n  ],\n'
+            f'  "models": {{\n' + ",\n".join(blocks) + "\n  }\n}\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{PLATEAU_DEPTH} for the plateau probability; spread and threshold calibrated out of fold.\n"
             f"Regenerate: python -m benchmarks.fit_remaining"
             + (f" --limit {args.limit}" if args.limit else ""))
-    args.out.write_text(render(models, note))
+    args.out.write_text(render(models, note), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks.fit_remaining import boost, render, trees_value
+from benchmarks.fit_remaining import OUT, boost, render, trees_value
 from scoring import remaining_params
 
 
@@ -39,6 +39,25 @@ def test_logistic_boosting_separates_and_stays_calibrated() -> None:
 
 def test_rendered_parameters_read_back_equal() -> None:
     models = {"OPEN_END": remaining_params.OPEN_END, "PLANNED_END": remaining_params.PLANNED_END}
-    module = types.ModuleType("rendered")
-    exec(render(models, "note"), module.__dict__)  # the generated file is plain Python
-    assert module.OPEN_END == remaining_params.OPEN_END and module.PLANNED_END == remaining_params.PLANNED_END
+    back = remaining_params.parse(render(models, "a note\non two lines"))  # the generated file is JSON
+    assert back.note == "a note\non two lines"
+    assert back.models["OPEN_END"] == remaining_params.OPEN_END
+    assert back.models["PLANNED_END"] == remaining_params.PLANNED_END
+    for name, model in models.items():  # to the bit, not only ==
+        for old, new in zip((*model.quantile_trees, model.plateau_trees),
+                            (*back.models[name].quantile_trees, back.models[name].plateau_trees), strict=True):
+            assert [float(v).hex() for v in (old.base, *old.threshold, *old.leaf)] == \
+                   [v.hex() for v in (new.base, *new.threshold, *new.leaf)]
+
+
+def test_the_shipped_file_is_what_the_script_writes() -> None:
+    # the shipped data file is fit_remaining's output as it stands: rendering what it holds gives it back byte for byte
+    # (a hand edit, or a change to render() without regenerating, shows here)
+    shipped = remaining_params.load()
+    assert render(dict(shipped.models), shipped.note) == remaining_params.DATA_FILE.read_text(encoding="utf-8")
+    assert "even-numbered OpenML tasks of lcbench/curves.csv" in shipped.note
+
+
+def test_the_default_output_is_the_shipped_data_file() -> None:
+    assert OUT.parts[-3:] == ("scoring", "data", "remaining_params.json")
+    assert Path(str(remaining_params.DATA_FILE)) == OUT
