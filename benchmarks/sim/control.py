@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.world import SimWorldBuilder, changes_batch_live, job_key
 from scoring.actions import ControlAction, Evict, Preempt, Release, Scale
-from scoring.kernel import DONE, LOOP_ORDER, PREEMPT_BUDGET, SKIPPED, Memory, plan_loop, run_round
+from scoring.kernel import DONE, LOOP_ORDER, PREEMPT_BUDGET, SKIPPED, Memory, Round, plan_loop, run_round
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
@@ -56,6 +56,7 @@ class SimControl:
     _last: dict[str, float] = field(default_factory=dict)
     _jobs: dict[str, SimJob] = field(default_factory=dict)
     _bind: bool = False  # pods were created or released: kube-scheduler binds before the next World
+    last_round: Round | None = None  # the kernel's latest round (plans, outcomes), for reports and tests
 
     def __post_init__(self) -> None:
         unknown = [x for x in self.loops if x not in SIM_LOOPS]
@@ -91,6 +92,7 @@ class SimControl:
                          carry_out=lambda _loop, a: self._carry_out(engine, a, now))
         self._bound(engine, now)
         self.memory = done.memory
+        self.last_round = done
         for p in done.plans.values():
             for why in p.refusals.values():
                 self.stats.refused[why] = self.stats.refused.get(why, 0) + 1
