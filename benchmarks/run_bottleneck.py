@@ -6,12 +6,13 @@ Jobs follow benchmarks/sim/bottleneck_model.py (Optimus' PS/worker speed model p
 pipeline bounded by CPU). Every 30 s (the elastic loop's interval) the simulator builds the
 control core's World and runs the core's plans, exactly as the service does:
 
-- off: plan_elastic_for(world, CoreSettings()) with no diagnosis on any job;
+- off: the kernel's elastic plan (scoring.kernel.plan_loop) with no diagnosis on any job;
 - on:  each running job's telemetry (as cAdvisor and DCGM would show it, with noise) goes through
        scoring.bottleneck.diagnose, the diagnosis is put on JobState.diagnosis (scoring.remedy.
        with_diagnoses, as the service's shell does), the same
-       plan_elastic_for runs (now capping growth of diagnosed jobs), then scoring.remedy's
-       plan_remedies: GiveCpu raises the job's CPU by scoring.remedy.cpu_target (at most once per
+       elastic plan runs (now capping growth of diagnosed jobs), then the kernel's remedies plan
+       (scoring.remedy.plan_remedies): GiveCpu raises the job's CPU by scoring.remedy.cpu_target
+       (at most once per
        the resizer's cooldown_s), AddPs adds a parameter server (a restart, like a rescale).
        Consolidate and MoveReplica are counted, not carried out (placement is not modelled).
 
@@ -29,9 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from benchmarks.sim.bottleneck_model import SpeedModel, model_for
+from scoring.actions import AddPs, Consolidate, GiveCpu, MoveReplica, Scale
 from scoring.bottleneck import PS, Bottleneck, diagnose
-from scoring.control import plan_elastic_for
-from scoring.remedy import AddPs, Consolidate, GiveCpu, MoveReplica, cpu_target, plan_remedies, with_diagnoses
+from scoring.kernel import Memory, plan_loop
+from scoring.remedy import cpu_target, with_diagnoses
 from scoring.settings import CoreSettings
 from scoring.world import JobState, NodeState, PendingPod, World
 
@@ -161,9 +163,10 @@ def run(seed: int, n_jobs: int, nodes: int, mode: str) -> dict[str, float]:
         running = [j for j in jobs if not math.isnan(j.started) and math.isnan(j.finished)]
         queued = [j for j in jobs if j.arrival <= now and math.isnan(j.started)]
         w = world(now, cl, running, queued, on, core, noise_rng)
-        plan = plan_elastic_for(w, core)
+        plan = plan_loop("elastic", w, core, Memory(), 0)  # the kernel's plan; every action applied
         by_key = {j.key: j for j in running}
         for a in plan.actions:  # shrinks first
+            assert isinstance(a, Scale)
             j = by_key[a.job]
             old = j.gpus
             cl.release(j)
@@ -173,7 +176,8 @@ def run(seed: int, n_jobs: int, nodes: int, mode: str) -> dict[str, float]:
             j.paused_until, j.scaled_at = now + restart, now
             remedies["scale"] += 1
         if mode == "on":
-            for r in plan_remedies(w, core.bottleneck, core.safety):
+            for r in plan_loop("remedies", w, core, Memory(), 0).actions:
+                assert isinstance(r, GiveCpu | AddPs | Consolidate | MoveReplica)
                 j = by_key[r.job]
                 if isinstance(r, GiveCpu) and now - j.cpu_at >= core.resizer.cooldown_s and j.cpu < CPU_MAX:
                     j.cpu = cpu_target(j.cpu * 1000, CPU_MAX * 1000, core.bottleneck) / 1000

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from scoring.actions import Preempt, Release
 from scoring.migration import place
 from scoring.remaining import evidence_weight
 from scoring.safety import namespace_refusal
@@ -46,30 +47,8 @@ _ONE_GPU_HOUR = 3600.0
 
 
 @dataclass(frozen=True)
-class Admit:
-    job: str
-    pods: int  # gated pods released together
-    gpus: float
-    queue: int
-    reason: str
-    kind: str = "admit"
-
-
-@dataclass(frozen=True)
-class Preempt:
-    """Evict `job` (every pod) so that `for_job` fits; carried out like a migration."""
-
-    job: str
-    for_job: str
-    freed_gpus: float
-    attained_gpu_s: float
-    reason: str
-    kind: str = "preempt"
-
-
-@dataclass(frozen=True)
 class AdmissionPlan:
-    admits: tuple[Admit, ...]
+    admits: tuple[Release, ...]  # scheduling gates removed
     preempts: tuple[Preempt, ...]
     order: tuple[tuple[str, int, float, str], ...]  # (job, queue, wait_s, decision) of every gated job
 
@@ -151,12 +130,12 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
         soon = ends[j.key] <= s.finish_first_s  # NaN: False
         return (0 if starving(j, s.starvation_factor) else 1, q, 0 if soon else 1, -wait, j.key)
 
-    admits: list[Admit] = []
+    admits: list[Release] = []
     preempts: list[Preempt] = []
     order: list[tuple[str, int, float, str]] = []
     for j in closed:  # flowsched may not hold these
         q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
-        admits.append(Admit(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
+        admits.append(Release(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
                             "namespace not managed by flowsched: released at once"))
         order.append((j.key, q, j.wait_s, "released: namespace not managed"))
     blocked = False
@@ -177,7 +156,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
             why = "starving: ahead of every queue" if starve else f"queue {q}"
             if ends[j.key] <= s.finish_first_s:
                 why += f", predicted to end in {ends[j.key]:.0f}s"
-            admits.append(Admit(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
+            admits.append(Release(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
                                 f"{why}, waited {j.wait_s:.0f}s, attained {_h(j.attained_gpu_s)} GPU-h; "
                                 f"all {len(j.gated_pods)} pod(s) ({sum(j.gated_pods):g} GPUs) fit now"))
             order.append((j.key, q, j.wait_s, "admitted"))
@@ -193,7 +172,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
                     preempts.append(Preempt(v.key, j.key, v.held_gpus, v.attained_gpu_s,
                                             f"preempted for {j.key} (queue {q}, waited {j.wait_s:.0f}s): {v.key} is "
                                             f"in queue {vq} with {_h(v.attained_gpu_s)} GPU-h attained; frees "
-                                            f"{v.held_gpus:g} GPUs"))
+                                            f"{v.held_gpus:g} GPUs", count=v.migrations + 1))
                 decision = f"waits: preempting {len(victims)} job(s) for it"
         if starve:
             blocked = True  # nothing behind a starving job takes the GPUs it waits for

@@ -1,4 +1,4 @@
-"""The control core: each loop's plan from a World, and how the loops compose.
+"""The migrator's and the elastic optimizer's plans from a World (scoring.kernel runs them in a round).
 
     plan_migrations_for(world, settings, max_moves=..., elastic_on=...) -> MigratorPlan
     plan_elastic_for(world, settings, migrator_on=...) -> ElasticLoopPlan
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from scoring.actions import Evict, Scale
 from scoring.convergence import Phase
 from scoring.elastic import (
     ElasticDecision,
@@ -45,55 +46,9 @@ from scoring.safety import (
 from scoring.settings import CoreSettings, ElasticLoopSettings
 from scoring.world import FloatArray, IntArray, JobState, Throughput, World, pods_for
 
-# Within a round: the optimizer sizes jobs, admission releases gated ones (the optimizer's new pods
-# among them) in least-attained-service order, the migrator sees the result.
-LOOP_ORDER = ("elastic", "admission", "migrator")
-
 
 def _fmt(x: float, spec: str = ".3g") -> str:
     return format(x, spec) if math.isfinite(x) else "unknown"
-
-
-# -- actions ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Evict:
-    """Evict every pod of `job` (it restarts from its checkpoint wherever kube-scheduler puts it)."""
-
-    job: str
-    origin: str  # the node it holds most GPUs on (scored down for its replacement)
-    count: int  # this job's migrations including this one
-    freed_gpus: float
-    benefit_gpus: float
-    served: tuple[str, ...]  # pending pods that fit once it is gone
-    relocation: tuple[str | None, ...]
-    reason: str
-    kind: str = "evict"
-    attained_gpu_s: float = math.nan  # the job's attained service now (recorded in its eviction mark)
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Run `job` at `gpus` GPUs (`gpus // per_pod` pods) and global batch `batch_size`."""
-
-    job: str
-    gpus: int
-    from_gpus: int
-    batch_size: int  # 0: the job's own
-    from_batch: int
-    per_pod: int
-    lo: int
-    hi: int
-    reason: str
-    attained_gpu_s: float = math.nan  # the job's attained service at the plan (recorded with it)
-
-    @property
-    def kind(self) -> str:
-        return "scale-up" if self.gpus > self.from_gpus else ("scale-down" if self.gpus < self.from_gpus
-                                                              else "rebatch")
-
-    @property
-    def replicas(self) -> int:
-        return self.gpus // max(1, self.per_pod)
 
 
 # -- migrator -----------------------------------------------------------------------------

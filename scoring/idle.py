@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from scoring.safety import namespace_refusal
 from scoring.settings import IdleLoopSettings, SafetySettings
+from scoring.world import IdlePod
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -83,18 +84,6 @@ def plan_reclaim(candidates: Sequence[Reclaimable], idle_since: Mapping[str, flo
     due = sorted((c for c in ripe if c.pod in warned_at and now - warned_at[c.pod] >= warning_s),
                  key=lambda c: (idle_since[c.pod], c.pod))
     return ReclaimPlan(warn, tuple(c.pod for c in due[:budget_left]))
-
-
-@dataclass(frozen=True)
-class IdlePod:
-    """A running pod that holds GPUs, as the idle loop sees it."""
-
-    key: str  # "namespace/name"
-    namespace: str
-    workload: str  # scoring/workload.py class
-    gpus: float
-    reclaim: str | None  # its flowsched.io/reclaim-idle value, raw
-    samples: tuple[float, ...]  # utilisation % of each of its GPUs now (empty: no telemetry)
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from scoring.actions import AddPs, Consolidate, GiveCpu, MoveReplica, Remedy
 from scoring.bottleneck import PS, Bottleneck, BottleneckSettings, Diagnosis, scaling_from_samples
 from scoring.elastic import ElasticJob
 from scoring.safety import namespace_refusal
@@ -180,53 +181,6 @@ def cap_growth(options: Sequence[ElasticJob], jobs: Sequence[JobState], s: Bottl
             capped[job.key] = why
         out.append(o)
     return out, capped
-
-
-# -- each diagnosis' own remedy -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class GiveCpu:
-    """The resizer should raise the CPU of this job's opted-in pods (within their cpu-max)."""
-
-    job: str
-    reason: str
-    kind: str = "give-cpu"
-
-
-@dataclass(frozen=True)
-class Consolidate:
-    """Evict this checkpointable job so it restarts on `target`, which has room for all of it."""
-
-    job: str
-    target: str
-    gpus: float
-    from_nodes: int
-    reason: str
-    kind: str = "consolidate"
-
-
-@dataclass(frozen=True)
-class AddPs:
-    """Run one more parameter server (TFJob PS replicas `from_ps` -> `ps`, within its flowsched.io/ps range)."""
-
-    job: str
-    ps: int
-    from_ps: int
-    reason: str
-    kind: str = "add-ps"
-
-
-@dataclass(frozen=True)
-class MoveReplica:
-    """Evict the slow replica of a checkpointable job (it is recreated where kube-scheduler puts it)."""
-
-    job: str
-    pod: str
-    node: str
-    reason: str
-    kind: str = "move-replica"
-
-
-Remedy = GiveCpu | Consolidate | AddPs | MoveReplica
 
 
 def _held(job: JobState, safety: SafetySettings) -> bool:

@@ -139,12 +139,62 @@ class PendingPod:
 
 
 @dataclass(frozen=True)
+class IdlePod:
+    """A running pod that holds GPUs, as the idle loop sees it."""
+
+    key: str  # "namespace/name"
+    namespace: str
+    workload: str  # scoring/workload.py class
+    gpus: float
+    reclaim: str | None  # its flowsched.io/reclaim-idle value, raw
+    samples: tuple[float, ...]  # utilisation % of each of its GPUs now (empty: no telemetry)
+
+
+@dataclass(frozen=True)
+class ResizeRow:
+    """One pod opted in to in-place CPU resize (flowsched.io/resizable), as the resizer plans it."""
+
+    pod: str  # namespace/name
+    uid: str
+    job: str
+    container: str
+    request_m: float  # the container's CPU request in effect
+    limit_ratio: float | None  # limit / request to keep (None: no CPU limit)
+    original_m: float
+    min_m: float
+    max_m: float
+    may_shrink: bool
+    since_resize_s: float
+    in_flight: bool  # spec and status differ, or a resize is pending: left alone
+    pending: tuple[str, str] | None  # (reason, message) of PodResizePending
+    had_original: bool
+    phase: Phase  # its job's convergence phase (UNKNOWN: not tracked)
+    progress: float  # its job's progress P; NaN unknown
+    diagnosis: Diagnosis | None = None  # its job's bottleneck (scoring.bottleneck); None: not diagnosed
+
+
+@dataclass(frozen=True)
+class ResizeNode:
+    """A node with opted-in pods: what the resizer shares among them."""
+
+    node: str
+    allocatable_m: float
+    others_m: float  # CPU requested by the node's pods outside the plan
+    rows: tuple[ResizeRow, ...]
+    skipped: Mapping[str, str] = field(default_factory=dict)  # pod -> why it is not a row
+
+
+@dataclass(frozen=True)
 class World:
     now: float
     nodes: tuple[NodeState, ...]  # schedulable ones (ready, not cordoned)
     jobs: tuple[JobState, ...]  # every job with a live GPU pod, sorted by key
     pending: tuple[PendingPod, ...]  # kube-scheduler's queue order
     namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Inputs of the loops that look below the job: filled by the shells that run those loops.
+    gpu_pods: tuple[IdlePod, ...] = ()  # running pods holding GPUs, with their utilisation (idle loop)
+    gpu_pods_waiting: int = 0  # GPU pods not bound yet (kube-scheduler's queue and flowsched's gate)
+    resize_nodes: tuple[ResizeNode, ...] = ()  # nodes with resizable pods (resizer)
 
     def job(self, key: str) -> JobState | None:
         return next((j for j in self.jobs if j.key == key), None)

@@ -2,15 +2,15 @@
 `flowsched.io/admission`) in the control core's order, a whole gang at a time, and preempts
 checkpointable jobs of later queues for long-waiting work. See docs/admission.md.
 
-observe(): the World (extender/control/world_builder.py). plan(): scoring.admission.
-plan_admission_for, the function the simulator runs. act(): an "admit" removes the gate from every
-gated pod of the job (a merge-patch of spec.schedulingGates keeping any other gate) and records a
-FlowschedAdmitted Event per pod; a "preempt" goes through the migrator's eviction path
-(extender/control/eviction.py: opt-in re-checked, PodDisruptionBudgets, the eviction mark with the
-job's attained service and its count of flowsched-caused restarts + 1, which the migrator's
-max_migrations reads too, a FlowschedPreempted Event), within its own budget. That budget is
-spent when a preemption is planned, so a dry run (which never acts) shows what acting would do,
-and given back when the preemption is refused or its job is gone.
+observe(): the World (extender/control/world_builder.py). plan(): the kernel's admission plan
+(scoring.kernel.plan_loop: scoring.admission.plan_admission_for), as the simulator runs it. act():
+an "admit" removes the gate from every gated pod of the job (a merge-patch of spec.schedulingGates
+keeping any other gate) and records a FlowschedAdmitted Event per pod; a "preempt" goes through the
+migrator's eviction path (extender/control/eviction.py: opt-in re-checked, PodDisruptionBudgets,
+the eviction mark with the job's attained service and its count of flowsched-caused restarts + 1,
+which the migrator's max_migrations reads too, a FlowschedPreempted Event), within its own budget.
+That budget is spent when a preemption is planned, so a dry run (which never acts) shows what
+acting would do, and given back when the preemption is refused or its job is gone.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from prometheus_client import Counter
 from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
-from extender.control.loop import Action
+from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
-from scoring.admission import Admit, Preempt, plan_admission_for
+from scoring.actions import Preempt, Release
+from scoring.kernel import Memory, plan_loop
 from scoring.safety import Budget
 
 log = logging.getLogger("flowsched.admission")
@@ -70,40 +71,35 @@ class Admission:
                 self.preempt_budget.restore(self.ctx.budgets.load().get(PREEMPT_BUDGET, ()), now)
             except Exception as e:
                 raise TemporaryError(f"saved preemption budget unreadable: {e}", 0.0) from e
-        # Preemptions come first in the loop's budget too: never plan more than it lets through.
-        plan = plan_admission_for(world, self.ctx.core, max_admits=budget_left,
-                                  max_preempts=min(self.preempt_budget.left(now), budget_left))
-        self.last = plan.describe(world.now)
+        plan = plan_loop("admission", world, self.ctx.core, Memory(), budget_left, self.ctx.settings.controllers,
+                         preempt_left=self.preempt_budget.left(now))
+        self.last = dict(plan.view)
         # The preemption budget is spent when a preemption is planned, so a dry run (which never
         # calls act) shows what acting would do; act() gives it back if the preemption is not
         # carried out. A victim the loop has parked (it will report `backoff`) spends nothing.
         self._spent = {}
         self._parked = {k: t for k, t in self._parked.items() if t > now}
-        for p in plan.preempts:
-            if self._parked.get(p.job, -math.inf) <= now:
-                self.preempt_budget.spend(now)
-                self._spent[p.job] = now
-        # Preemptions first: they free what the waiting job needs for the next interval.
-        return [*(self._preempt(p, observed) for p in plan.preempts), *(self._admit(a, observed) for a in plan.admits)]
+        out: list[Action] = []
+        for a in plan.actions:
+            if isinstance(a, Preempt):
+                if self._parked.get(a.job, -math.inf) <= now:
+                    self.preempt_budget.spend(now)
+                    self._spent[a.job] = now
+                out.append(self._preempt(a, observed))
+            elif isinstance(a, Release):
+                out.append(self._admit(a, observed))
+        return out  # preemptions first (the kernel's order): they free what the waiting job needs
 
-    def _admit(self, a: Admit, observed: Observed) -> Action:
+    def _admit(self, a: Release, observed: Observed) -> Action:
         gate = self.cfg.gate
         pods = [p for p in observed.pods_of.get(a.job, []) if gate in p.scheduling_gates and not p.terminating]
-        return Action(key=a.job, kind="admit", target=a.job, reason=a.reason, detail={
-            "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid,
-                      "gates": [g for g in p.scheduling_gates if g != gate]} for p in pods]})
+        return Action.of(a, tuple(PodRef(p.namespace, p.name, p.uid, p.node,
+                                         tuple(g for g in p.scheduling_gates if g != gate)) for p in pods))
 
-    def _preempt(self, p: Preempt, observed: Observed) -> Action:
+    @staticmethod
+    def _preempt(p: Preempt, observed: Observed) -> Action:
         pods = [x for x in observed.pods_of.get(p.job, []) if x.node]
-        origin = max(((x.node, x.requests.gpus) for x in pods), key=lambda t: t[1], default=("", 0.0))[0]
-        job = observed.world.job(p.job)
-        # A preemption restarts the job like a migration: its count of flowsched-caused restarts
-        # only goes up (the migrator's max_migrations reads it from the same mark).
-        count = (job.migrations if job is not None else 0) + 1
-        return Action(key=p.job, kind="preempt", target=p.job, reason=p.reason, detail={
-            "for": p.for_job, "origin": origin, "count": count,
-            "attained": round(p.attained_gpu_s, 3) if math.isfinite(p.attained_gpu_s) else None,
-            "pods": [{"namespace": x.namespace, "name": x.name, "uid": x.uid, "node": x.node} for x in pods]})
+        return Action.of(p, tuple(PodRef(x.namespace, x.name, x.uid, x.node, gpus=x.requests.gpus) for x in pods))
 
     def act(self, action: Action, now: float) -> str:
         if action.kind == "preempt":
@@ -113,20 +109,20 @@ class Admission:
             raise PermanentError("no cluster: admission can only plan")
         released = 0
         guard = LeaderGuard(self.ctx.still_leader)
-        for p in action.detail["pods"]:
+        for p in action.pods:
             try:
-                guard(f"releasing {p['namespace']}/{p['name']}")
+                guard(f"releasing {p.namespace}/{p.name}")
             except LostLeadership:
                 if released:
                     log.warning("%s: gang partly released (%d of %d pods) when this replica lost the Lease; the "
                                 "next leader releases the rest as they fit", action.key, released,
-                                len(action.detail["pods"]))
+                                len(action.pods))
                     self.admitted.labels(action.key.split("/", 1)[0]).inc(released)
                 raise
-            if actions.set_scheduling_gates(p["namespace"], p["name"], p["gates"]):
+            if actions.set_scheduling_gates(p.namespace, p.name, list(p.gates)):
                 released += 1
                 if self.ctx.still_leader():
-                    self.ctx.recorder.record(ObjectRef(p["namespace"], p["name"], p["uid"]), ADMITTED,
+                    self.ctx.recorder.record(ObjectRef(p.namespace, p.name, p.uid), ADMITTED,
                                              f"Scheduling gate {self.cfg.gate} removed: {action.reason}",
                                              action="Admit")
         if not released:
@@ -173,19 +169,22 @@ class Admission:
             self._parked[job] = parked_until
 
     def _evict_for(self, action: Action, now: float) -> str:
-        d = action.detail
+        p = action.plan
+        if not isinstance(p, Preempt):
+            raise PermanentError(f"admission cannot carry out {action.kind}")
         # The job's restarts so far + 1: the planned count, or more if a newer mark reached the
         # watch since (never 1 for a job that was already moved: that would reset its count).
         known = self.ctx.state.migration_of(action.key)
-        count = max(int(d.get("count") or 1), known.count + 1 if known is not None else 1)
-        mark = {"from": d["origin"], "at": round(now, 3), "count": count, "attained": d.get("attained"),
-                "preempted_for": d["for"]}
-        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
-                         action.reason, PREEMPTED, f"for {d['for']}", still_leader=self.ctx.still_leader)
+        count = max(p.count, known.count + 1 if known is not None else 1)
+        origin = max(((x.node or "", x.gpus) for x in action.pods), key=lambda t: t[1], default=("", 0.0))[0]
+        attained = round(p.attained_gpu_s, 3) if math.isfinite(p.attained_gpu_s) else None
+        mark = {"from": origin, "at": round(now, 3), "count": count, "attained": attained, "preempted_for": p.for_job}
+        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, action.pods, mark,
+                         action.reason, PREEMPTED, f"for {p.for_job}", still_leader=self.ctx.still_leader)
         if not done.evicted:
             return "gone"
         self.preempted.labels(done.evicted[0].namespace).inc()
-        log.info("preempted %s for %s (%s): %s", action.key, d["for"], done.outcome, action.reason)
+        log.info("preempted %s for %s (%s): %s", action.key, p.for_job, done.outcome, action.reason)
         return done.outcome
 
     def describe(self) -> dict[str, Any]:

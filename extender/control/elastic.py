@@ -37,12 +37,14 @@ from prometheus_client import Counter, Gauge
 from extender.control.errors import LeaderGuard, PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import MERGE_PATCH, map_api_error
-from extender.control.loop import Action
+from extender.control.loop import Action, PodRef
+from extender.kube.rest import kube_request
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe, parse_range
-from extender.kube.rest import kube_request
 from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
-from scoring.control import Scale, plan_elastic_for
+from scoring.actions import Scale
+from scoring.control import ElasticLoopPlan
+from scoring.kernel import Memory, plan_loop
 from scoring.settings import ElasticLoopSettings
 
 log = logging.getLogger("flowsched.elastic")
@@ -88,55 +90,59 @@ class Elastic:
             return []
         world = observed.world
         core = replace(self.ctx.core, elastic=self.cfg)
-        plan = plan_elastic_for(world, core, migrator_on=self.migrator_on)
-        self.last = plan.describe(world)
-        if plan.plan is not None:
-            for j, d in zip(plan.jobs, plan.plan.decisions, strict=True):
+        plan = plan_loop("elastic", world, core, Memory(), budget_left, self.ctx.settings.controllers)
+        self.last = dict(plan.view)
+        ep = plan.detail
+        if isinstance(ep, ElasticLoopPlan) and ep.plan is not None:
+            for j, d in zip(ep.jobs, ep.plan.decisions, strict=True):
                 self.metrics.planned.labels(j.key).set(d.gpus)
-        return [self._action(s, observed) for s in plan.actions]
+        return [self._action(s, observed) for s in plan.actions if isinstance(s, Scale)]
 
     @staticmethod
     def _action(s: Scale, observed: Observed) -> Action:
         pods = observed.pods_of.get(s.job, [])
-        kf = next((p.labels.get(KUBEFLOW_JOB_LABEL) for p in pods if p.labels.get(KUBEFLOW_JOB_LABEL)), None)
-        return Action(key=s.job, kind=s.kind, target=s.job, reason=s.reason, detail={
-            "namespace": s.job.split("/", 1)[0], "gpus": s.gpus, "from_gpus": s.from_gpus,
-            "batch_size": s.batch_size or None, "replicas": s.replicas, "per_pod": s.per_pod, "lo": s.lo,
-            "hi": s.hi, "kubeflow": kf,
-            "attained": round(s.attained_gpu_s, 3) if math.isfinite(s.attained_gpu_s) else None,
-            "pods": [{"name": p.name, "uid": p.uid} for p in pods if not p.terminating],
-        })
+        return Action.of(s, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if not p.terminating))
+
+    def _kubeflow(self, action: Action) -> str | None:
+        """The Kubeflow job the pods belong to (their job-name label), as the snapshot has them now."""
+        for ref in action.pods:
+            pod = self.ctx.state.pod(ref.uid)
+            if pod is not None and pod.labels.get(KUBEFLOW_JOB_LABEL):
+                return str(pod.labels[KUBEFLOW_JOB_LABEL])
+        return None
 
     def act(self, action: Action, now: float) -> str:
         actions = self.ctx.actions
         if actions is None:
             raise PermanentError("no cluster: the elastic optimizer can only plan")
-        d = action.detail
-        ns = str(d["namespace"])
+        sc = action.plan
+        if not isinstance(sc, Scale):
+            raise PermanentError(f"the elastic optimizer cannot carry out {action.kind}")
+        ns = sc.job.split("/", 1)[0]
         # The last line of defence: every pod still opted in, and the plan within its range.
-        for p in d["pods"]:
-            cur = self.ctx.state.pod(p["uid"])
+        for p in action.pods:
+            cur = self.ctx.state.pod(p.uid)
             if cur is not None and parse_range(cur.elastic) is None:
                 raise PermanentError(f"{cur.key} is not annotated flowsched.io/elastic")
-        if not (int(d["lo"]) <= int(d["gpus"]) <= int(d["hi"])):
-            raise PermanentError(f"plan of {d['gpus']} GPUs outside {d['lo']}-{d['hi']}")
-        body = {"gpus": int(d["gpus"]), "replicas": int(d["replicas"]), "batch_size": d.get("batch_size"),
-                "at": round(now, 3), "resized_at": self._resized_at(action, now), "attained": d.get("attained"),
+        if not (sc.lo <= sc.gpus <= sc.hi):
+            raise PermanentError(f"plan of {sc.gpus} GPUs outside {sc.lo}-{sc.hi}")
+        attained = round(sc.attained_gpu_s, 3) if math.isfinite(sc.attained_gpu_s) else None
+        body = {"gpus": sc.gpus, "replicas": sc.replicas, "batch_size": sc.batch_size or None,
+                "at": round(now, 3), "resized_at": self._resized_at(action, now), "attained": attained,
                 "reason": action.reason[:300]}
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
-        kf = d.get("kubeflow")
+        kf = self._kubeflow(action)
         guard = LeaderGuard(self.ctx.still_leader)  # before every write: the action is many API calls
         if kf and self.cfg.patch_pytorchjobs:
-            outcome = self._scale_pytorchjob(ns, str(kf), int(d["gpus"]), int(d["per_pod"]), plan_json, action,
-                                             guard)
+            outcome = self._scale_pytorchjob(ns, kf, sc.gpus, sc.per_pod, plan_json, action, guard)
         annotated = 0
-        for p in d["pods"]:
-            guard(f"annotating {ns}/{p['name']}")
-            if actions.annotate_pod(ns, p["name"], {PLAN: plan_json}):
+        for p in action.pods:
+            guard(f"annotating {ns}/{p.name}")
+            if actions.annotate_pod(ns, p.name, {PLAN: plan_json}):
                 annotated += 1
-                guard(f"the {REASON_PLAN} Event of {ns}/{p['name']}")
-                self.ctx.recorder.record(ObjectRef(ns, p["name"], p["uid"]), REASON_PLAN, action.reason,
+                guard(f"the {REASON_PLAN} Event of {ns}/{p.name}")
+                self.ctx.recorder.record(ObjectRef(ns, p.name, p.uid), REASON_PLAN, action.reason,
                                          action="Scale")
         if not annotated and outcome == "planned":
             outcome = "gone"
@@ -149,8 +155,8 @@ class Elastic:
         cooldown and the hold before a preemption count from a rescale, which restarts the job)."""
         if action.kind != "rebatch":
             return round(now, 3)
-        before = [pod.elastic_resized_at for p in action.detail["pods"]
-                  if (pod := self.ctx.state.pod(p["uid"])) is not None and pod.elastic_resized_at is not None]
+        before = [pod.elastic_resized_at for p in action.pods
+                  if (pod := self.ctx.state.pod(p.uid)) is not None and pod.elastic_resized_at is not None]
         return max(before) if before else round(now, 3)
 
     def _scale_pytorchjob(self, ns: str, name: str, gpus: int, per_pod: int, plan_json: str, action: Action,

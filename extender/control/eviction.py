@@ -26,6 +26,7 @@ from typing import Any
 from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
 from extender.control.events import ObjectRef, Recorder
 from extender.control.kube_actions import EVICTED, KubeActions
+from extender.control.loop import PodRef
 from extender.snapshot.objects import EVICTED_FROM, MIGRATION, PodInfo
 
 log = logging.getLogger("flowsched.eviction")
@@ -61,7 +62,7 @@ def _checkpointable(p: PodInfo) -> str | None:
 
 
 def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: str,
-              pods: Sequence[Mapping[str, Any]], mark: Mapping[str, Any] | None, reason: str, event_reason: str,
+              pods: Sequence[PodRef], mark: Mapping[str, Any] | None, reason: str, event_reason: str,
               message: str, *, still_leader: Callable[[], bool],
               refusal: Callable[[PodInfo], str | None] = _checkpointable) -> Eviction:
     """Evicts the job's pods. Raises TemporaryError/PermanentError when nothing was evicted (a
@@ -74,7 +75,7 @@ def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: 
         raise PermanentError("no cluster: the loop can only plan")
     targets: list[PodInfo] = []
     for ref in pods:
-        current = state.pod(ref["uid"])
+        current = state.pod(ref.uid)
         # The last line of defence: never evict a pod that has not opted in, whatever the plan.
         if current is None:
             continue

@@ -2,7 +2,7 @@
 
 observe(): the pods holding GPUs (from the snapshot) with their DCGM samples attributed to the
 pod (written by the telemetry refresher), how many GPU pods wait, the namespaces' labels.
-plan(): the pure core, scoring.idle.plan_idle -> actions:
+plan(): the kernel's idle plan (scoring.kernel.plan_loop: scoring.idle.plan_idle) -> actions:
 - `report` (an Event, no budget): a pod idle for window_s gets a FlowschedIdleGPU Event, once
   per idle spell; the flowsched_idle_gpu_pods and flowsched_idle_gpus gauges count them;
 - `warn` (an Event, no budget): an opted-in notebook (`flowsched.io/reclaim-idle: "2h"`) idle
@@ -23,14 +23,17 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from extender.control.errors import TemporaryError
+from extender.control.errors import PermanentError, TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
-from extender.control.loop import Action
+from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.snapshot.objects import PodInfo
-from scoring.idle import IdleMemory, IdlePlan, IdlePod, parse_duration_s, plan_idle, warning_delivered
+from scoring.actions import IdleReport, IdleWarn, Reclaim
+from scoring.idle import IdleMemory, parse_duration_s, warning_delivered
+from scoring.kernel import Memory, plan_loop
 from scoring.workload import workload_class
+from scoring.world import IdlePod, World
 
 log = logging.getLogger("flowsched.idle")
 
@@ -90,39 +93,20 @@ class IdleLoop:
         if observed is None:
             return []
         now = observed.now
-        plan = plan_idle(observed.pods, self.memory, now, observed.waiting, budget_left, self.cfg,
-                         self.ctx.core.safety, observed.namespace_labels)
-        self.memory = plan.memory
-        self.idle_pods.set(len(plan.idle))
-        self.idle_gpus.set(plan.idle_gpus)
-        self.last = {**plan.describe(now), "waiting_gpu_pods": observed.waiting}
-        return self._actions(plan, observed, now)
-
-    def _actions(self, plan: IdlePlan, observed: IdleObserved, now: float) -> list[Action]:
-        out: list[Action] = []
-        th, win = self.cfg.threshold_pct, self.cfg.window_s
-        for key in plan.report:
-            p = observed.info[key]
-            out.append(Action(key=f"idle/{key}", kind="idle_event", target=key, budgeted=False, reason=(
-                f"its {p.requests.gpus:g} GPU(s) stayed under {th:g} % utilisation for "
-                f"{now - plan.memory.idle_since[key]:.0f}s (window {win:.0f}s)"), detail=self._ref(p)))
-        for key in plan.warn:
-            p = observed.info[key]
-            out.append(Action(key=f"warn/{key}", kind="idle_warn", target=key, budgeted=False, reason=(
-                f"idle for {now - plan.memory.idle_since[key]:.0f}s, past its {self.cfg.reclaim_key}="
-                f"{p.reclaim_idle}: it may be evicted from {self.cfg.warning_s:.0f}s from now while GPU pods "
-                f"wait"), detail=self._ref(p)))
-        for key in plan.evict:
-            p = observed.info[key]
-            out.append(Action(key=f"evict/{key}", kind="evict", target=key, reason=(
-                f"idle for {now - plan.memory.idle_since[key]:.0f}s (under {th:g} %), opted in with "
-                f"{self.cfg.reclaim_key}={p.reclaim_idle}, {observed.waiting} GPU pod(s) waiting"),
-                detail=self._ref(p)))
-        return out
+        world = World(now, (), (), (), observed.namespace_labels, gpu_pods=observed.pods,
+                      gpu_pods_waiting=observed.waiting)
+        plan = plan_loop("idle", world, self.ctx.core, Memory(idle=self.memory), budget_left)
+        self.memory = plan.memory.idle
+        # The gauges after the plan (the kernel sets no metric).
+        self.idle_pods.set(len(plan.view.get("idle", ())))
+        self.idle_gpus.set(float(plan.view.get("idle_gpus", 0.0)))
+        self.last = dict(plan.view)
+        return [Action.of(a, self._ref(observed.info[a.pod])) for a in plan.actions
+                if isinstance(a, IdleReport | IdleWarn | Reclaim)]
 
     @staticmethod
-    def _ref(p: PodInfo) -> dict[str, Any]:
-        return {"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node, "gpus": p.requests.gpus}
+    def _ref(p: PodInfo) -> tuple[PodRef, ...]:
+        return (PodRef(p.namespace, p.name, p.uid, p.node, gpus=p.requests.gpus),)
 
     def _refusal(self, p: PodInfo) -> str | None:
         """The last line of defence, on the pod as the snapshot has it now."""
@@ -133,12 +117,12 @@ class IdleLoop:
         return None
 
     def act(self, action: Action, now: float) -> str:
-        d = action.detail
-        ref = ObjectRef(d["namespace"], d["name"], d["uid"])
-        if action.kind == "idle_event":
+        (p,) = action.pods
+        ref = ObjectRef(p.namespace, p.name, p.uid)
+        if isinstance(action.plan, IdleReport):
             self.ctx.recorder.record(ref, IDLE_REASON, f"Idle GPU: {action.reason}", action="Detect")
             return "recorded"
-        if action.kind == "idle_warn":
+        if isinstance(action.plan, IdleWarn):
             if not self.ctx.recorder.record(ref, WARN_REASON, f"Idle GPU reclamation: {action.reason}",
                                             type_="Warning", action="Warn"):
                 # Not delivered, so not given: warned again next round, evicted only warning_s
@@ -147,13 +131,15 @@ class IdleLoop:
                                      self.ctx.settings.control.retry_after_s)
             self.memory = warning_delivered(self.memory, action.target, now)
             return "recorded"
-        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, [d], None,
+        if not isinstance(action.plan, Reclaim):
+            raise PermanentError(f"the idle loop cannot carry out {action.kind}")
+        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, action.pods, None,
                          action.reason, EVICT_REASON, "to give its idle GPUs to waiting pods",
                          still_leader=self.ctx.still_leader, refusal=self._refusal)
         if not done.evicted:
             return "gone"
-        self.reclaimed.labels(d["namespace"]).inc()
-        log.info("reclaimed idle notebook %s on %s: %s", action.target, d["node"], action.reason)
+        self.reclaimed.labels(p.namespace).inc()
+        log.info("reclaimed idle notebook %s on %s: %s", action.target, p.node, action.reason)
         return done.outcome
 
     def describe(self) -> dict[str, Any]:

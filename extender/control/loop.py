@@ -18,7 +18,7 @@ everything around them:
   just skips the interval).
 
 The service runs its loops in one thread, a round at a time (`ControlRounds`): every loop whose
-interval has come, in scoring.control.LOOP_ORDER (the elastic optimizer, admission, then the
+interval has come, in scoring.kernel.LOOP_ORDER (the elastic optimizer, admission, then the
 migrator), then the others. A later loop builds its World after an earlier one acted and sees
 that action (`on_acted` notes it for the World builder), as the simulator composes them; two
 loops never plan on the same snapshot at the same moment.
@@ -33,14 +33,15 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender.control.budget_store import BudgetStore
 from extender.control.errors import PermanentError, TemporaryError
+from scoring.actions import ControlAction, render
 from scoring.safety import Budget
 
 log = logging.getLogger("flowsched.control")
@@ -54,19 +55,38 @@ NOT_LEADER = "lost_leadership"
 
 
 @dataclass(frozen=True)
+class PodRef:
+    """A pod an action is carried out on, as the snapshot had it when the action was planned."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str | None = None
+    gates: tuple[str, ...] = ()  # its scheduling gates other than flowsched's (kept when released)
+    gpus: float = 0.0
+
+
+@dataclass(frozen=True)
 class Action:
     key: str  # back-off and dedup key, e.g. "namespace/job"
     kind: str  # "evict", "resize", ... (the metric's action label)
     target: str  # the object acted on, for humans: "namespace/pod"
     reason: str  # why, in numbers
-    detail: Mapping[str, Any] = field(default_factory=dict)
     # False for a notice that changes no workload (an Event): it still waits for leadership and
     # is still skipped in dry run, but it spends no budget.
     budgeted: bool = True
+    plan: ControlAction | None = None  # the kernel's typed action, carried out as it is
+    pods: tuple[PodRef, ...] = ()  # the pods it acts on
+
+    @classmethod
+    def of(cls, plan: ControlAction, pods: tuple[PodRef, ...] = ()) -> Action:
+        return cls(plan.key, plan.kind, plan.target, plan.reason, plan.budgeted, plan, pods)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "kind": self.kind, "target": self.target, "reason": self.reason,
-                "detail": dict(self.detail)}
+        detail = render(self.plan) if self.plan is not None else {}
+        if self.pods:
+            detail["pods"] = [asdict(p) for p in self.pods]
+        return {"key": self.key, "kind": self.kind, "target": self.target, "reason": self.reason, "detail": detail}
 
 
 class Controller(Protocol):
@@ -282,7 +302,7 @@ class ControlLoop:
 
 class ControlRounds:
     """Runs loops in one thread: each round, every loop whose interval has come, in `order`
-    (scoring.control.LOOP_ORDER first, then the others as configured). One loop's slow action
+    (scoring.kernel.LOOP_ORDER first, then the others as configured). One loop's slow action
     delays the others' round; that is the price of their never planning on the same snapshot.
     The schedule runs on `mono` (a monotonic clock): a wall clock stepped back must not stop the
     loops until it catches up."""

@@ -1,7 +1,7 @@
 """The migrator (SpeCon): evicts slow-growing checkpointable jobs so waiting work can start.
 
 observe(): the snapshot -> scoring.world.World (extender/control/world_builder.py). plan(): the
-control core's scoring.control.plan_migrations_for (safety rules and composition included) ->
+kernel's migrator plan (scoring.kernel.plan_loop) (safety rules and composition included) ->
 one Action per chosen job. act(): re-checks the opt-in on every pod, asks the apiserver
 whether every pod may go (dry-run evictions), marks the pods (annotation
 flowsched.io/migration, which every replica's pod watch turns into the job's origin record
@@ -22,11 +22,13 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from extender.control.errors import PermanentError
 from extender.control.eviction import evict_job
-from extender.control.loop import Action
+from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
-from scoring.control import Evict, plan_migrations_for
+from scoring.actions import Evict
+from scoring.kernel import Memory, plan_loop
 
 log = logging.getLogger("flowsched.migrator")
 
@@ -39,7 +41,6 @@ class Migrator:
     def __init__(self, ctx: ControlContext) -> None:
         self.ctx = ctx
         self.cfg = ctx.core.migrator
-        self.elastic_on = "elastic" in ctx.settings.controllers
         self.migrations = Counter("flowsched_migrations", "Jobs evicted for migration", ["namespace"],
                                   registry=ctx.registry)
         self.freed = Counter("flowsched_migration_freed_gpus", "GPUs released by migrations",
@@ -54,32 +55,29 @@ class Migrator:
         if observed is None:
             return []
         world = observed.world
-        plan = plan_migrations_for(world, self.ctx.core, max_moves=budget_left, elastic_on=self.elastic_on)
-        self.last = plan.describe(world)
-        return [self._action(e, observed) for e in plan.actions]
+        plan = plan_loop("migrator", world, self.ctx.core, Memory(), budget_left, self.ctx.settings.controllers)
+        self.last = dict(plan.view)
+        return [self._action(e, observed) for e in plan.actions if isinstance(e, Evict)]
 
     @staticmethod
     def _action(e: Evict, observed: Observed) -> Action:
-        pods = [p for p in observed.pods_of.get(e.job, []) if p.node]
-        return Action(key=e.job, kind=e.kind, target=e.job, reason=e.reason, detail={
-            "job": e.job, "origin": e.origin, "count": e.count,
-            "pods": [{"namespace": p.namespace, "name": p.name, "uid": p.uid, "node": p.node} for p in pods],
-            "freed_gpus": e.freed_gpus, "benefit_gpus": e.benefit_gpus, "served": list(e.served),
-            "relocation": list(e.relocation),
-            "attained": round(e.attained_gpu_s, 3) if math.isfinite(e.attained_gpu_s) else None,
-        })
+        pods = tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in observed.pods_of.get(e.job, []) if p.node)
+        return Action.of(e, pods)
 
     def act(self, action: Action, now: float) -> str:
-        d = action.detail
-        mark = {"from": d["origin"], "at": round(now, 3), "count": d["count"], "attained": d.get("attained")}
-        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, d["pods"], mark,
+        e = action.plan
+        if not isinstance(e, Evict):
+            raise PermanentError(f"the migrator cannot carry out {action.kind}")
+        attained = round(e.attained_gpu_s, 3) if math.isfinite(e.attained_gpu_s) else None
+        mark = {"from": e.origin, "at": round(now, 3), "count": e.count, "attained": attained}
+        done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, action.pods, mark,
                          action.reason, REASON, "to migrate", still_leader=self.ctx.still_leader)
         if not done.evicted:
             return "gone"
         # Every job with a pod evicted counts, a partial eviction too (outcome "partial").
         self.migrations.labels(done.evicted[0].namespace).inc()
         self.freed.inc(sum(p.requests.gpus for p in done.evicted))
-        log.info("migrated %s off %s (%s): %s", action.key, d["origin"], done.outcome, action.reason)
+        log.info("migrated %s off %s (%s): %s", action.key, e.origin, done.outcome, action.reason)
         return done.outcome
 
     def describe(self) -> dict[str, Any]:

@@ -5,8 +5,8 @@ Per interval, observe(): for every node with opted-in pods (`flowsched.io/resiza
 in namespaces the safety rules allow (scoring.safety: excluded namespaces and the opt-out
 label, read fresh each interval), read those pods (one LIST per node, fieldSelector
 spec.nodeName: the snapshot does not keep annotations or per-container resources) into the
-planner's rows. plan(): scoring.resize over the rows with the convergence tracker's phase and
-progress, one Action per changed pod, decreases first so the node has room for the raises.
+planner's rows. plan(): the kernel's resizer plan (scoring.resize_loop over World.resize_nodes,
+with the convergence tracker's phase and progress), decreases first so the node has room for the raises.
 `act` writes the pod's original request and the time into annotations (once / each time), then
 PATCHes pods/{name}/resize, and records a FlowschedResized Event. A resize the kubelet reports
 as PodResizePending (Infeasible or Deferred; `status.resize` before 1.33) is reported once with
@@ -19,23 +19,24 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from prometheus_client import Counter, Gauge
 
 from extender.control.errors import PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import map_api_error
 from extender.control.loop import Action
-from extender.control.runtime import ControlContext
 from extender.kube.rest import kube_request
+from extender.control.runtime import ControlContext
 from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
+from scoring.actions import Resize, ResizeHeld
 from scoring.convergence import Phase
-from scoring.remedy import resize_targets
-from scoring.resize import NodeRows, ResizeSettings, Why, growth_efficiency, plan_node
+from scoring.kernel import Memory, plan_loop
+from scoring.resize import ResizeSettings
 from scoring.safety import namespace_refusal
+from scoring.world import ResizeNode, ResizeRow, World
 
 log = logging.getLogger("flowsched.resizer")
 
@@ -253,115 +254,67 @@ class Resizer:
         diagnoses = self.ctx.world.diagnoses() if self.ctx.world.diagnoses is not None else {}
         return Observed(now, out, dict(estimates), dict(diagnoses))
 
-    # ---- planning (pure: scoring.resize over the observed rows) ----
-    def plan(self, observed: Observed, budget_left: int) -> Sequence[Action]:
-        estimates = observed.estimates
-        notices = self._pending_notices(observed)
-        downs: list[Action] = []
-        ups: list[Action] = []
-        debug: dict[str, Any] = {}
-        for nd in observed.nodes:
-            rows, node_name = nd.rows, nd.node
-            # Pool: allocatable minus every other pod's request on the node, minus headroom.
-            pool = nd.allocatable_m - nd.others_m - self.headroom_m
-            cur = np.array([r.request_m for r in rows])
-            phase = np.array([int(estimates[r.job].phase) if r.job in estimates else int(Phase.UNKNOWN)
-                              for r in rows], dtype=np.int64)
-            # A pod with a resize in flight or pending is evidence-less for this round: frozen.
-            phase = np.where([r.in_flight for r in rows], int(Phase.UNKNOWN), phase)
-            progress = np.array([estimates[r.job].progress if r.job in estimates else math.nan for r in rows])
-            g = growth_efficiency(progress, cur, pool)
-            plan = plan_node(NodeRows.build(
-                pool, cur, g, phase, original_m=[r.original_m for r in rows], min_m=[r.min_m for r in rows],
-                max_m=[r.max_m for r in rows], may_shrink=[r.may_shrink for r in rows],
-                since_resize_s=[r.since_resize_s for r in rows],
-            ), self.settings)
-            # The bottleneck diagnosis (scoring.remedy): no CPU for a job CPU is not what holds
-            # back, CPU for an input-bound one.
-            frozen = [r.in_flight or r.since_resize_s < self.settings.cooldown_s for r in rows]
-            new_m, diag_why = resize_targets([r.job for r in rows], cur, plan.new_m, [r.max_m for r in rows], pool,
-                                             observed.diagnoses, self.ctx.core.bottleneck, frozen=frozen)
-            node_debug: dict[str, Any] = {"pool_m": pool, "skipped": nd.skipped, "pods": {}}
-            for i, r in enumerate(rows):
-                why = diag_why.get(i) or Why(int(plan.why[i])).name
-                self.metrics.planned.labels(why.lower()).inc()
-                node_debug["pods"][f"{r.namespace}/{r.name}"] = {
-                    "job": r.job, "phase": Phase(int(phase[i])).name, "progress": float(progress[i]),
-                    "growth": float(g[i]), "current_m": float(cur[i]), "target_m": float(plan.target_m[i]),
-                    "new_m": float(new_m[i]), "lo_m": float(plan.lo_m[i]), "hi_m": float(plan.hi_m[i]),
-                    "why": why, "pending": r.pending,
-                }
-                if abs(float(new_m[i]) - float(cur[i])) < 0.5:
-                    continue
-                new = float(new_m[i])
-                hi_txt = "inf" if math.isinf(plan.hi_m[i]) else _fmt_m(plan.hi_m[i])
-                reason = (f"cpu {_fmt_m(cur[i])} -> {_fmt_m(new)} ({why.lower()}): phase "
-                          f"{Phase(int(phase[i])).name.lower()}, G={g[i]:.3g}, share of node pool "
-                          f"{cur[i] / pool:.2f} -> {new / pool:.2f}, pool {_fmt_m(pool)} on {node_name}, "
-                          f"bounds [{_fmt_m(plan.lo_m[i])}, {hi_txt}]")
-                action = Action(key=f"{r.namespace}/{r.name}", kind="resize-up" if new > cur[i] else "resize-down",
-                                target=f"{r.namespace}/{r.name}", reason=reason,
-                                detail={"uid": r.uid, "container": r.container, "from_m": float(cur[i]),
-                                        "to_m": new, "limit_ratio": r.limit_ratio, "original_m": r.original_m,
-                                        "had_original": r.had_original, "node": node_name})
-                (ups if new > cur[i] else downs).append(action)
-            self.metrics.cpu_requested.labels(node_name).set(float(new_m.sum()))
-            debug[node_name] = node_debug
-        self.last_plan = {"at": observed.now, "nodes": debug}
-        return [*notices, *downs, *ups]
+    # ---- planning (the kernel's resizer plan, scoring.resize_loop) ----
+    def world(self, observed: Observed) -> World:
+        """The World the kernel plans the resizer from: each node's rows as plain data."""
+        est, diag = observed.estimates, observed.diagnoses
+        nodes = tuple(ResizeNode(nd.node, nd.allocatable_m, nd.others_m, tuple(
+            ResizeRow(f"{r.namespace}/{r.name}", r.uid, r.job, r.container, r.request_m, r.limit_ratio, r.original_m,
+                      r.min_m, r.max_m, r.may_shrink, r.since_resize_s, r.in_flight, r.pending, r.had_original,
+                      est[r.job].phase if r.job in est else Phase.UNKNOWN,
+                      est[r.job].progress if r.job in est else math.nan, diag.get(r.job))
+            for r in nd.rows), dict(nd.skipped)) for nd in observed.nodes)
+        return World(observed.now, (), (), (), resize_nodes=nodes)
 
-    def _pending_notices(self, observed: Observed) -> list[Action]:
-        """One notice (an Event, no budget) and one count per pod and pending reason; nothing is
-        retried meanwhile. Returned as unbudgeted actions, so the loop sends them only when it
-        acts: a dry run writes nothing (they show as dry_run at /debug/resizes)."""
-        out: list[Action] = []
-        for r in (r for nd in observed.nodes for r in nd.rows):
-            if r.pending is None:
-                self.reported.pop(r.uid, None)
-                continue
-            reason, message = r.pending
-            if self.reported.get(r.uid) == reason:
-                continue
-            self.reported[r.uid] = reason
-            self.metrics.pending.labels(reason).inc()
-            out.append(Action(
-                key=f"pending/{r.namespace}/{r.name}", kind="resize_pending", target=f"{r.namespace}/{r.name}",
-                budgeted=False, reason=(
-                    f"the kubelet holds the CPU resize of container {r.container} back ({reason}): "
-                    f"{message or 'no message'}; flowsched leaves this pod alone until the condition clears"),
-                detail={"uid": r.uid, "pending": reason}))
-        return out
+    def plan(self, observed: Observed, budget_left: int) -> Sequence[Action]:
+        core = replace(self.ctx.core, resizer=replace(
+            self.ctx.core.resizer, beta=self.settings.beta, min_step_m=self.settings.min_step_m,
+            hysteresis=self.settings.hysteresis, cooldown_s=self.settings.cooldown_s,
+            min_cpu_m=self.settings.min_cpu_m, headroom_m=self.headroom_m))
+        plan = plan_loop("resizer", self.world(observed), core, Memory(resize_reported=self.reported), budget_left)
+        self.reported = dict(plan.memory.resize_reported)
+        # The metrics after the plan (the kernel sets none).
+        for a in plan.actions:
+            if isinstance(a, ResizeHeld):
+                self.metrics.pending.labels(a.pending).inc()
+        nodes = plan.view.get("nodes", {})
+        for node_name, nd in nodes.items():
+            for pod in nd["pods"].values():
+                self.metrics.planned.labels(str(pod["why"]).lower()).inc()
+            self.metrics.cpu_requested.labels(node_name).set(float(nd["requested_m"]))
+        self.last_plan = {"at": observed.now, "nodes": {k: {x: y for x, y in v.items() if x != "requested_m"}
+                                                        for k, v in nodes.items()}}
+        return [Action.of(a) for a in plan.actions if isinstance(a, Resize | ResizeHeld)]
 
     # ---- acting ----
     def act(self, action: Action, now: float) -> str:
         if self.ctx.actions is None:
             raise PermanentError("no cluster: resizes are dry-run only")
         ns, name = action.target.split("/", 1)
-        d = action.detail
-        if action.kind == "resize_pending":
-            reason = str(d["pending"])
-            ok = self.ctx.recorder.record(ObjectRef(ns, name, str(d.get("uid") or "")), f"FlowschedResize{reason}",
-                                          action.reason, type_="Warning" if reason == "Infeasible" else "Normal",
+        a = action.plan
+        if isinstance(a, ResizeHeld):
+            ok = self.ctx.recorder.record(ObjectRef(ns, name, a.uid), f"FlowschedResize{a.pending}",
+                                          action.reason, type_="Warning" if a.pending == "Infeasible" else "Normal",
                                           action="Resize")
             return "recorded" if ok else "not_recorded"
-        new = float(d["to_m"])
+        if not isinstance(a, Resize):
+            raise PermanentError(f"the resizer cannot carry out {action.kind}")
         ann: dict[str, str | None] = {RESIZED_AT: f"{now:.0f}"}
-        if not d.get("had_original"):
-            ann[CPU_ORIGINAL] = _fmt_m(float(d["original_m"]))
+        if not a.had_original:
+            ann[CPU_ORIGINAL] = _fmt_m(a.original_m)
         if not self.ctx.actions.annotate_pod(ns, name, ann):
             return "gone"
-        resources: dict[str, Any] = {"requests": {"cpu": _fmt_m(new)}}
-        if d.get("limit_ratio") is not None:
-            resources["limits"] = {"cpu": _fmt_m(new * float(d["limit_ratio"]))}
-        body = {"spec": {"containers": [{"name": d["container"], "resources": resources}]}}
+        resources: dict[str, Any] = {"requests": {"cpu": _fmt_m(a.to_m)}}
+        if a.limit_ratio is not None:
+            resources["limits"] = {"cpu": _fmt_m(a.to_m * a.limit_ratio)}
+        body = {"spec": {"containers": [{"name": a.container, "resources": resources}]}}
         try:
             self._patch_resize(ns, name, body)
         except Exception as e:
             if getattr(e, "status", None) == 404:
                 return "gone"
             raise map_api_error(e, f"resize {ns}/{name}") from e
-        self.ctx.recorder.record(ObjectRef(ns, name, str(d.get("uid") or "")), "FlowschedResized", action.reason,
-                                 action="Resize")
+        self.ctx.recorder.record(ObjectRef(ns, name, a.uid), "FlowschedResized", action.reason, action="Resize")
         return "resized"
 
     def _patch_resize(self, ns: str, name: str, body: dict[str, Any]) -> None:

@@ -31,8 +31,9 @@ from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
 from extender.settings import Settings
 from extender.snapshot.state import ClusterState
+from scoring.actions import Evict, Preempt, Scale
 from scoring.bottleneck import Diagnosis
-from scoring.control import LOOP_ORDER
+from scoring.kernel import LOOP_ORDER
 from scoring.settings import CoreSettings
 
 log = logging.getLogger("flowsched.control")
@@ -92,12 +93,11 @@ def note_for(world: WorldBuilder) -> Callable[[Action, float], None]:
     """What an action (performed, or planned in a dry run) tells the World builder: later loops
     see it before the watch does."""
     def note(action: Action, now: float) -> None:
-        d = action.detail
-        if action.kind in ("scale-up", "scale-down"):
-            world.note_scaled(action.key, now, int(d["gpus"]), int(d.get("per_pod") or 1))
-        elif action.kind in ("evict", "preempt"):
-            count = d.get("count")
-            world.note_evicted(action.key, now, count if isinstance(count, int) else 0)
+        a = action.plan
+        if isinstance(a, Scale) and a.kind in ("scale-up", "scale-down"):
+            world.note_scaled(a.job, now, a.gpus, a.per_pod)
+        elif isinstance(a, Evict | Preempt):
+            world.note_evicted(a.job, now, a.count)
     return note
 
 

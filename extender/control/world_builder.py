@@ -9,7 +9,7 @@ time is honoured at the next interval without a restart.
 It remembers two things. Each elastic job's measured step time per GPU count (a job running
 steadily at one size tells its step time there), which the core's throughput prior is scaled
 to. And what this replica's loops just did (`note_scaled`, `note_evicted`), until the watch
-shows it: the loops run one after another in a round (scoring.control.LOOP_ORDER, as the
+shows it: the loops run one after another in a round (scoring.kernel.LOOP_ORDER, as the
 simulator runs them), and a later loop must see an earlier one's action at once, not when the
 pod watch brings its annotations back. A job just rescaled counts as rescaled now (the
 composition hold), a job just evicted as migrated now with its new count, and GPUs a rescale
@@ -23,12 +23,13 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from extender.progress.reports import JobReport
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from scoring.bottleneck import Diagnosis
+from scoring.compose import Acted, with_noted
 from scoring.convergence import ConvergenceEstimate
 from scoring.remedy import with_diagnoses
 from scoring.workload import workload_class
@@ -54,21 +55,6 @@ def parse_range(value: str | None) -> tuple[int, int] | None:
         return None
     lo, hi = int(lo_s), int(hi_s)
     return (lo, hi) if 1 <= lo <= hi else None
-
-
-@dataclass(frozen=True)
-class Acted:
-    """What this replica did to a job (a loop's action: performed, or planned in a dry run), at `at`."""
-
-    at: float
-    gpus: int = 0  # a rescale: the planned size
-    per_pod: int = 1  # a rescale: GPUs per pod
-    count: int = 0  # an eviction: the job's migrations including this one
-
-
-# How long a rescale's missing pods count as waiting: the job's controller creates them within
-# seconds; a rescale that never materialises must not reserve GPUs for ever.
-MATERIALISE_S = 120.0
 
 
 @dataclass
@@ -179,27 +165,6 @@ class WorldBuilder:
             wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
                                                        and p.created_at is not None]) else math.nan,
         )
-
-
-def with_noted(jobs: tuple[JobState, ...], scaled: Mapping[str, Acted], evicted: Mapping[str, Acted],
-               now: float) -> tuple[tuple[JobState, ...], list[PendingPod]]:
-    """The jobs as this replica's own recent actions left them (the watch may not show them yet),
-    and the pods a rescale promised that do not exist yet."""
-    out: list[JobState] = []
-    promised: list[PendingPod] = []
-    for j in jobs:
-        s, e = scaled.get(j.key), evicted.get(j.key)
-        if s is not None:
-            j = replace(j, since_scaled_s=min(j.since_scaled_s, now - s.at))
-            missing = s.gpus - j.live_gpus
-            if missing > 0 and now - s.at <= MATERIALISE_S:
-                promised += [PendingPod(f"{j.key}/promised-{i}", j.key, float(s.per_pod), now - s.at)
-                             for i in range(missing // s.per_pod)]
-        if e is not None:
-            j = replace(j, since_migration_s=min(j.since_migration_s, now - e.at),
-                        migrations=max(j.migrations, e.count))
-        out.append(j)
-    return tuple(out), promised
 
 
 def planned_gpus(ps: list[PodInfo]) -> int:

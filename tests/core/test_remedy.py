@@ -130,7 +130,7 @@ def test_communication_bound_spread_job_is_consolidated_only_when_checkpointable
     d = diag(Bottleneck.COMMUNICATION, where="network", shape=JobShape(2, 0, 2))
     spread = {"n0": 2.0, "n1": 2.0}
     (r,) = plan_remedies(world(job(gpus_on=spread, checkpointable=True, d=d), free=(2.0, 1.0)), S, SAFETY)
-    assert isinstance(r, Consolidate) and r.target == "n0" and r.gpus == 4.0 and r.from_nodes == 2
+    assert isinstance(r, Consolidate) and r.target_node == "n0" and r.gpus == 4.0 and r.from_nodes == 2
     assert plan_remedies(world(job(gpus_on=spread, checkpointable=False, d=d), free=(2.0, 1.0)), S, SAFETY) == ()
     assert plan_remedies(world(job(gpus_on=spread, checkpointable=True, d=d), free=(1.0, 1.0)), S, SAFETY) == ()
 

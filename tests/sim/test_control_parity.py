@@ -193,8 +193,7 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     svc_actions = migrator.plan(svc_obs, budget_left=1)
     sim_actions = control.plan("migrator", sim_world, budget_left=1)
     assert all(isinstance(a, Evict) for a in sim_actions)
-    assert [(a.key, a.kind, a.detail["origin"], a.detail["served"], a.reason) for a in svc_actions] == \
-        [(a.job, a.kind, a.origin, list(a.served), a.reason) for a in sim_actions if isinstance(a, Evict)]
+    assert [a.plan for a in svc_actions] == list(sim_actions)  # the same typed actions, field for field
     assert [a.job for a in sim_actions if isinstance(a, Evict)] == ["team-a/slow"]
     decided = migrator.last["jobs"]
     assert decided["kube-system/sys"]["decision"] == "namespace excluded"
@@ -253,3 +252,32 @@ def test_every_core_section_is_a_service_setting() -> None:
             new = value * 1.0001
             core = Settings.model_validate({key.get(f.name, f.name): {changed.name: new}}).core()
         assert getattr(getattr(core, f.name), changed.name) == new, f.name
+
+
+def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_path: Path) -> None:
+    # One meaning of dry run: the simulator's round (scoring.kernel.run_round) and the service's
+    # ControlLoop plan the same typed actions, spend the same budget, and change nothing.
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.loop import DRY_RUN, ControlLoop, ControlMetrics
+
+    loops = ("migrator",)
+    control, eng = sim_side(loops)
+    control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=True))
+    placed = {j.idx: tuple(j.placement) for j in eng.jobs}
+    control(eng, NOW)
+    sim_planned = [o.action for o in control.last_round.outcomes["migrator"]]
+    assert [o.outcome for o in control.last_round.outcomes["migrator"]] == ["dry_run"]
+    assert {j.idx: tuple(j.placement) for j in eng.jobs} == placed and control.stats.migrations == 0
+
+    migrator, _ = service_side(tmp_path, list(loops))
+
+    class Leader:
+        is_leader = True
+
+    lp = ControlLoop(migrator, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=True,
+                     per_interval=1, per_hour=6, clock=lambda: T0 + NOW)
+    tick = lp.run_once()
+    assert [o.action.plan for o in tick.outcomes] == sim_planned != []
+    assert [o.outcome for o in tick.outcomes] == [DRY_RUN]
+    assert lp.budget.remaining(T0 + NOW) == control.budgets["migrator"].remaining(NOW) == {"interval": 0, "hour": 5}

@@ -340,7 +340,7 @@ def test_a_preemption_counts_on_from_the_jobs_restarts_never_resets_them() -> No
     world = _admission_world(100.0, migrations=1)  # both moved once before (the mark the watch brought back)
     pods_of = {"t/r2": [state.pods["u-r2"]], "t/r1": [state.pods["u-r1"]]}
     preempts = [a for a in adm.plan(Observed(world, pods_of), 10) if a.kind == "preempt"]
-    assert preempts and all(a.detail["count"] == 2 for a in preempts)
+    assert preempts and all(a.as_dict()["detail"]["count"] == 2 for a in preempts)
     assert adm.act(preempts[0], 100.0) == "evicted"
     assert [m["count"] for m in actions.marks()] == [2]  # 1 + this one; was always 1
 
@@ -425,8 +425,11 @@ class Events:
 
 
 def _evict(refs: list[dict[str, Any]]) -> Action:
-    return Action(key="t/j", kind="evict", target="t/j", reason="slow",
-                  detail={"origin": "n0", "count": 1, "attained": None, "pods": refs})
+    from extender.control.loop import PodRef
+    from scoring.actions import Evict
+
+    return Action.of(Evict("t/j", "n0", 1, 0.0, 0.0, (), (), "slow"),
+                     tuple(PodRef(r["namespace"], r["name"], r["uid"], r.get("node")) for r in refs))
 
 
 def test_a_partly_refused_eviction_is_charged_counted_and_reported() -> None:
@@ -511,8 +514,10 @@ def test_a_gang_release_stops_when_the_lease_is_lost() -> None:
     actions = Gates()
     adm = _admission(ClusterState(), actions, Clock(0.0))
     adm.ctx.leader = FlakyLeader(2)  # release p0 (and its Event), then lost
-    admit = Action(key="t/g", kind="admit", target="t/g", reason="fits", detail={"pods": [
-        {"namespace": "t", "name": f"g-{i}", "uid": f"g{i}", "gates": []} for i in range(4)]})
+    from extender.control.loop import PodRef
+    from scoring.actions import Release
+
+    admit = Action.of(Release("t/g", 4, 4.0, 0, "fits"), tuple(PodRef("t", f"g-{i}", f"g{i}") for i in range(4)))
     with pytest.raises(LostLeadership) as e:
         adm.act(admit, 0.0)
     assert e.value.writes == 1 and actions.calls == [("ungate", "g-0")]

@@ -1,4 +1,4 @@
-"""The service runs its control loops a round at a time, in scoring.control.LOOP_ORDER, and a later
+"""The service runs its control loops a round at a time, in scoring.kernel.LOOP_ORDER, and a later
 loop sees what an earlier one did in the same round (extender/control/loop.py ControlRounds, the
 World builder's notes): the composition the simulator runs, not two threads planning on one
 snapshot (a job scaled up and evicted in one round; the same free GPUs given twice)."""
@@ -13,11 +13,11 @@ from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import Action, ControlLoop, ControlMetrics, ControlRounds
 from extender.control.runtime import _factory, note_for
-from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
+from extender.settings import Settings
 from extender.snapshot.state import ClusterState
-from scoring.control import LOOP_ORDER
 from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.kernel import LOOP_ORDER
 from tests.control_fakes import FakeActions, FakeTracker, make_context
 from tests.k8s_factories import node, pod
 
@@ -175,7 +175,7 @@ def test_admission_does_not_release_a_gang_into_the_gpus_a_rescale_just_took() -
     rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4}, est, ["admission", "elastic"], dry={"admission"})
     rounds.run_round()
     grown = [o.action for o in loops["elastic"].history[-1].outcomes if o.outcome == "planned"]
-    assert [a.detail["gpus"] for a in grown] == [8]
+    assert [a.as_dict()["detail"]["gpus"] for a in grown] == [8]
     assert admitted(loops["admission"]) == []
 
 

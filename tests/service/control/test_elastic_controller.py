@@ -56,7 +56,7 @@ def test_parse_range() -> None:
 def test_lone_elastic_job_grows_into_free_gpus_and_the_plan_is_published() -> None:
     el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
     acts = plan_at(el, 1000.0)
-    assert len(acts) == 1 and acts[0].kind == "scale-up" and acts[0].detail["gpus"] == 8
+    assert len(acts) == 1 and acts[0].kind == "scale-up" and acts[0].as_dict()["detail"]["gpus"] == 8
     assert el.act(acts[0], 1000.0) == "planned"
     plans = [json.loads(a[2][PLAN]) for a in actions.annotations]
     assert [a[1] for a in actions.annotations] == ["a-0", "a-1"]
@@ -68,7 +68,7 @@ def test_not_opted_in_is_never_planned_and_its_gpus_are_not_shared() -> None:
     pods = [worker("a", 0, "n0"), worker("b", 0, "n1", elastic=None, gpus=4)]
     el, *_ = make(pods)
     acts = plan_at(el, 0.0)
-    assert [a.target for a in acts] == ["t/a"] and acts[0].detail["gpus"] == 4  # 8 GPUs - b's 4
+    assert [a.target for a in acts] == ["t/a"] and acts[0].as_dict()["detail"]["gpus"] == 4  # 8 GPUs - b's 4
     # Mixed annotations within one job: not elastic.
     el2, *_ = make([worker("c", 0, "n0"), worker("c", 1, "n0", elastic=None)])
     assert plan_at(el2, 0.0) == []
@@ -79,7 +79,7 @@ def test_waiting_pods_are_reserved_and_running_jobs_shrink_for_them() -> None:
     pods.append(worker("w", 0, None, elastic=None, gpus=4))  # a waiting 4-GPU pod
     el, *_ = make(pods)
     acts = plan_at(el, 0.0)
-    assert len(acts) == 1 and acts[0].kind == "scale-down" and acts[0].detail["gpus"] == 4
+    assert len(acts) == 1 and acts[0].kind == "scale-down" and acts[0].as_dict()["detail"]["gpus"] == 4
     el_off, *_ = make(pods, reserve_pending=False)
     assert plan_at(el_off, 0.0) == []
 
@@ -130,7 +130,7 @@ def test_convergence_weight_gives_gpus_to_the_growing_job() -> None:
     est = {"t/g": Est(Phase.GROWING), "t/c": Est(Phase.COMPLETING)}
     # The phase weights are neutral by default (scoring/settings.py); set, they move GPUs.
     el, *_ = make(pods, est, min_gain=0.0, restart_s=0.0, completing_weight=0.5)
-    acts = {a.target: a.detail["gpus"] for a in plan_at(el, 0.0)}
+    acts = {a.target: a.as_dict()["detail"]["gpus"] for a in plan_at(el, 0.0)}
     assert acts["t/g"] > 4 > acts["t/c"]
     neutral, *_ = make(pods, est, min_gain=0.0, restart_s=0.0)
     assert plan_at(neutral, 0.0) == []

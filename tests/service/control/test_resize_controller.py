@@ -66,7 +66,7 @@ def test_fast_job_up_plateaued_down_decreases_first_with_reasons() -> None:
     down, up = actions
     assert down.kind == "resize-down" and up.kind == "resize-up"
     # pool = 16 - 4 (the pod that did not opt in) = 12 cores; completing floor 12/(2*2) = 3.
-    assert down.detail["to_m"] == 3000 and up.detail["to_m"] == 9000
+    assert down.as_dict()["detail"]["to_m"] == 3000 and up.as_dict()["detail"]["to_m"] == 9000
     assert "completing" in down.reason and "G=" in up.reason
     assert "t/other" not in {a.target for a in actions}
     assert r.last_plan["nodes"]["n1"]["skipped"] == {"t/other": "not opted in"}
@@ -80,8 +80,8 @@ def test_act_annotates_patches_the_resize_subresource_and_records_an_event() -> 
     assert r.act(down, 1000.0) == "resized" and r.act(up, 1000.0) == "resized"
     patched = r.__dict__["patched"]
     assert patched[1][2] == {"spec": {"containers": [{"name": "main", "resources": {
-        "requests": {"cpu": f"{round(up.detail['to_m'])}m"},
-        "limits": {"cpu": f"{round(up.detail['to_m'] * 2)}m"}}}]}}  # the limit keeps its 2x ratio
+        "requests": {"cpu": f"{round(up.as_dict()['detail']['to_m'])}m"},
+        "limits": {"cpu": f"{round(up.as_dict()['detail']['to_m'] * 2)}m"}}}]}}  # the limit keeps its 2x ratio
     assert "limits" not in patched[0][2]["spec"]["containers"][0]["resources"]  # no cpu limit: none added
     assert fake.annotations[0][2] == {RESIZED_AT: "1000", CPU_ORIGINAL: "6000m"}
     assert [e[1] for e in rec.events] == ["FlowschedResized", "FlowschedResized"]
