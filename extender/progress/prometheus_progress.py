@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from extender.periodic import PeriodicRunner
 from extender.progress.store import ProgressPoint, ProgressStore
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
@@ -140,8 +140,8 @@ class PrometheusProgress:
         self.clock, self.is_leader = clock, is_leader
         self._client = make_client(cfg)
         self.statuses: dict[str, PromJobStatus] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A failed round (e.g. the store failed) is logged; the next round retries.
+        self._runner = PeriodicRunner("prometheus-progress", self.read_once, settings.interval_s, logger=log)
 
     def _stored(self) -> dict[tuple[str, str], tuple[float, float]]:
         return {(s.namespace, s.job): (s.first_ts, s.last_ts) for s in self.store.jobs()}
@@ -192,19 +192,10 @@ class PrometheusProgress:
         return {k: {"selector": s.selector, "reads": s.reads, "points": s.points, "series": s.series,
                     "errors": s.errors, "last_error": s.last_error} for k, s in self.statuses.items()}
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.read_once()
-            except Exception:  # e.g. the store failed: keep going, next round retries
-                log.exception("prometheus progress round failed")
-            self._stop.wait(self.settings.interval_s)
-
     def start(self) -> PrometheusProgress:
-        self._thread = threading.Thread(target=self._run, name="prometheus-progress", daemon=True)
-        self._thread.start()
+        self._runner.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self._runner.stop()
         self._client.close()
