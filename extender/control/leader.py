@@ -17,7 +17,6 @@ On stop the holder releases the Lease (empty holder, duration 1s) so a successor
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from extender.kube.rest import ApiError, kube_request
+from extender.periodic import PeriodicRunner
 
 log = logging.getLogger("flowsched.leader")
 
@@ -148,8 +148,7 @@ class LeaderElector:
         self.transitions_seen = 0
         self.errors = 0
         self.last_error = ""
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._runner = PeriodicRunner(f"leader-{name}", self.step, retry_period_s, logger=log)
 
     # ---- state ----
     @property
@@ -243,22 +242,13 @@ class LeaderElector:
             log.warning("lease %s/%s: %s", self.namespace, self.name, self.last_error)
         self._notify()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.step()
-            self._stop.wait(self.retry_period_s)
-
     def start(self) -> LeaderElector:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"leader-{self.name}", daemon=True)
-        self._thread.start()
+        self._runner.start()
         return self
 
     def stop(self, release: bool = True) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.retry_period_s + 5)
-            self._thread = None
+        # Wait for a round in progress, so the release below is the last write to the Lease.
+        self._runner.stop(join_s=self.retry_period_s + 5)
         if release:
             self.release()
 

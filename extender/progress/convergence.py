@@ -10,10 +10,10 @@ columns the placement reads); the estimates stay here for the control loops.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 
+from extender.periodic import PeriodicRunner
 from extender.progress.store import ProgressStore
 from extender.snapshot.state import ClusterState, JobConvergence
 from scoring.convergence import ConvergenceEstimate, Phase
@@ -46,8 +46,10 @@ class ConvergenceTracker:
         self.core = CoreTracker(settings)
         self._published: Mapping[str, ConvergenceEstimate] = {}
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A failed round (e.g. the SQLite file went away) is logged and counted; the service keeps
+        # serving and the next round retries.
+        self._runner = PeriodicRunner("convergence", self._round, self.interval_s, logger=log,
+                                      on_error=self._count_error)
 
     @property
     def skipped(self) -> int:
@@ -101,19 +103,15 @@ class ConvergenceTracker:
         self._next_prune = now + self.prune_every_s
         return self.store.prune(now)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh_once()
-                self.prune_if_due()
-            except Exception:  # e.g. the SQLite file went away: keep serving, retry next round
-                self.errors += 1
-                log.exception("convergence refresh failed")
-            self._stop.wait(self.interval_s)
+    def _round(self) -> None:
+        self.refresh_once()
+        self.prune_if_due()
+
+    def _count_error(self, _e: Exception) -> None:
+        self.errors += 1
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="convergence", daemon=True)
-        self._thread.start()
+        self._runner.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._runner.stop()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from extender.periodic import PeriodicRunner
 from extender.progress.store import ProgressPoint, ProgressStore
 from extender.snapshot.objects import PodInfo
 from scoring.log_progress import LogProgressParser, LossRegexError, ParsedPoint, compile_loss_regex
@@ -351,8 +352,8 @@ class LogFollower:
         self.problems: dict[str, str] = {}
         self.waiting = 0
         self._reported: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A failed round is logged; the other streams keep being followed and the next round retries.
+        self._runner = PeriodicRunner("log-follower", self.reconcile, settings.reconcile_s, logger=log)
 
     def _stored_last_ts(self, target: Target) -> float | None:
         for summary in self.store.jobs():
@@ -416,19 +417,10 @@ class LogFollower:
             "waiting": self.waiting, "problems": dict(self.problems),
         }
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.reconcile()
-            except Exception:  # keep following the others; the next round retries
-                log.exception("log follower round failed")
-            self._stop.wait(self.settings.reconcile_s)
-
     def start(self) -> LogFollower:
-        self._thread = threading.Thread(target=self._run, name="log-follower", daemon=True)
-        self._thread.start()
+        self._runner.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self._runner.stop()
         self._close_all()

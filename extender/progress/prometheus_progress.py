@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from extender.periodic import PeriodicRunner
 from extender.progress.store import ProgressPoint, ProgressStore
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
+from extender.prometheus.response import parse_query_answer
 from extender.snapshot.objects import PodInfo
 
 log = logging.getLogger("flowsched.progress.prometheus")
@@ -76,32 +75,9 @@ def range_query(selector: str, window_s: float) -> str:
 def parse_loss_series(status: int, body: bytes) -> list[Series]:
     """The matrix of an /api/v1/query answer; raises TelemetryError when the answer is unusable.
     Non-finite or malformed samples are dropped (NaN is no progress)."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise TelemetryError("bad_response", f"HTTP {status}, body is not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise TelemetryError("bad_response", f"HTTP {status}, body is not a JSON object")
-    if doc.get("status") != "success":
-        raise TelemetryError("prometheus_error",
-                             f"HTTP {status}: {doc.get('errorType', '?')}: {str(doc.get('error', ''))[:300]}")
-    data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
-        raise TelemetryError("bad_response", "data.result is not a matrix (is loss-metric an instant-vector selector?)")
-    out: list[Series] = []
-    for row in data["result"]:
-        if not isinstance(row, dict) or not isinstance(row.get("metric"), dict):
-            continue
-        samples = []
-        for pair in row.get("values") or []:
-            try:
-                ts, value = float(pair[0]), float(pair[1])
-            except (TypeError, ValueError, IndexError):
-                continue
-            if math.isfinite(ts) and math.isfinite(value):
-                samples.append((ts, value))
-        labels = tuple(sorted((str(k), str(v)) for k, v in row["metric"].items()))
-        out.append((labels, samples))
+    answer = parse_query_answer(status, body, expect=("matrix",),
+                                hint="is loss-metric an instant-vector selector?")
+    out: list[Series] = [(tuple(sorted(s.labels.items())), list(s.finite_samples)) for s in answer.series]
     out.sort(key=lambda s: s[0])
     return out
 
@@ -140,8 +116,8 @@ class PrometheusProgress:
         self.clock, self.is_leader = clock, is_leader
         self._client = make_client(cfg)
         self.statuses: dict[str, PromJobStatus] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A failed round (e.g. the store failed) is logged; the next round retries.
+        self._runner = PeriodicRunner("prometheus-progress", self.read_once, settings.interval_s, logger=log)
 
     def _stored(self) -> dict[tuple[str, str], tuple[float, float]]:
         return {(s.namespace, s.job): (s.first_ts, s.last_ts) for s in self.store.jobs()}
@@ -192,19 +168,10 @@ class PrometheusProgress:
         return {k: {"selector": s.selector, "reads": s.reads, "points": s.points, "series": s.series,
                     "errors": s.errors, "last_error": s.last_error} for k, s in self.statuses.items()}
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.read_once()
-            except Exception:  # e.g. the store failed: keep going, next round retries
-                log.exception("prometheus progress round failed")
-            self._stop.wait(self.settings.interval_s)
-
     def start(self) -> PrometheusProgress:
-        self._thread = threading.Thread(target=self._run, name="prometheus-progress", daemon=True)
-        self._thread.start()
+        self._runner.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        self._runner.stop()
         self._client.close()

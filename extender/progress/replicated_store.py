@@ -35,12 +35,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import orjson
 
 from extender.progress.remote_write import RemoteWriteError, RemoteWriter, Series
 from extender.progress.store import JobHistory, JobSummary, ProgressPoint, ProgressStore, ProgressStoreSettings
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
+from extender.prometheus.response import ResultType, parse_query_answer
+from extender.prometheus.response import Series as PromSeries
 
 log = logging.getLogger("flowsched.progress.replicated")
 
@@ -121,33 +122,24 @@ class ReplicatedProgressStore(ProgressStore):
         return len(kept)
 
     # ---- reads ----
-    def _query(self, promql: str) -> list[dict[str, object]]:
+    def _query(self, promql: str, expect: ResultType) -> tuple[PromSeries, ...]:
         url = self.rs.prometheus_url.rstrip("/") + "/api/v1/query"
         try:
             status, body = bounded_get(self._client, url, params={"query": promql},
                                        headers=auth_headers(self.read_cfg), limit=self.read_cfg.max_response_bytes)
+            return parse_query_answer(status, body, expect=(expect,)).series
         except TelemetryError as e:
             raise ProgressBackendError(f"prometheus read: {e}") from e
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            raise ProgressBackendError(f"prometheus read: HTTP {status}, not JSON") from e
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise ProgressBackendError(f"prometheus read: HTTP {status}: {str(doc)[:300]}")
-        result = doc.get("data", {}).get("result", [])
-        return result if isinstance(result, list) else []
 
     def jobs(self) -> list[JobSummary]:
         w = _duration(self.rs.history_window_s)
         rows: dict[tuple[str, str, str], dict[str, float]] = {}
         for fn in ("count", "min", "max"):
-            for row in self._query(f"{fn}_over_time({TS}[{w}])"):
-                m = row.get("metric")
-                v = row.get("value")
-                if not isinstance(m, dict) or not isinstance(v, list) or len(v) != 2:
-                    continue
-                key = (str(m.get("namespace", "")), str(m.get("flowsched_job", "")), str(m.get("higher_is_better")))
-                rows.setdefault(key, {})[fn] = float(v[1])
+            for row in self._query(f"{fn}_over_time({TS}[{w}])", "vector"):
+                m = row.labels
+                for _, v in row.samples:
+                    key = (m.get("namespace", ""), m.get("flowsched_job", ""), m.get("higher_is_better", ""))
+                    rows.setdefault(key, {})[fn] = v
         out: dict[tuple[str, str], JobSummary] = {}
         for (ns, job, hib), agg in rows.items():
             if len(agg) != 3 or not ns or not job:
@@ -167,15 +159,12 @@ class ReplicatedProgressStore(ProgressStore):
         by_ts: dict[float, dict[str, float]] = {}
         hib = False
         newest = -math.inf
-        for row in self._query(f'{{__name__=~"{LOSS}|{STEP}",{sel}}}[{w}]'):
-            m, values = row.get("metric"), row.get("values")
-            if not isinstance(m, dict) or not isinstance(values, list):
-                continue
-            name = str(m.get("__name__"))
-            for ts, v in values:
-                by_ts.setdefault(float(ts), {})[name] = float(v)
-                if float(ts) > newest:
-                    newest, hib = float(ts), m.get("higher_is_better") == "true"
+        for row in self._query(f'{{__name__=~"{LOSS}|{STEP}",{sel}}}[{w}]', "matrix"):
+            name = row.labels.get("__name__", "")
+            for ts, v in row.samples:
+                by_ts.setdefault(ts, {})[name] = v
+                if ts > newest:
+                    newest, hib = ts, row.labels.get("higher_is_better") == "true"
         pts = sorted((ts, d[STEP], d[LOSS]) for ts, d in by_ts.items() if LOSS in d and STEP in d)
         if not pts:
             return None

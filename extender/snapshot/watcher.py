@@ -9,12 +9,10 @@ exponential backoff. One daemon thread per kind; the request path never waits on
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,17 +21,11 @@ from typing import Any
 import orjson
 
 from extender.metrics import Metrics
+from extender.periodic import PeriodicRunner
 from extender.snapshot.objects import ObjectError, parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 
 log = logging.getLogger("flowsched.watch")
-
-
-def name_os_thread(name: str) -> None:
-    """The calling thread's name as the OS shows it (top -H, /proc/PID/task/*/comm; 15 bytes
-    at most), so a thread's CPU can be told apart from outside the process. Linux only."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 class WatchExpired(Exception):
@@ -114,9 +106,15 @@ class Watcher:
         self.resync_s, self.watch_timeout_s, self.backoff_max_s = resync_s, watch_timeout_s, backoff_max_s
         self.clock = clock
         self.status = WatchStatus()
-        self._stop = threading.Event()
         self._resp: Any = None
-        self._thread: threading.Thread | None = None
+        # One watch session a step (relisting first when due), back to back; after a failure the
+        # next waits a capped exponential back-off with jitter (`_retry_in`).
+        self._rv: str | None = None
+        self._next_resync = 0.0
+        self._backoff = 0.5
+        self._retry_in = 0.0
+        self._runner = PeriodicRunner(f"watch-{kind}", self._session, lambda _took: self._retry_in, logger=log,
+                                      os_thread_name=True, clock=clock)
 
     def relist(self) -> str:
         parse = parse_node if self.kind == "nodes" else parse_pod
@@ -156,7 +154,7 @@ class Watcher:
         self.status.connected = True
         try:
             for line in iter_lines(self._resp):
-                if self._stop.is_set():
+                if self._runner.stopping:
                     break
                 # A deletion is never held: it frees capacity kube-scheduler (told by its own
                 # watch) may be placing a pod on in the very call the hold would wait for.
@@ -178,40 +176,34 @@ class Watcher:
 
     DEFER_MAX_S = 0.002
 
-    def run(self) -> None:
-        name_os_thread(f"watch-{self.kind}")
-        backoff = 0.5
-        rv: str | None = None
-        next_resync = 0.0
-        while not self._stop.is_set():
-            try:
-                if rv is None or self.clock() >= next_resync:
-                    rv = self.relist()
-                    next_resync = self.clock() + self.resync_s
-                rv = self._watch(rv, next_resync)
-                backoff = 0.5
-            except WatchExpired as e:
-                log.info("%s watch expired (%s); relisting", self.kind, e)
-                self.metrics.watch_restarts.labels(self.kind, "expired").inc()
-                rv = None
-            except Exception as e:
-                if self._stop.is_set():
-                    break
-                self.status.errors += 1
-                self.status.last_error = f"{type(e).__name__}: {e}"[:300]
-                self.metrics.watch_restarts.labels(self.kind, "error").inc()
-                delay = backoff * (1 + random.random() / 2)
-                log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, self.status.last_error, delay)
-                self._stop.wait(delay)
-                backoff = min(backoff * 2, self.backoff_max_s)
-                # Keep rv: a reconnect resumes the watch; if rv is too old the server says 410.
+    def _session(self) -> None:
+        self._retry_in = 0.0
+        try:
+            if self._rv is None or self.clock() >= self._next_resync:
+                self._rv = self.relist()
+                self._next_resync = self.clock() + self.resync_s
+            self._rv = self._watch(self._rv, self._next_resync)
+            self._backoff = 0.5
+        except WatchExpired as e:
+            log.info("%s watch expired (%s); relisting", self.kind, e)
+            self.metrics.watch_restarts.labels(self.kind, "expired").inc()
+            self._rv = None
+        except Exception as e:
+            if self._runner.stopping:
+                return
+            self.status.errors += 1
+            self.status.last_error = f"{type(e).__name__}: {e}"[:300]
+            self.metrics.watch_restarts.labels(self.kind, "error").inc()
+            self._retry_in = self._backoff * (1 + random.random() / 2)
+            log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, self.status.last_error, self._retry_in)
+            self._backoff = min(self._backoff * 2, self.backoff_max_s)
+            # Keep _rv: a reconnect resumes the watch; if it is too old the server says 410.
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
-        self._thread.start()
+        self._runner.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._runner.stop()
         resp = self._resp
         if resp is not None:
             # Closing a dying socket may raise; we are leaving anyway.

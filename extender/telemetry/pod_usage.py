@@ -23,10 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
+from extender.prometheus.response import parse_query_answer
 
 CONTAINERS = 'container!="",container!="POD"'
 
@@ -61,31 +60,14 @@ def build_queries(window_s: float, selector: str = "") -> dict[str, str]:
 
 
 def parse_vector(status: int, body: bytes) -> dict[tuple[str, str], float]:
-    """(namespace, pod) -> value of an instant vector answer; raises TelemetryError when unusable."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise TelemetryError("bad_response", f"HTTP {status}, body is not JSON: {e}") from e
-    if not isinstance(doc, dict) or doc.get("status") != "success":
-        err = doc.get("error", "") if isinstance(doc, dict) else ""
-        raise TelemetryError("prometheus_error", f"HTTP {status}: {str(err)[:300]}")
-    data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-        raise TelemetryError("bad_response", "data.result is not an instant vector")
+    """(namespace, pod) -> value of an instant vector answer; raises TelemetryError when unusable.
+    Series without a pod label, and values that are not finite or are negative, are dropped."""
     out: dict[tuple[str, str], float] = {}
-    for row in data["result"]:
-        if not isinstance(row, dict):
-            continue
-        labels, value = row.get("metric"), row.get("value")
-        if not isinstance(labels, dict) or not isinstance(value, list) or len(value) != 2:
-            continue
-        ns, pod = str(labels.get("namespace", "")), str(labels.get("pod", ""))
-        try:
-            v = float(value[1])
-        except (TypeError, ValueError):
-            continue
-        if pod and math.isfinite(v) and v >= 0:
-            out[(ns or "default", pod)] = v
+    for series in parse_query_answer(status, body, expect=("vector",)).series:
+        ns, pod = series.labels.get("namespace", ""), series.labels.get("pod", "")
+        for _, v in series.samples:
+            if pod and math.isfinite(v) and v >= 0:
+                out[(ns or "default", pod)] = v
     return out
 
 

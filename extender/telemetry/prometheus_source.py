@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
-import orjson
-
-from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
+from extender.prometheus.client import auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
+from extender.prometheus.response import parse_query_answer
 from extender.telemetry.source import (
     METRICS,
     GpuSeries,
@@ -48,37 +45,15 @@ def query_request(cfg: TelemetryConfig) -> tuple[str, dict[str, str]]:
     return url, {"query": build_query(cfg), "timeout": _duration(cfg.query_timeout_s)}
 
 
-def _samples(row: Mapping[str, Any]) -> list[Any]:
-    if "values" in row:  # matrix (our range selector)
-        values = row["values"]
-        return values if isinstance(values, list) else []
-    if "value" in row:  # vector (a user query that averages server-side)
-        return [row["value"]]
-    return []
-
-
 def parse_query_response(status: int, body: bytes, cfg: TelemetryConfig) -> TelemetryReading:
     """Interpret /api/v1/query's answer. Raises TelemetryError when the answer as a whole is unusable."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise TelemetryError("bad_response", f"HTTP {status}, body is not JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise TelemetryError("bad_response", f"HTTP {status}, body is not a JSON object")
-    if doc.get("status") != "success":
-        raise TelemetryError("prometheus_error",
-                             f"HTTP {status}: {doc.get('errorType', '?')}: {str(doc.get('error', ''))[:300]}")
-    data = doc.get("data")
-    if not isinstance(data, dict) or data.get("resultType") not in ("matrix", "vector") \
-            or not isinstance(data.get("result"), list):
-        raise TelemetryError("bad_response", "data.result is not a matrix or vector")
+    answer = parse_query_answer(status, body, expect=("matrix", "vector"))
     bad: Counter[str] = Counter()
+    if answer.malformed_rows:
+        bad["malformed"] += answer.malformed_rows
     rows: list[GpuSeries] = []
-    for row in data["result"]:
-        labels = row.get("metric") if isinstance(row, dict) else None
-        if not isinstance(labels, dict):
-            bad["malformed"] += 1
-            continue
+    for series in answer.series:
+        labels = series.labels
         metric = labels.get("__name__", "")
         node = node_name(labels, cfg.node_label)
         if metric not in METRICS:
@@ -90,21 +65,18 @@ def parse_query_response(status: int, body: bytes, cfg: TelemetryConfig) -> Tele
         gpu = parse_gpu_index(labels.get("gpu"), bad)
         if gpu is None:
             continue
+        if series.malformed:  # unreadable pairs count only on a series that would be used
+            bad["malformed"] += series.malformed
         total, count, newest = 0.0, 0, -math.inf
-        for pair in _samples(row):
-            try:
-                ts, value = float(pair[0]), float(pair[1])  # Prometheus sends values as strings
-            except (TypeError, ValueError, IndexError):
-                bad["malformed"] += 1
-                continue
-            if not math.isfinite(ts) or not check_value(metric, value, bad):
+        for ts, value in series.samples:
+            if not check_value(metric, value, bad):
                 continue
             total += value
             count += 1
             newest = max(newest, ts)
         if count:
             rows.append(GpuSeries(node=node, gpu=gpu, metric=metric, value=total / count, sampled_at=newest,
-                                  pod=pod_key(labels), instance=str(labels.get("GPU_I_ID", ""))))
+                                  pod=pod_key(labels), instance=labels.get("GPU_I_ID", "")))
     return assemble(rows, bad)
 
 

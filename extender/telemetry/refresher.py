@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from extender.metrics import Metrics
+from extender.periodic import PeriodicRunner, fixed_rate
 from extender.prometheus.client import TelemetryError
 from extender.prometheus.config import TelemetryConfig
 from extender.snapshot.state import ClusterState
@@ -54,8 +55,8 @@ class TelemetryRefresher:
         self.stale_s, self.refresh_s, self.clock = stale_s, refresh_s, clock
         self.status = RefresherStatus(source=source.name)
         self.pods: dict[str, Any] = {}  # per-pod attribution from the last reading
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # A read every refresh_s, the read's own time included (a slow Prometheus does not stretch the period).
+        self._runner = PeriodicRunner(f"telemetry-{source.name}", self.refresh_once, fixed_rate(refresh_s), logger=log)
         self._lock = threading.Lock()  # one refresh at a time (the thread, or a test calling refresh_once)
         # Computed when /metrics is scraped, so the gauge agrees with what requests see right now
         # (staleness is a matter of time passing, not only of refreshes).
@@ -129,21 +130,12 @@ class TelemetryRefresher:
         self.status.nodes_unknown = self.unknown_now()
 
     # ---- thread ----
-    def run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.refresh_once()
-            self._stop.wait(max(0.0, self.refresh_s - (time.monotonic() - started)))
-
     def start(self) -> TelemetryRefresher:
-        self._thread = threading.Thread(target=self.run, name=f"telemetry-{self.source.name}", daemon=True)
-        self._thread.start()
+        self._runner.start()
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._runner.stop(join_s=timeout_s)
         self.source.close()
 
     def describe(self) -> dict[str, Any]:

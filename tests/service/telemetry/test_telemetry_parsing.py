@@ -11,6 +11,7 @@ import pytest
 from extender.prometheus.client import TelemetryError
 from extender.prometheus.config import TelemetryConfig
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
+from extender.telemetry.pod_usage import parse_vector
 from extender.telemetry.prometheus_source import build_query, parse_query_response, query_request
 from extender.telemetry.scrape_source import parse_exposition, targets_from_pod_list
 from extender.telemetry.source import FB_FREE, FB_USED, GPU_UTIL, assemble
@@ -208,3 +209,17 @@ def test_malformed_rows_are_counted_not_fatal() -> None:
 def test_prometheus_source_needs_a_url() -> None:
     with pytest.raises(ValueError, match="prometheus_url"):
         TelemetryConfig(source="prometheus")
+
+
+def test_pod_usage_vector_keeps_finite_non_negative_values_of_pods() -> None:
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"namespace": "ml", "pod": "a"}, "value": [1.0, "0.5"]},
+        {"metric": {"pod": "b"}, "value": [1.0, "2"]},  # no namespace: default
+        {"metric": {"namespace": "ml"}, "value": [1.0, "3"]},  # no pod: dropped
+        {"metric": {"namespace": "ml", "pod": "c"}, "value": [1.0, "NaN"]},
+        {"metric": {"namespace": "ml", "pod": "d"}, "value": [1.0, "-1"]},
+        {"metric": {"namespace": "ml", "pod": "e"}, "value": "x"},
+    ]}}).encode()
+    assert parse_vector(200, body) == {("ml", "a"): 0.5, ("default", "b"): 2.0}
+    with pytest.raises(TelemetryError, match="not an instant vector"):
+        parse_vector(200, _answer())
