@@ -38,9 +38,9 @@ from extender.control.errors import LeaderGuard, PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import MERGE_PATCH, map_api_error
 from extender.control.loop import Action, PodRef
-from extender.kube.rest import kube_request
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe, parse_range
+from extender.kube.rest import kube_request
 from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
 from scoring.actions import Scale
 from scoring.control import ElasticLoopPlan

@@ -28,8 +28,8 @@ from extender.control.errors import PermanentError
 from extender.control.events import ObjectRef
 from extender.control.kube_actions import map_api_error
 from extender.control.loop import Action
-from extender.kube.rest import kube_request
 from extender.control.runtime import ControlContext
+from extender.kube.rest import kube_request
 from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
 from scoring.actions import Resize, ResizeHeld
 from scoring.convergence import Phase

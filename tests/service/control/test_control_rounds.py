@@ -13,8 +13,8 @@ from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import Action, ControlLoop, ControlMetrics, ControlRounds
 from extender.control.runtime import _factory, note_for
-from extender.snapshot.objects import parse_node, parse_pod
 from extender.settings import Settings
+from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.kernel import LOOP_ORDER
