@@ -23,11 +23,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from extender.control.errors import TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
+from extender.kube.errors import TemporaryError
 from extender.snapshot.objects import PodInfo
 from scoring.idle import IdleMemory, IdlePlan, IdlePod, parse_duration_s, plan_idle, warning_delivered
 from scoring.workload import workload_class
