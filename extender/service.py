@@ -28,6 +28,7 @@ from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, 
 from extender.http.status_view import PHASES, job_phase_counts
 from extender.http.ui import build_ui_router
 from extender.http.webhook import build_webhook_router
+from extender.kube.client import load_api_client
 from extender.metrics import Metrics, build_metrics, watch_status
 from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
@@ -35,7 +36,7 @@ from extender.progress.sources import ProgressSources, build_progress_store, sta
 from extender.progress.store import ProgressStore
 from extender.settings import Settings, load_static_tokens
 from extender.snapshot.state import ClusterState
-from extender.snapshot.watcher import Watcher, kube_api_client, start_watchers
+from extender.snapshot.watcher import Watcher, start_watchers
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 
 log = logging.getLogger("flowsched.service")
@@ -141,7 +142,7 @@ def build_service(settings: Settings) -> Service:
     api_client = None
     if settings.kube:
         try:
-            api_client = kube_api_client(settings.kubeconfig)
+            api_client = load_api_client(settings.kubeconfig)
         except Exception as e:  # the kubernetes client raises ConfigException or OSError
             raise FileNotFoundError(
                 f"no usable Kubernetes configuration ({e}); pass --kubeconfig, set $KUBECONFIG, "

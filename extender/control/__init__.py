@@ -4,7 +4,7 @@ Usage for a new loop (see extender/control/migrator.py for a complete one):
 
     # extender/control/resizer.py
     from extender.control.loop import Action
-    from extender.control.errors import TemporaryError, PermanentError
+    from extender.kube.errors import TemporaryError, PermanentError
     from extender.control.runtime import ControlContext
 
     class Resizer:

@@ -24,12 +24,13 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
+from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
+from extender.kube.errors import LostLeadership, PermanentError, TemporaryError
 from scoring.actions import Preempt, Release
 from scoring.kernel import Memory, plan_loop
 from scoring.safety import Budget

@@ -16,7 +16,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from extender.kube.rest import ApiError, kube_request
+from extender.kube import requests
+from extender.kube.client import send
+from extender.kube.requests import Request
+from extender.kube.responses import Response, json_body, json_or_none
 
 ANNOTATION = "flowsched.io/spent-"  # + loop name
 
@@ -42,17 +45,12 @@ class LeaseBudgetStore:
     def __init__(self, api_client: Any, namespace: str, name: str, timeout_s: float = 5.0) -> None:
         self.api_client, self.namespace, self.name, self.timeout_s = api_client, namespace, name, timeout_s
 
-    def _path(self, name: str = "") -> str:
-        base = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
-        return f"{base}/{name}" if name else base
+    def _send(self, request: Request) -> Response:
+        return send(self.api_client, request, timeout_s=self.timeout_s)
 
     def _get(self) -> dict[str, Any] | None:
-        try:
-            return kube_request(self.api_client, "GET", self._path(self.name), timeout_s=self.timeout_s)
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+        req = requests.get_lease(self.namespace, self.name)
+        return json_or_none(req, self._send(req))
 
     def load(self) -> dict[str, list[float]]:
         """Loop -> its saved times; nothing saved yet -> {}. Unreadable: raises (the caller plans
@@ -68,20 +66,19 @@ class LeaseBudgetStore:
         value = json.dumps([float(t) for t in times])
         for _ in range(3):  # a conflicting writer (a second leader for a moment): read again
             obj = self._get()
-            try:
-                if obj is None:
-                    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                            "metadata": {"name": self.name, "namespace": self.namespace,
-                                         "labels": {"app.kubernetes.io/name": "flowsched"},
-                                         "annotations": {ANNOTATION + loop: value}}, "spec": {}}
-                    kube_request(self.api_client, "POST", self._path(), body, timeout_s=self.timeout_s)
-                else:
-                    meta = obj.setdefault("metadata", {})
-                    meta.setdefault("annotations", {})[ANNOTATION + loop] = value
-                    kube_request(self.api_client, "PUT", self._path(self.name), obj, timeout_s=self.timeout_s)
+            if obj is None:
+                req = requests.create_lease(self.namespace, {
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace,
+                                 "labels": {"app.kubernetes.io/name": "flowsched"},
+                                 "annotations": {ANNOTATION + loop: value}}, "spec": {}})
+            else:
+                meta = obj.setdefault("metadata", {})
+                meta.setdefault("annotations", {})[ANNOTATION + loop] = value
+                req = requests.replace_lease(self.namespace, self.name, obj)
+            resp = self._send(req)
+            if resp.status != 409:
+                json_body(req, resp)  # raises ApiError for any other refusal
                 return
-            except ApiError as e:
-                if e.status != 409:
-                    raise
         raise RuntimeError(f"budget store {self.namespace}/{self.name}: kept conflicting")
 

@@ -34,12 +34,14 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from extender.control.errors import LeaderGuard, PermanentError
+from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef
-from extender.control.kube_actions import MERGE_PATCH, map_api_error
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe, parse_range
+from extender.kube.errors import PermanentError
+from extender.kube.requests import MERGE_PATCH
+from extender.kube.responses import map_api_error
 from extender.kube.rest import kube_request
 from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
 from scoring.actions import Scale

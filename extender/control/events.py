@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from extender.kube.rest import kube_request
+from extender.kube import requests
+from extender.kube.client import send
+from extender.kube.responses import checked
 
 log = logging.getLogger("flowsched.events")
 
@@ -82,9 +84,9 @@ class EventRecorder:
         """True when the apiserver accepted the Event; never raises for API failures."""
         body = event_body(obj, reason, message, type_=type_, action=action, instance=self.instance,
                           now=self.wall())
+        req = requests.create_event(obj.namespace, body)
         try:
-            kube_request(self.api_client, "POST", f"/api/v1/namespaces/{obj.namespace}/events", body,
-                         timeout_s=10)
+            checked(req, send(self.api_client, req, timeout_s=10))
         except Exception as e:
             self.failed += 1
             if self.failures is not None:

@@ -23,10 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.control.errors import LeaderGuard, LostLeadership, PermanentError, TemporaryError
+from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef, Recorder
 from extender.control.kube_actions import EVICTED, KubeActions
 from extender.control.loop import PodRef
+from extender.kube.errors import LostLeadership, PermanentError, TemporaryError
 from extender.snapshot.objects import EVICTED_FROM, MIGRATION, PodInfo
 
 log = logging.getLogger("flowsched.eviction")

@@ -23,11 +23,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from extender.control.errors import PermanentError, TemporaryError
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
+from extender.kube.errors import PermanentError, TemporaryError
 from extender.snapshot.objects import PodInfo
 from scoring.actions import IdleReport, IdleWarn, Reclaim
 from scoring.idle import IdleMemory, parse_duration_s, warning_delivered

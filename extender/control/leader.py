@@ -23,7 +23,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from extender.kube.rest import ApiError, kube_request
+from extender.kube import requests
+from extender.kube.client import send
+from extender.kube.requests import Request
+from extender.kube.responses import Response, api_error, json_body, json_or_none
 from extender.periodic import PeriodicRunner
 
 log = logging.getLogger("flowsched.leader")
@@ -81,41 +84,31 @@ def _body(namespace: str, name: str, rec: LeaseRecord) -> dict[str, Any]:
 
 
 class KubeLeaseClient:
-    """LeaseClient over the kubernetes client's ApiClient (raw JSON in and out)."""
+    """LeaseClient over the kubernetes client's ApiClient (raw JSON in and out). A failure other
+    than a conflict raises (ApiError, or the transport's error): the elector counts it."""
 
-    def __init__(self, api_client: Any) -> None:
-        self.api_client = api_client
+    def __init__(self, api_client: Any, timeout_s: float = 10.0) -> None:
+        self.api_client, self.timeout_s = api_client, timeout_s
 
-    @staticmethod
-    def _path(namespace: str, name: str = "") -> str:
-        base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-        return f"{base}/{name}" if name else base
+    def _send(self, request: Request) -> Response:
+        return send(self.api_client, request, timeout_s=self.timeout_s)
 
     def get(self, namespace: str, name: str) -> LeaseRecord | None:
-        try:
-            return _record(kube_request(self.api_client, "GET", self._path(namespace, name), timeout_s=10))
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+        req = requests.get_lease(namespace, name)
+        obj = json_or_none(req, self._send(req))
+        return None if obj is None else _record(obj)
+
+    def _write(self, req: Request) -> LeaseRecord:
+        resp = self._send(req)
+        if resp.status == 409:
+            raise LeaseConflict(str(api_error(req, resp)))
+        return _record(json_body(req, resp))
 
     def create(self, namespace: str, name: str, rec: LeaseRecord) -> LeaseRecord:
-        try:
-            return _record(kube_request(self.api_client, "POST", self._path(namespace),
-                                        _body(namespace, name, rec), timeout_s=10))
-        except ApiError as e:
-            if e.status == 409:
-                raise LeaseConflict(str(e)) from e
-            raise
+        return self._write(requests.create_lease(namespace, _body(namespace, name, rec)))
 
     def replace(self, namespace: str, name: str, rec: LeaseRecord) -> LeaseRecord:
-        try:
-            return _record(kube_request(self.api_client, "PUT", self._path(namespace, name),
-                                        _body(namespace, name, rec), timeout_s=10))
-        except ApiError as e:
-            if e.status == 409:
-                raise LeaseConflict(str(e)) from e
-            raise
+        return self._write(requests.replace_lease(namespace, name, _body(namespace, name, rec)))
 
 
 class LeaderElector:

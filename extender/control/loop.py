@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender.control.budget_store import BudgetStore
-from extender.control.errors import PermanentError, TemporaryError
+from extender.kube.errors import PermanentError, TemporaryError
 from scoring.actions import ControlAction, render
 from scoring.safety import Budget
 

@@ -22,11 +22,11 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from extender.control.errors import PermanentError
 from extender.control.eviction import evict_job
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe
+from extender.kube.errors import PermanentError
 from scoring.actions import Evict
 from scoring.kernel import Memory, plan_loop
 

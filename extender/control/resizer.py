@@ -24,11 +24,11 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from extender.control.errors import PermanentError
 from extender.control.events import ObjectRef
-from extender.control.kube_actions import map_api_error
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
+from extender.kube.errors import PermanentError
+from extender.kube.responses import map_api_error
 from extender.kube.rest import kube_request
 from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
 from scoring.actions import Resize, ResizeHeld

@@ -17,6 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from extender.kube import requests
+from extender.kube.client import send
+from extender.kube.responses import token_review_status
+
 ALL_NAMESPACES = "*"
 _SA_PREFIX = "system:serviceaccount:"
 
@@ -193,20 +197,13 @@ class StaticTokenAuthenticator:
 
 def kubernetes_token_reviewer(api_client: Any, audiences: list[str] | None = None,
                               timeout_s: float = 5.0) -> TokenReviewer:
-    """A TokenReviewer calling the apiserver through the kubernetes client's AuthenticationV1Api."""
-    from kubernetes import client  # imported here: the rest of this module needs no kubernetes
-
-    api = client.AuthenticationV1Api(api_client)
+    """A TokenReviewer creating authentication.k8s.io/v1 TokenReviews through the given ApiClient
+    (a refusal raises ApiError: the authenticator answers 503)."""
 
     def review(token: str) -> ReviewResult:
-        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=audiences))
-        status = api.create_token_review(body, _request_timeout=timeout_s).status
-        user = status.user.username if status is not None and status.user is not None else ""
-        return ReviewResult(
-            authenticated=bool(status is not None and status.authenticated),
-            username=user or "",
-            error=(status.error or "") if status is not None else "no status",
-        )
+        req = requests.token_review(token, audiences)
+        status = token_review_status(req, send(api_client, req, timeout_s=timeout_s))
+        return ReviewResult(authenticated=status.authenticated, username=status.username, error=status.error)
 
     return review
 

@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from extender.kube import requests
+from extender.kube.client import open_stream
+from extender.kube.errors import ApiError
 from extender.periodic import PeriodicRunner
 from extender.progress.store import ProgressPoint, ProgressStore
 from extender.snapshot.objects import PodInfo
@@ -107,21 +110,16 @@ def stream_lines(resp: Any) -> Iterator[bytes]:
 
 def kube_log_opener(api_client: Any) -> LogOpener:
     """GET /api/v1/namespaces/{ns}/pods/{pod}/log?follow=true&timestamps=true through the
-    kubernetes client's connection pool (the client's read_namespaced_pod_log has no sinceTime)."""
+    ApiClient's connection pool (requests.follow_pod_log: with sinceTime, which the generated
+    client's read_namespaced_pod_log lacks)."""
     def open_log(namespace: str, pod: str, container: str, since: str | None,
                  read_timeout_s: float) -> Iterator[bytes]:
-        query: list[tuple[str, str]] = [("container", container), ("follow", "true"), ("timestamps", "true")]
-        if since:
-            query.append(("sinceTime", since))
-        method, url, headers, body, _ = api_client.param_serialize(
-            method="GET", resource_path=f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query_params=query,
-            header_params={"Accept": "*/*"}, auth_settings=["BearerToken"])
-        resp = api_client.call_api(method, url, header_params=headers, body=body,
-                                   _request_timeout=(10.0, read_timeout_s)).response  # urllib3, not preloaded
         try:
-            if resp.status >= 300:
-                text = resp.read(2048).decode("utf-8", "replace")
-                raise LogReadError(f"GET pods/{pod}/log -> {resp.status}: {text[:300]}")
+            resp = open_stream(api_client, requests.follow_pod_log(namespace, pod, container, since),
+                               connect_timeout_s=10.0, read_timeout_s=read_timeout_s)
+        except ApiError as e:
+            raise LogReadError(f"GET pods/{pod}/log -> {e.status}: {e.body[:300]}") from e
+        try:
             yield from stream_lines(resp)
         finally:
             resp.release_conn()

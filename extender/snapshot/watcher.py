@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,9 @@ from typing import Any
 
 import orjson
 
+from extender.kube import client, requests
+from extender.kube.requests import Request
+from extender.kube.responses import Response, checked
 from extender.metrics import Metrics
 from extender.periodic import PeriodicRunner
 from extender.snapshot.objects import ObjectError, parse_node, parse_pod
@@ -70,6 +72,13 @@ def iter_lines(resp: Any) -> Iterator[bytes]:
         yield buf
 
 
+# A list page: request, timeout_s -> the answer (kube.client.send bound to an ApiClient).
+Fetch = Callable[[Request, float], Response]
+# A watch: request, connect_timeout_s, read_timeout_s -> the open streaming response (stream(),
+# release_conn(), shutdown()); a refusal raises (kube.client.open_stream bound to an ApiClient).
+OpenStream = Callable[[Request, float, float], Any]
+
+
 @dataclass
 class WatchStatus:
     listed_at: float | None = None
@@ -85,7 +94,8 @@ class Watcher:
     def __init__(
         self,
         kind: str,  # "nodes" or "pods"
-        list_fn: Callable[..., Any],  # CoreV1Api.list_node / list_pod_for_all_namespaces
+        fetch: Fetch,
+        open_stream: OpenStream,
         state: ClusterState,
         metrics: Metrics,
         *,
@@ -96,7 +106,7 @@ class Watcher:
         clock: Callable[[], float] = time.monotonic,
         quiet: Callable[[float], None] | None = None,
     ) -> None:
-        self.kind, self.list_fn, self.state, self.metrics = kind, list_fn, state, metrics
+        self.kind, self.fetch, self.open_stream, self.state, self.metrics = kind, fetch, open_stream, state, metrics
         # Returns once no verb is being answered (or after its timeout): each event waits for it,
         # at most DEFER_MAX_S, so that decoding and applying the event does not take the
         # interpreter from an answer kube-scheduler is waiting for (a binding's event arrives as
@@ -121,10 +131,8 @@ class Watcher:
         items: list[Any] = []
         cont: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False, "_request_timeout": 60}
-            if cont:
-                kwargs["_continue"] = cont
-            body = orjson.loads(self.list_fn(**kwargs).data)
+            req = requests.list_objects(self.kind, limit=500, continue_=cont)
+            body = orjson.loads(checked(req, self.fetch(req, 60)).body)
             for obj in body.get("items") or []:
                 try:
                     items.append(parse(obj, self.gpu_resource))
@@ -147,10 +155,7 @@ class Watcher:
 
     def _watch(self, rv: str, until: float) -> str:
         timeout = max(1, min(self.watch_timeout_s, int(until - self.clock()) + 1))
-        self._resp = self.list_fn(
-            watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=timeout,
-            _preload_content=False, _request_timeout=(10, timeout + 30),
-        )
+        self._resp = self.open_stream(requests.watch_objects(self.kind, rv, timeout), 10, timeout + 30)
         self.status.connected = True
         try:
             for line in iter_lines(self._resp):
@@ -211,30 +216,19 @@ class Watcher:
                 resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
 
 
-def kube_api_client(kubeconfig: str | None) -> Any:
-    """In-cluster config when running in a pod, else the given file, $KUBECONFIG, ~/.kube/config."""
-    from kubernetes import client, config
-
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    return config.new_client_from_config()  # type: ignore[no-untyped-call]
-
-
 def start_watchers(api_client: Any, state: ClusterState, metrics: Metrics, *, gpu_resource: str,
                    resync_s: float, watch_timeout_s: int, backoff_max_s: float,
                    quiet: Callable[[float], None] | None = None) -> list[Watcher]:
-    from kubernetes import client
+    def fetch(request: Request, timeout_s: float) -> Response:
+        return client.send(api_client, request, timeout_s=timeout_s)
 
-    core = client.CoreV1Api(api_client)
-    watchers = [
-        Watcher("nodes", core.list_node, state, metrics, gpu_resource=gpu_resource, resync_s=resync_s,
-                watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, quiet=quiet),
-        Watcher("pods", core.list_pod_for_all_namespaces, state, metrics, gpu_resource=gpu_resource,
-                resync_s=resync_s, watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, quiet=quiet),
-    ]
+    def open_stream(request: Request, connect_timeout_s: float, read_timeout_s: float) -> Any:
+        return client.open_stream(api_client, request, connect_timeout_s=connect_timeout_s,
+                                  read_timeout_s=read_timeout_s)
+
+    watchers = [Watcher(kind, fetch, open_stream, state, metrics, gpu_resource=gpu_resource, resync_s=resync_s,
+                        watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, quiet=quiet)
+                for kind in ("nodes", "pods")]
     for w in watchers:
         w.start()
     return watchers

@@ -19,6 +19,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from extender.kube import requests
+from extender.kube.client import send
+from extender.kube.responses import checked
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
 from extender.telemetry.source import (
@@ -92,16 +95,12 @@ PodLister = Callable[[], Mapping[str, Any]]
 def kube_pod_lister(api_client: Any, cfg: TelemetryConfig) -> PodLister:
     """A list call for exporter pods (run by the refresher thread, never on the request path)."""
     import orjson
-    from kubernetes import client
 
-    core = client.CoreV1Api(api_client)
+    req = requests.list_pods(namespace=cfg.scrape_namespace or None, label_selector=cfg.scrape_selector or None)
 
     def list_pods() -> Mapping[str, Any]:
-        kw: dict[str, Any] = {"label_selector": cfg.scrape_selector, "_preload_content": False,
-                              "_request_timeout": cfg.query_timeout_s * 3}
-        resp: Any = (core.list_namespaced_pod(cfg.scrape_namespace, **kw) if cfg.scrape_namespace
-                else core.list_pod_for_all_namespaces(**kw))
-        doc: Mapping[str, Any] = orjson.loads(resp.data)
+        resp = send(api_client, req, timeout_s=cfg.query_timeout_s * 3)
+        doc: Mapping[str, Any] = orjson.loads(checked(req, resp).body)
         return doc
 
     return list_pods

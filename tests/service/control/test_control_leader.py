@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from extender.control.leader import KubeLeaseClient, LeaderElector, LeaseConflict
-from extender.snapshot.watcher import kube_api_client
+from extender.kube.client import load_api_client
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.kubeapi import Kube
 
@@ -30,7 +30,7 @@ class Clock:
 
 @pytest.fixture
 def api_client(control_plane: ControlPlane, deploy_rbac: None) -> Iterator[Any]:
-    c = kube_api_client(str(control_plane.kubeconfigs["flowsched"]))
+    c = load_api_client(str(control_plane.kubeconfigs["flowsched"]))
     yield c
     c.close()
 
@@ -110,7 +110,7 @@ def test_stale_write_conflicts(api_client: Any) -> None:
 
 def test_two_threads_never_lead_together_and_fail_over(api_client: Any, control_plane: ControlPlane) -> None:
     name = lease_name()
-    other_client = kube_api_client(str(control_plane.kubeconfigs["flowsched"]))
+    other_client = load_api_client(str(control_plane.kubeconfigs["flowsched"]))
     kw: dict[str, Any] = {"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 0.3}
     a = LeaderElector(KubeLeaseClient(api_client), NS, name, "replica-a", **kw)
     b = LeaderElector(KubeLeaseClient(other_client), NS, name, "replica-b", **kw)

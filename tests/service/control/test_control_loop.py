@@ -8,11 +8,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.control.errors import PermanentError, TemporaryError
 from extender.control.events import ObjectRef, event_body
-from extender.control.kube_actions import map_api_error
 from extender.control.loop import BACKOFF, BUDGET, DRY_RUN, FAILED, RETRY, Action, ControlLoop, ControlMetrics
-from extender.kube.rest import ApiError
+from extender.kube.errors import ApiError, PermanentError, TemporaryError
+from extender.kube.responses import map_api_error
 from scoring.safety import Budget
 
 
@@ -503,7 +502,7 @@ def test_an_eviction_stops_at_the_first_write_after_the_lease_is_lost() -> None:
 
 
 def test_a_gang_release_stops_when_the_lease_is_lost() -> None:
-    from extender.control.errors import LostLeadership
+    from extender.kube.errors import LostLeadership
     from extender.snapshot.state import ClusterState
 
     class Gates(EvictingActions):
@@ -593,33 +592,32 @@ def test_the_preemption_budget_outlives_a_restart() -> None:
 
 
 class FakeLeaseApi:
-    """rest.kube_request for one namespace's Leases, in a dict (the real apiserver's round trip
+    """kube.client.send for one namespace's Leases, in a dict (the real apiserver's round trip
     is tests/service/control/test_control_leader.py's): GET, POST, PUT with resourceVersion checks."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.version = 0
 
-    def __call__(self, api_client: Any, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
-        import copy
+    def __call__(self, api_client: Any, request: Any, **_: Any) -> Any:
         import json
 
-        from extender.kube.rest import ApiError
+        from extender.kube.responses import Response
 
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        if method == "GET":
+        name = request.path.rstrip("/").rsplit("/", 1)[-1]
+        if request.method == "GET":
             if name not in self.objects:
-                raise ApiError(method, path, 404, "{}", {})
-            return copy.deepcopy(self.objects[name])
-        obj = json.loads(json.dumps(body))  # what the wire carries
+                return Response(404, b"{}")
+            return Response(200, json.dumps(self.objects[name]).encode())
+        obj = json.loads(json.dumps(request.body))  # what the wire carries
         name = obj["metadata"]["name"]
-        if method == "PUT" and obj["metadata"].get("resourceVersion") != self.objects[name]["metadata"][
+        if request.method == "PUT" and obj["metadata"].get("resourceVersion") != self.objects[name]["metadata"][
                 "resourceVersion"]:
-            raise ApiError(method, path, 409, "{}", {})
+            return Response(409, b"{}")
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
         self.objects[name] = obj
-        return copy.deepcopy(obj)
+        return Response(201, json.dumps(obj).encode())
 
 
 def test_saved_spends_read_back_equal_so_regaining_the_lease_counts_each_action_once(
@@ -628,7 +626,7 @@ def test_saved_spends_read_back_equal_so_regaining_the_lease_counts_each_action_
     # rounded copy as another action (3 actions exhausted a budget of 6).
     import extender.control.budget_store as bs
 
-    monkeypatch.setattr(bs, "kube_request", FakeLeaseApi())
+    monkeypatch.setattr(bs, "send", FakeLeaseApi())
     store = bs.LeaseBudgetStore(object(), "flowsched", "flowsched-controllers-budgets")
     clock, leader = Clock(1_763_900_000.123456), Leader()
     ctrl = FakeController([act("j")])

@@ -172,7 +172,7 @@ def test_planned_gpus_is_the_latest_plan_on_the_jobs_pods() -> None:
 
 
 def test_a_replica_that_loses_the_lease_mid_action_writes_nothing_more() -> None:
-    from extender.control.errors import LostLeadership
+    from extender.kube.errors import LostLeadership
 
     el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
     acts = plan_at(el, 1000.0)

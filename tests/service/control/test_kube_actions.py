@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.control.errors import TemporaryError
 from extender.control.kube_actions import EVICTED, KubeActions
 from extender.control.runtime import build_controllers
+from extender.kube.errors import TemporaryError
 from extender.settings import Settings
 
 
@@ -27,7 +27,7 @@ class Response:
 
 
 class RecordingClient:
-    """The two ApiClient methods rest.kube_request uses; records each call's timeout."""
+    """The two ApiClient methods kube.client.send uses; records each call's timeout."""
 
     def __init__(self, response: Response | None = None, error: Exception | None = None) -> None:
         self.timeouts: list[tuple[str, str, float]] = []

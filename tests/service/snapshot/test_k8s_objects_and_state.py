@@ -221,6 +221,9 @@ def test_watch_defers_its_events_while_a_verb_is_answered_and_still_applies_them
         def release_conn(self) -> None:
             pass
 
+    def no_list(*_a: object) -> object:
+        raise AssertionError("the test watches only")
+
     waits: list[float] = []
 
     def always_busy(timeout_s: float) -> None:  # a verb always in flight: every event waits it out
@@ -228,11 +231,11 @@ def test_watch_defers_its_events_while_a_verb_is_answered_and_still_applies_them
         time.sleep(timeout_s)
 
     state = ClusterState()
-    w = Watcher("pods", lambda **_k: Resp(), state, build_metrics(), gpu_resource="nvidia.com/gpu", resync_s=60,
+    w = Watcher("pods", no_list, lambda *_a: Resp(), state, build_metrics(), gpu_resource="nvidia.com/gpu", resync_s=60,
                 watch_timeout_s=10, backoff_max_s=1, quiet=always_busy)
     w._watch("1", until=time.monotonic() + 60)
     assert len(state.pods) == 3 and waits == [Watcher.DEFER_MAX_S] * 3  # each event waited, none dropped
-    quiet = Watcher("pods", lambda **_k: Resp(), ClusterState(), build_metrics(), gpu_resource="nvidia.com/gpu",
+    quiet = Watcher("pods", no_list, lambda *_a: Resp(), ClusterState(), build_metrics(), gpu_resource="nvidia.com/gpu",
                     resync_s=60, watch_timeout_s=10, backoff_max_s=1, quiet=None)
     quiet._watch("1", until=time.monotonic() + 60)
     assert len(quiet.state.pods) == 3
