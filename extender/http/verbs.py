@@ -1,7 +1,8 @@
 """One extender verb = one function here: state + request in, answer out.
 
-These functions read the in-memory state and call the pure policies in `scoring/`; they do
-no I/O, so the HTTP layer stays thin and the logic is testable without a server.
+These functions gather what they need of the in-memory state into plain arrays and call the
+pure policies in `scoring/` (filter and score: the one composition in scoring/pipeline.py);
+they do no I/O, so the HTTP layer stays thin and the logic is testable without a server.
 Unknown nodes (not in the snapshot yet) pass the filter and get the neutral score: the
 extender must never block scheduling because its own view lags.
 """
