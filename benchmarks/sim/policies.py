@@ -24,7 +24,9 @@ import numpy.typing as npt
 from benchmarks.sim.cluster import Cluster
 from benchmarks.sim.engine import Engine, Policy, SimJob
 from scoring.nodes import NodeArrays
-from scoring.placement import PlacementSettings, PodDemand, filter_nodes, score_nodes
+from scoring.pipeline import CandidateNodes, Stages, filter_and_score
+from scoring.placement import PlacementSettings, PodDemand
+from scoring.workload import WorkloadClass
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -71,13 +73,15 @@ def binpack_scorer(engine: Engine, idx: IntArray, gpus: int) -> tuple[IntArray, 
 
 @dataclass
 class FlowschedScorer:
-    """The extender's /filter and /prioritize, i.e. scoring.placement on a NodeArrays built
-    from the simulated cluster and telemetry. The profile is assumed to disable the in-tree
-    resource scorers, so the extender's score (x weight x 10) alone ranks nodes."""
+    """The extender's /filter and /prioritize, i.e. scoring.pipeline (the verbs' one placement
+    pipeline) on a NodeArrays built from the simulated cluster and telemetry: the simulated
+    jobs train, share no GPUs and carry no migration origin or demand mix, so those terms are
+    neutral. The profile is assumed to disable the in-tree resource scorers, so the extender's
+    score (x weight x 10) alone ranks nodes."""
 
     settings: PlacementSettings = field(default_factory=PlacementSettings)
     weight: float = 1.0
-    calls: int = 0  # times scoring.placement was consulted (tests check it is)
+    calls: int = 0  # times scoring.pipeline was consulted (tests check it is)
 
     def snapshot(self, engine: Engine, idx: IntArray) -> NodeArrays:
         c = engine.cluster
@@ -98,11 +102,11 @@ class FlowschedScorer:
         nodes = self.snapshot(engine, idx)
         demand = PodDemand(gpus=float(gpus), cpu=gpus * engine.cluster.settings.cpu_per_gpu,
                            mem=gpus * engine.cluster.settings.mem_per_gpu)
-        passed = filter_nodes(nodes, demand, self.settings).passed
-        if not passed.any():
-            return idx[passed], np.zeros(0)
-        terms = score_nodes(nodes.take(np.flatnonzero(passed)), demand, self.settings)
-        return idx[passed], terms.score.astype(np.float64) * self.weight * 10.0
+        # Stages.RANK: the filter, then the scores of the nodes it passed only.
+        verdict = filter_and_score(CandidateNodes(nodes), demand, WorkloadClass.TRAINING, self.settings, Stages.RANK)
+        if verdict.scored is None or verdict.terms is None or verdict.scored.size == 0:
+            return idx[:0], np.zeros(0)
+        return idx[verdict.scored], verdict.terms.score.astype(np.float64) * self.weight * 10.0
 
 
 class KubeSchedulerPolicy:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import benchmarks.sim.policies as policies
+import scoring.pipeline as pipeline
 from benchmarks.sim.cluster import ClusterSettings, Placement
 from benchmarks.sim.engine import Engine, EngineSettings, SimJob
 from benchmarks.sim.generator import calibrated_profiles
@@ -29,8 +30,9 @@ def test_tiresias_demotes_then_preempts_for_a_new_job() -> None:
 
 
 def test_flowsched_policy_calls_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The policy goes through scoring.pipeline, which calls scoring.placement's filter and score.
     calls = {"filter": 0, "score": 0}
-    real_filter, real_score = getattr(policies, "filter_nodes"), getattr(policies, "score_nodes")  # noqa: B009
+    real_filter, real_score = getattr(pipeline, "filter_nodes"), getattr(pipeline, "score_nodes")  # noqa: B009
 
     def counting_filter(*a, **k):  # type: ignore[no-untyped-def]
         calls["filter"] += 1
@@ -40,8 +42,8 @@ def test_flowsched_policy_calls_scoring(monkeypatch: pytest.MonkeyPatch) -> None
         calls["score"] += 1
         return real_score(*a, **k)
 
-    monkeypatch.setattr(policies, "filter_nodes", counting_filter)
-    monkeypatch.setattr(policies, "score_nodes", counting_score)
+    monkeypatch.setattr(pipeline, "filter_nodes", counting_filter)
+    monkeypatch.setattr(pipeline, "score_nodes", counting_score)
     specs = [JobSpec(f"j{i}", 30.0 * i, "cifar10", 2, 2048) for i in range(6)]
     policy = make_policy("flowsched")
     Engine(specs, PROFILES, policy, EngineSettings(cluster=ClusterSettings(nodes=4))).run()

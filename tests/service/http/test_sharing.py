@@ -225,6 +225,23 @@ def test_filter_ranked_mode_ranks_shared_nodes_by_their_physical_gpus() -> None:
     assert decide_filter_ranked(s, args, policy, now=101.0).passed == ["b"]
 
 
+def test_filter_ranked_mode_answers_when_no_known_shared_node_fits() -> None:
+    # Only the unknown candidate passes: nothing is scored, and the shared rows have nothing to
+    # map into (this raised IndexError, a 500 for kube-scheduler).
+    from extender.http.verbs import Policy, decide_filter_ranked
+    from extender.http.wire import ExtenderArgs
+    from extender.snapshot.state import ClusterState
+    from scoring.placement import PlacementSettings
+    from tests.k8s_factories import pod
+
+    s = _ts_state([3.0, 2.0], [3.0, 2.0])
+    assert isinstance(s, ClusterState)
+    policy = Policy(placement=PlacementSettings(), stale_after_s=60.0)
+    args = ExtenderArgs(pod=pod("p", gpus=8), node_names=["a", "b", "ghost"], nodes=None)
+    ans = decide_filter_ranked(s, args, policy, now=101.0)
+    assert ans.passed == ["ghost"] and ans.unknown == 1
+
+
 def test_gpu_pod_headroom_is_the_fragmentation_term_learnt_from_the_pods_seen() -> None:
     """Two 8-GPU nodes, x with 4 GPUs free and y with 5. Best fit puts a 1-GPU pod on x; with
     4-GPU pods in the mix that leaves x unable to host one (3 GPUs of fragment) while y keeps 4:
