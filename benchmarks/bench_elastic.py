@@ -16,7 +16,6 @@ import numpy as np
 
 from scoring.elastic import (
     ElasticJob,
-    ElasticSettings,
     GradientNoise,
     JobOptions,
     StepTimeModel,
@@ -25,8 +24,10 @@ from scoring.elastic import (
     rate_table,
     solve,
 )
+from scoring.settings import ElasticLoopSettings
 
 BATCHES = np.array([64, 128, 256, 512, 1024, 2048, 4096])
+SETTINGS = ElasticLoopSettings()  # the service's restart penalty and hysteresis
 
 
 def instance(n_jobs: int, max_gpus: int, seed: int) -> list[ElasticJob]:
@@ -67,18 +68,18 @@ def main(argv: list[str]) -> int:
     for jobs, gpus, maxg in [(20, 64, 16), (200, 512, 8), (200, 512, 32), (200, 512, 64), (200, 512, 128),
                              (1000, 2048, 32)]:
         inst = instance(jobs, maxg, a.seed)
-        opts = [job_options(j, ElasticSettings()) for j in inst]
+        opts = [job_options(j, SETTINGS) for j in inst]
 
         def run_dp(opts: list[JobOptions] = opts, gpus: int = gpus) -> object:
             return solve(opts, gpus)
 
         def run_full(inst: list[ElasticJob] = inst, gpus: int = gpus) -> object:
-            return plan_elastic(inst, gpus)
+            return plan_elastic(inst, gpus, SETTINGS)
 
         dp = np.array(timeit(run_dp, a.repeats), dtype=np.float64)
         full = np.array(timeit(run_full, a.repeats), dtype=np.float64)
         cpu = np.array(timeit(run_full, a.repeats, time.process_time), dtype=np.float64)
-        plan = plan_elastic(inst, gpus)
+        plan = plan_elastic(inst, gpus, SETTINGS)
         print(f"{jobs:>5} {gpus:>5} {maxg:>8} | {np.median(dp):7.2f} {np.percentile(dp, 90):7.2f} | "
               f"{np.median(full):8.2f} {np.percentile(full, 90):8.2f} {full.max():8.2f} | "
               f"{np.median(cpu):7.2f} | {plan.gpus_used}/{gpus}")

@@ -34,15 +34,15 @@ from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.policies import make_policy
 from benchmarks.sim.resizer import SimResizer
 from benchmarks.sim.workload import JobSpec, read_workload
-from scoring.resize import ResizeSettings
+from scoring.settings import ResizerLoopSettings
 
 DATA = data_paths.pollux_dir()
 # imagenet is left out of the one-node mix: ~150 h on one GPU would be the whole experiment.
 FLOWCON_MODELS = ("cifar10", "ncf", "deepspeech2", "yolov3", "bert")
 FLOWCON_NODE = ClusterSettings(nodes=1, gpus_per_node=10, cpu_per_node=40_000.0, mem_per_node=1024 * GiB,
                                cpu_per_gpu=4_000.0, mem_per_gpu=48 * GiB)
-RESIZE = ResizeSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=60.0)
-POLLUX_RESIZE = ResizeSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=120.0)
+RESIZE = ResizerLoopSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=60.0)
+POLLUX_RESIZE = ResizerLoopSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=120.0)
 
 
 def flowcon_workload(profiles: ProfileSet, seed: int, jobs: int = 10, span_s: float = 100.0) -> list[JobSpec]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -142,7 +142,8 @@ class Settings(BaseSettings):
     telemetry_stale_s: float = Field(60.0, gt=0)
     completing_horizon_s: float = Field(_CORE.completing_horizon_s, ge=0)
     debug_telemetry_injection: bool = False  # POST /debug/telemetry, for tests only
-    log_level: str = "info"
+    # Both logging's and uvicorn's level names; any case ("INFO") is accepted.
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     progress_db: str = "flowsched-progress.sqlite"  # SQLite file of training progress
     progress_max_body_bytes: int = Field(1 << 20, ge=1024)
     # tokenreview: the pod's service-account token, checked by the apiserver (default);
@@ -170,9 +171,9 @@ class Settings(BaseSettings):
     # (of 10) below the best node still pass; 0 passes only the best-scored ones.
     rank_margin: int = Field(0, ge=0, le=10)
     # ... and of those, at most this many pass, the best first and ties in kube-scheduler's own
-    # order; 0 = all of them. One node left means kube-scheduler runs none of its score plugins:
-    # 1 raised its throughput with flowsched from 0.64-0.66 to 0.69-0.78 of that without
-    # (docs/hot-path.md), but its own scores (soft affinities, spreading) no longer break ties.
+    # order; 0 = all of them. One node left means kube-scheduler runs none of its score plugins,
+    # which raised its throughput with flowsched (docs/hot-path.md), but its own scores (soft
+    # affinities, spreading) no longer break ties.
     rank_keep: int = Field(1, ge=0)
     # ---- limits against slow, idle or hostile clients (docs/hardening.md) ----
     full_node_mode: bool = False  # kube-scheduler sends full Node objects (nodeCacheCapable: false)
@@ -197,6 +198,11 @@ class Settings(BaseSettings):
     @property
     def verb_max_body_bytes(self) -> int:
         return self.full_node_max_body_bytes if self.full_node_mode else self.max_body_bytes
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

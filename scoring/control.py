@@ -26,9 +26,7 @@ from scoring.elastic import (
     ElasticDecision,
     ElasticJob,
     ElasticPlan,
-    ElasticSettings,
     StepTimeModel,
-    WeightSettings,
     convergence_weight,
     fit_step_time,
     job_options,
@@ -125,13 +123,10 @@ def plan_migrations_for(world: World, settings: CoreSettings, *, max_moves: int 
     rows, arrays, refusals = migration_arrays(world, settings, elastic_on)
     demands = Demands.pending(np.array([p.gpus for p in world.pending], dtype=np.float64),
                               np.array([p.wait_s for p in world.pending], dtype=np.float64))
-    planner = ms.planner()
-    if max_moves is not None:
-        planner = replace(planner, max_moves=max(0, max_moves))
-    if planner.max_moves <= 0:
+    if max_moves is not None and max_moves <= 0:
         plan = MigrationPlan((), np.full(len(rows), int(Why.MOVE_LIMIT), dtype=np.int64), ())
     else:
-        plan = plan_migrations(arrays, world.free_gpus(), demands, planner)
+        plan = plan_migrations(arrays, world.free_gpus(), demands, ms, max_moves)
     names = world.node_names
     pend = [p.key for p in world.pending]
     actions = []
@@ -275,8 +270,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
         min_b = max_b = job.batch_size if job.batch_size > 0 else nominal
     elif job.batch_range is not None:
         min_b, max_b = job.batch_range
-    weight = convergence_weight(job.estimate, WeightSettings(s.growing_weight, s.watching_weight,
-                                                             s.completing_weight))
+    weight = convergence_weight(job.estimate, s)
     if s.las_power > 0 and math.isfinite(job.attained_gpu_s):
         weight *= (1.0 + max(0.0, job.attained_gpu_s) / 3600.0) ** -s.las_power
     left = job.remaining_gpu_s()
@@ -290,7 +284,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,
-                es: ElasticSettings) -> ElasticPlan:
+                es: ElasticLoopSettings) -> ElasticPlan:
     """The DP counts GPUs, not where they are: a waiting job planned at a size whose pods fit no
     node's free GPUs would wait with them idle (4-GPU pods and 1-3 GPUs free on each node). Each
     waiting job planned to start gets the largest of its sizes up to the planned one whose pods
@@ -338,7 +332,7 @@ def _give_back(avail: FloatArray, job: JobState, col: dict[str, int], sign: int)
             avail[col[node]] += sign * g
 
 
-def _largest_fit(job: JobState, option: ElasticJob, es: ElasticSettings, d: ElasticDecision, bottom: int,
+def _largest_fit(job: JobState, option: ElasticJob, es: ElasticLoopSettings, d: ElasticDecision, bottom: int,
                  avail: FloatArray) -> tuple[ElasticDecision | None, FloatArray]:
     """The decision at the largest of the job's sizes in bottom..d.gpus whose pods fit `avail` (d
     itself when that size is d's; None when none fits) and what is left after its pods."""
@@ -445,16 +439,15 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
         w = rank_weights(np.array([j.remaining_gpu_s() for j in mine]), s.srpt_rank_p, s.srpt_rank_unknown)
         options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
-    es = ElasticSettings(s.restart_s, s.horizon_s, s.min_gain)
-    opts = [job_options(o, es) for o in options]
+    opts = [job_options(o, s) for o in options]
     stuck = {j.key: unplannable(j) for j, o in zip(mine, opts, strict=True) if o.gpus.size == 0}
     if stuck:  # planned again without them (they only ever add: at most one more pass each)
         return _plan_elastic(world, settings, migrator_on, {**held, **stuck})
     refusals.update(capped)
     floor = sum(o.min_gpus for o in options if o.current_gpus > 0)  # running jobs are never stopped
-    plan = plan_elastic(options, max(capacity, floor), es, opts)
+    plan = plan_elastic(options, max(capacity, floor), s, opts)
     if plan.feasible and s.fit_waiting:
-        plan = fit_waiting(plan, mine, options, world, es)
+        plan = fit_waiting(plan, mine, options, world, s)
     actions: list[Scale] = []
     if plan.feasible:
         for job, d in zip(mine, plan.decisions, strict=True):

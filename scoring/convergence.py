@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +36,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _FLAT_SPAN = 1e-12  # normalised span below which a series counts as constant
-FAMILIES = ("inverse", "exponential", "power")
+Family = Literal["inverse", "exponential", "power"]
+FAMILIES: tuple[Family, ...] = ("inverse", "exponential", "power")
 _GRID_LO_HI = {  # shape parameter range per family, in units of the observed span
     "inverse": (1e-3, 1e2),  # theta = shift s in A / (x + s)
     "exponential": (1e-2, 1e2),  # theta = time constant tau in A * exp(-x / tau)
@@ -62,15 +64,14 @@ class ConvergenceSettings:
     plateau_rel_tol: float = 0.05  # plateau: remaining improvement <= tol * total improvement
     min_fit_points: int = 5
     fit_grid: int = 48  # shape-parameter candidates tried per curve family
-    fit_families: tuple[str, ...] = FAMILIES  # curve families averaged for the remaining steps
+    fit_families: tuple[Family, ...] = FAMILIES  # curve families averaged for the remaining steps
     fit_rmse_ratio: float = 3.0  # families fitting worse than this x the best rmse (+ floor) drop out
     fit_rmse_floor: float = 0.002  # in normalised units: noise below this does not separate families
     fit_max_points: int = 256  # longer histories are binned to this many points for the fit
     rate_points: int = 20  # recent points of the current run used for the step rate
     # Recent points of the current run whose rate turns the steps left into seconds (remaining_rate):
-    # fewer than for step_rate, as time per step drifts (LCBench's epochs speed up and slow down: on
-    # its even tasks' cross-entropy curves, the true steps left at the last 4 points' rate are 17.5 %
-    # off the true seconds left at 50 % of the way to the plateau, at the last 20 points' 35.0 %).
+    # fewer than for step_rate, as time per step drifts (LCBench's epochs speed up and slow down; the
+    # recent rate is the closer one, docs/progress-api.md "Seconds from the recent rate").
     # NaN there falls back to step_rate.
     remaining_rate_points: int = 4
     max_horizon_factor: float = 20.0  # predictions further than this x the observed steps are unknown
@@ -83,11 +84,14 @@ class ConvergenceSettings:
     # worse on Pollux's curves at 75 % done when auto was chosen, and now beats it there too, but the
     # open-ended default stays until the control loops' figures (which read remaining_steps) are
     # re-measured with it. The interval and plateau probability are the learned model's in every case.
-    remaining_model: str = "auto"
+    remaining_model: Literal["auto", "learned", "ensemble"] = "auto"
 
     def __post_init__(self) -> None:
         if self.remaining_model not in ("auto", "learned", "ensemble"):
             raise ValueError(f"remaining_model must be 'auto', 'learned' or 'ensemble', not {self.remaining_model!r}")
+        unknown = [f for f in self.fit_families if f not in FAMILIES]
+        if unknown:
+            raise ValueError(f"fit_families must be some of {', '.join(FAMILIES)}, not {self.fit_families!r}")
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,12 @@ Model (Saxena et al., MASCOTS'20, with Pollux's goodput as the throughput that c
   planning horizon `horizon_s` (its value is scaled by 1 - restart_s / horizon_s), and the
   current configuration is kept unless the gain is above `min_gain` (hysteresis): jobs are
   not resized for marginal gains. Both are part of the objective, so the DP is exact.
-- Each job's value is multiplied by its weight; `convergence_weight` lowers the weight of
-  jobs whose validation curve has flattened (FlowCon's watching / completing phases), so
-  GPUs go to the jobs whose training still grows.
+- Each job's value is multiplied by its weight; `convergence_weight` weighs a job by its
+  convergence phase (FlowCon's growing / watching / completing), so that GPUs may go to the
+  jobs whose training still grows (the phase weights are neutral by default).
+
+The settings (restart_s, horizon_s, min_gain, the phase weights) are the elastic loop's own,
+scoring.settings.ElasticLoopSettings: the optimizer has none of its own.
 
 DP: P[j][k] = max over g of value_j(g) + P[j-1][k-g], over the options of job j (g = 0 for
 a job that may stay idle, i.e. a pending one, and min..max). O(J·K·maxG); each job's step is
@@ -36,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.settings import ElasticLoopSettings
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -152,24 +156,17 @@ def rate_table(
 
 
 # -- convergence weight -------------------------------------------------------------------
-@dataclass(frozen=True)
-class WeightSettings:
-    growing: float = 1.0
-    watching: float = 0.75
-    completing: float = 0.5
-    unknown: float = 1.0
-
-
-def convergence_weight(est: ConvergenceEstimate | None, s: WeightSettings | None = None) -> float:
-    """A job's weight in the objective from its convergence phase (unknown is neutral)."""
-    s = s or WeightSettings()
+def convergence_weight(est: ConvergenceEstimate | None, s: ElasticLoopSettings | None = None) -> float:
+    """A job's weight in the objective from its convergence phase (s's phase weights; no
+    estimate or an unknown phase is neutral, 1)."""
+    s = s or ElasticLoopSettings()
     if est is None:
-        return s.unknown
+        return 1.0
     return {
-        Phase.GROWING: s.growing,
-        Phase.WATCHING: s.watching,
-        Phase.COMPLETING: s.completing,
-    }.get(est.phase, s.unknown)
+        Phase.GROWING: s.growing_weight,
+        Phase.WATCHING: s.watching_weight,
+        Phase.COMPLETING: s.completing_weight,
+    }.get(est.phase, 1.0)
 
 
 # -- the optimizer ------------------------------------------------------------------------
@@ -194,13 +191,6 @@ class ElasticJob:
     may_idle: bool | None = None  # g = 0 allowed; default: only when pending
     batch_live: bool = False  # a running job changes its batch without a restart (at its current size)
     horizon_s: float = math.nan  # how long a new configuration would hold for it; NaN: the settings'
-
-
-@dataclass(frozen=True)
-class ElasticSettings:
-    restart_s: float = 30.0  # seconds of progress lost by a restart at a new configuration
-    horizon_s: float = 600.0  # the plan is expected to hold this long
-    min_gain: float = 0.05  # keep the current configuration unless a change gains more than this
 
 
 @dataclass(frozen=True)
@@ -237,8 +227,8 @@ class JobOptions:
     batch: IntArray  # batch size chosen at each option (0 for g = 0)
 
 
-def job_options(job: ElasticJob, s: ElasticSettings) -> JobOptions:
-    """The feasible (g, value, batch) options of one job."""
+def job_options(job: ElasticJob, s: ElasticLoopSettings) -> JobOptions:
+    """The feasible (g, value, batch) options of one job (s: restart_s, horizon_s, min_gain)."""
     bs = np.asarray(job.batch_sizes, dtype=np.int64).reshape(-1)
     rate = np.asarray(job.rate, dtype=np.float64)
     mx = min(job.max_gpus, rate.shape[0] - 1)
@@ -334,14 +324,14 @@ def solve(options: Sequence[JobOptions], capacity: int) -> tuple[float, IntArray
     return total, picks
 
 
-def plan_elastic(jobs: Sequence[ElasticJob], capacity: int, settings: ElasticSettings | None = None,
+def plan_elastic(jobs: Sequence[ElasticJob], capacity: int, settings: ElasticLoopSettings | None = None,
                  options: Sequence[JobOptions] | None = None) -> ElasticPlan:
     """GPUs and batch size for every elastic job, maximising Σ weight x normalised useful rate
     (with restart penalty and hysteresis) within `capacity` GPUs: the free GPUs plus those the
     elastic jobs hold now. Pending jobs may stay pending (g = 0); running ones stay within
     their min..max. If even the running jobs' minimums do not fit, nothing changes.
     `options`: each job's job_options(job, settings), when the caller has them already."""
-    s = settings or ElasticSettings()
+    s = settings or ElasticLoopSettings()
     opts = list(options) if options is not None else [job_options(j, s) for j in jobs]
     total, picks = solve(opts, capacity)
     if not math.isfinite(total):

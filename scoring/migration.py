@@ -16,6 +16,9 @@ must also fit afterwards on nodes other than the ones it leaves (so the move is 
 demotion to the queue). Greedy: the candidate with the largest benefit (ties: slowest growth,
 then most remaining time) is chosen, the world updated, repeat up to max_moves.
 
+The settings are the migrator loop's own (scoring.settings.MigratorLoopSettings): the planner
+has none of its own.
+
 order="attained" (least-attained-service through eviction; off by default): the move is made
 only for demands that have waited at least wait_threshold_s (Demands.wait_s; others count as
 met), a candidate must also have attained at least min_attained_gpu_s GPU-seconds
@@ -35,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.convergence import Phase
+from scoring.settings import MigratorLoopSettings
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -62,20 +66,6 @@ class Why(IntEnum):
 
 
 WHY_TEXT = {w: w.name.lower() for w in Why}
-
-
-@dataclass(frozen=True)
-class MigrationSettings:
-    min_runtime_s: float = 600.0
-    max_migrations: int = 2
-    cooldown_s: float = 1800.0
-    min_remaining_s: float = 300.0
-    require_room_elsewhere: bool = True
-    max_moves: int = 1
-    slow_phases: tuple[Phase, ...] = (Phase.COMPLETING,)
-    order: str = "benefit"  # "benefit" (SpeCon) | "attained" (least attained service first)
-    wait_threshold_s: float = 0.0  # order="attained": only demands waiting this long count
-    min_attained_gpu_s: float = 0.0  # order="attained": candidates have at least this service
 
 
 @dataclass(frozen=True)
@@ -161,13 +151,13 @@ def _attained(jobs: JobArrays) -> FloatArray:
     return np.asarray(jobs.attained_gpu_s, dtype=np.float64).reshape(-1)
 
 
-def eligibility(jobs: JobArrays, s: MigrationSettings) -> IntArray:
+def eligibility(jobs: JobArrays, s: MigratorLoopSettings) -> IntArray:
     """Why per job from the rules alone (CHOSEN = eligible, benefit not yet checked)."""
     if s.order not in ("benefit", "attained"):
         raise ValueError(f"unknown order {s.order!r}: 'benefit' or 'attained'")
     j = jobs.count
     why = np.full(j, Why.CHOSEN, dtype=np.int64)
-    slow = np.isin(jobs.phase, np.asarray([int(p) for p in s.slow_phases], dtype=np.int64))
+    slow = np.isin(jobs.phase, np.asarray([int(Phase[p.upper()]) for p in s.slow_phases], dtype=np.int64))
     with np.errstate(invalid="ignore"):
         rules: list[tuple[Why, BoolArray]] = [
             (Why.NOT_OPTED_IN, ~jobs.opted_in),
@@ -190,7 +180,7 @@ def eligibility(jobs: JobArrays, s: MigrationSettings) -> IntArray:
 
 
 def _evaluate(j: int, jobs: JobArrays, free: FloatArray, unmet: IntArray, demands: Demands,
-              s: MigrationSettings) -> tuple[Move | None, Why]:
+              s: MigratorLoopSettings) -> tuple[Move | None, Why]:
     row = jobs.gpus_on[j]
     # `free` is raw: below 0 where a node's allocatable fell under what its pods hold. Clamp only
     # after the job's GPUs come back, so an eviction is credited with the GPUs that will exist.
@@ -210,7 +200,9 @@ def _evaluate(j: int, jobs: JobArrays, free: FloatArray, unmet: IntArray, demand
 
 
 def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
-                    settings: MigrationSettings) -> MigrationPlan:
+                    settings: MigratorLoopSettings, max_moves: int | None = None) -> MigrationPlan:
+    """At most `max_moves` moves (default: the loop's per-interval budget, at least one)."""
+    most = max(1, settings.max_per_interval) if max_moves is None else max_moves
     # Raw, possibly negative (allocatable dropped below what the pods hold): _evaluate clamps
     # after adding a job's GPUs back; clamping here would credit GPUs that do not exist.
     free = np.asarray(node_free, dtype=np.float64).reshape(-1)
@@ -246,7 +238,7 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
                 why[j] = reason
         if not useful:
             break
-        if len(moves) >= settings.max_moves:
+        if len(moves) >= most:
             for _, j in useful:
                 why[j] = Why.MOVE_LIMIT
             break

@@ -55,9 +55,8 @@ class PlacementSettings:
     # keeping the most frequent kinds that cover `popularity` of them, rebuilt every
     # `refresh_every` new pods; the fragment term is cut to `levels` levels and best fit orders
     # each level. Chosen on openb seeds 0..9 (docs/sharing.md), not on the reported 42..51.
-    # Off by default: it made every verb call 2-3x slower (extender_latency, filter-ranked p50
-    # 0.60 -> 1.69 ms at 500 names, 1.86 -> 4.27 ms at 5,000; docs/sharing.md), which the hot
-    # path (docs/hot-path.md) cannot afford. Clusters that share GPUs turn it on.
+    # Off by default: it made every verb call several times slower (docs/sharing.md, "What it
+    # costs"), which the hot path (docs/hot-path.md) cannot afford. Clusters that share GPUs turn it on.
     fragment: bool = False
     fragment_popularity: float = 1.0
     fragment_weight_exponent: float = 0.0

@@ -22,6 +22,9 @@ request, minus headroom) and the plan is projected onto what Kubernetes allows:
 Which rows are flexible when the pool is short: raises of growing rows shrink first
 (proportionally above their floors), then the lowered/equal rows' targets, and if even the
 floors do not fit, nothing is raised and only decreases are made.
+
+The settings (beta, min_step_m, hysteresis, cooldown_s, min_cpu_m) are the resizer loop's own,
+scoring.settings.ResizerLoopSettings: the planner has none of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.convergence import Phase
+from scoring.settings import ResizerLoopSettings
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -49,15 +53,6 @@ class Why(IntEnum):
     SMALL_STEP = 4  # target within min step / hysteresis of the current value: unchanged
     COOLDOWN = 5  # resized too recently: unchanged
     NO_ROOM = 6  # a raise the pool could not hold (after the decreases): unchanged or smaller
-
-
-@dataclass(frozen=True)
-class ResizeSettings:
-    beta: float = 2.0  # completing floor 1/(beta N) of the pool (FlowCon's beta)
-    min_step_m: float = 100.0  # smallest change worth a resize, millicores
-    hysteresis: float = 0.10  # ...and at least this fraction of the current value
-    cooldown_s: float = 120.0  # a row resized less than this long ago is left alone
-    min_cpu_m: float = 100.0  # absolute floor for any row (a shrink-opted row included)
 
 
 @dataclass(frozen=True)
@@ -128,7 +123,7 @@ class NodePlan:
         return out
 
 
-def bounds(rows: NodeRows, s: ResizeSettings) -> tuple[FloatArray, FloatArray]:
+def bounds(rows: NodeRows, s: ResizerLoopSettings) -> tuple[FloatArray, FloatArray]:
     """(lo, hi) per row. lo: cpu-min, and the original request unless the pod may shrink
     (a row whose original is unknown counts its current request as original). hi: cpu-max,
     never below lo (a floor wins over a contradicting cap)."""
@@ -138,7 +133,7 @@ def bounds(rows: NodeRows, s: ResizeSettings) -> tuple[FloatArray, FloatArray]:
     return lo, hi
 
 
-def flowcon_targets(rows: NodeRows, s: ResizeSettings) -> tuple[FloatArray, IntArray]:
+def flowcon_targets(rows: NodeRows, s: ResizerLoopSettings) -> tuple[FloatArray, IntArray]:
     """FlowCon's shares of the pool (before bounds and fitting) and the reason per row."""
     n = rows.current_m.size
     phase = rows.phase
@@ -177,7 +172,8 @@ def _shrink_excess(x: FloatArray, floor: FloatArray, mask: BoolArray, over: floa
     return np.where(mask, floor + theta * excess, x), max(0.0, over - total)
 
 
-def plan_node(rows: NodeRows, s: ResizeSettings = ResizeSettings()) -> NodePlan:
+def plan_node(rows: NodeRows, s: ResizerLoopSettings | None = None) -> NodePlan:
+    s = s or ResizerLoopSettings()
     cur = rows.current_m
     lo, hi = bounds(rows, s)
     raw, why = flowcon_targets(rows, s)

@@ -19,7 +19,7 @@ import numpy as np
 from scoring.actions import Resize, ResizeHeld
 from scoring.convergence import Phase
 from scoring.remedy import resize_targets
-from scoring.resize import NodeRows, ResizeSettings, Why, growth_efficiency, plan_node
+from scoring.resize import NodeRows, Why, growth_efficiency, plan_node
 from scoring.settings import CoreSettings
 from scoring.world import ResizeNode, World
 
@@ -58,8 +58,8 @@ def pending_notices(nodes: tuple[ResizeNode, ...], reported: Mapping[str, str]
 
 
 def plan_resizes(world: World, settings: CoreSettings, reported: Mapping[str, str]) -> ResizerPlan:
-    s: ResizeSettings = settings.resizer.planner()
-    headroom = settings.resizer.headroom_m
+    s = settings.resizer
+    headroom = s.headroom_m
     notices, told = pending_notices(world.resize_nodes, reported)
     downs: list[Resize] = []
     ups: list[Resize] = []

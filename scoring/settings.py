@@ -5,8 +5,10 @@ and flags into these same classes (it wraps them for pydantic; it holds no defau
 own), and the simulator starts from `CoreSettings()` and names every override it makes, so a
 figure it prints is the service's unless its header says otherwise.
 
-Placement and convergence settings live with their policies (scoring.placement,
-scoring.convergence); this module adds the control loops and the rules shared by all of them.
+Placement, convergence and bottleneck settings live with their policies (scoring.placement,
+scoring.convergence, scoring.bottleneck); this module adds the control loops and the rules
+shared by all of them. The loops' planners (scoring.migration, scoring.elastic, scoring.resize)
+read their loop's settings below directly: none has a settings class, or a default, of its own.
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from scoring.bottleneck import BottleneckSettings
-from scoring.convergence import ConvergenceSettings, Phase
-from scoring.migration import MigrationSettings
+from scoring.convergence import ConvergenceSettings
 from scoring.placement import PlacementSettings
-from scoring.resize import ResizeSettings
 
 
 def _require(ok: bool, msg: str) -> None:
@@ -48,6 +48,7 @@ class TrackerSettings(ConvergenceSettings):
     min_points: int = 6  # fewer points: no estimate (unknown, neutral)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _positive(self, "interval_s", "active_within_s", "alpha")
         _non_negative(self, "window_s", "min_points")
         _require(0 < self.plateau_rel_tol < 1, "plateau_rel_tol must be in (0, 1)")
@@ -66,6 +67,9 @@ class LoopSettings:
 
 @dataclass(frozen=True)
 class MigratorLoopSettings(LoopSettings):
+    """SpeCon's migrations (docs/control-loops.md). The planner (scoring.migration.plan_migrations)
+    reads these fields itself; it chooses at most max(1, max_per_interval) moves a round."""
+
     min_runtime_s: float = 600.0  # a job younger than this is never moved
     max_migrations: int = 2  # per job
     cooldown_s: float = 1800.0  # hysteresis: not moved again within this
@@ -78,9 +82,9 @@ class MigratorLoopSettings(LoopSettings):
     # "benefit": SpeCon, the move that serves most waiting GPUs. "attained": least attained service
     # through eviction (docs/control-loops.md).
     order: Literal["benefit", "attained"] = "benefit"
-    wait_threshold_s: float = 600.0
-    min_attained_gpu_s: float = 4 * 3600.0
-    slow_phases: tuple[Literal["watching", "completing"], ...] = ("completing",)
+    wait_threshold_s: float = 600.0  # order "attained": only demands waiting this long call for a move
+    min_attained_gpu_s: float = 4 * 3600.0  # order "attained": candidates have at least this service
+    slow_phases: tuple[Literal["watching", "completing"], ...] = ("completing",)  # phases a job is moved in
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -91,24 +95,18 @@ class MigratorLoopSettings(LoopSettings):
         _require(all(p in ("watching", "completing") for p in self.slow_phases),
                  f"slow_phases from watching, completing; got {self.slow_phases!r}")
 
-    def planner(self) -> MigrationSettings:
-        return MigrationSettings(min_runtime_s=self.min_runtime_s, max_migrations=self.max_migrations,
-                                 cooldown_s=self.cooldown_s, min_remaining_s=self.min_remaining_s,
-                                 require_room_elsewhere=self.require_room_elsewhere,
-                                 max_moves=max(1, self.max_per_interval),
-                                 slow_phases=tuple(Phase[x.upper()] for x in self.slow_phases),
-                                 order=self.order, wait_threshold_s=self.wait_threshold_s,
-                                 min_attained_gpu_s=self.min_attained_gpu_s)
-
 
 @dataclass(frozen=True)
 class ElasticLoopSettings(LoopSettings):
-    """GPU counts and batch sizes for jobs annotated flowsched.io/elastic: "min-max" (docs/elastic.md)."""
+    """GPU counts and batch sizes for jobs annotated flowsched.io/elastic: "min-max" (docs/elastic.md).
+    The optimizer (scoring.elastic: job_options, plan_elastic, convergence_weight) reads these
+    fields itself. Every default here was chosen in the simulator; the runs, their commands and
+    their figures are in docs/elastic.md ("Defaults, how they were chosen" and the list above it)."""
 
     interval_s: float = 30.0
     # A rescale restarts a job that opted in to exactly that; with every job elastic it is the
-    # normal way capacity moves, so the budget is wide (30/h held flowsched at 4137 s against
-    # 3390 s on the Pollux workloads 1-2, docs/elastic.md). It still caps a runaway plan.
+    # normal way capacity moves, so the budget is wide (a narrow one held the optimizer back once
+    # it was spent). It still caps a runaway plan.
     max_per_interval: int = 16
     max_per_hour: int = 300
     restart_s: float = 120.0  # progress a job loses to a rescale (checkpoint + restart)
@@ -116,26 +114,24 @@ class ElasticLoopSettings(LoopSettings):
     # ...or until the job's planned end, when it reports one (max_steps) and that comes sooner: a
     # rescale must pay its restart back before the job ends (JobState.seconds_to_planned_end).
     horizon_to_end: bool = True
-    # Keep the current size unless a change gains more than this. 0.30 with the neutral phase
-    # weights and las_power 0 below (chosen on the Pollux workloads 1-2 and the demo's default
-    # workloads, docs/elastic.md "Defaults"): 2962 -> 2956 s at 1.0x, 6535 -> 5762 s at 2.0x.
+    # Keep the current size unless a change gains more than this. Wide, with the neutral phase
+    # weights and las_power 0 below: smaller gains did not pay for the restarts they cost.
     min_gain: float = 0.30
     cooldown_s: float = 300.0  # a job is not rescaled again within this...
     # ...except that it may grow into GPUs free now (no other job gives any up) once it runs at its
     # latest plan's size. Jobs start at their asked size and their cooldown counts from that plan:
-    # held, they left ~6 of 64 GPUs idle in the first hours of the Pollux workload 1 at 1.0x.
-    # Pollux workloads 1-2, every job elastic (docs/elastic.md): 2414 -> 2378 s at 1.0x, 4647 s at 2.0x
-    # either way; growing into any GPU (others shrinking for it) gave 2399 / 4789 s.
+    # held, they left GPUs idle with nothing waiting. Growing into any GPU (others shrinking for
+    # it) did worse than into free ones only.
     grow_in_cooldown: bool = True
     sync_fraction: float = 0.1  # prior: share of a 1-GPU step spent syncing (multi-GPU)
     reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
-    # ...and those of gated non-elastic jobs. Off: on the Pollux workloads 1-2 with half the jobs
-    # elastic it cost 4312 s against 3114 s avg JCT (gated work reaches GPUs through admission's
-    # order and preemption instead).
+    # ...and those of gated non-elastic jobs. Off: gated work reaches GPUs through admission's
+    # order and preemption instead, and reserving for it left GPUs idle (it raised the average JCT
+    # with half the jobs elastic).
     reserve_gated: bool = False
     # Least attained service through the weights: a job's weight x (1 + attained GPU-hours)^-las_power.
     # Off: the admission loop orders the queue by attained service already; in the optimizer it
-    # rotated GPUs between jobs whose speed-up is linear (the demo: 563 rescales, 3941 s against 2656).
+    # rotated GPUs between jobs whose speed-up is linear (hundreds of rescales, a higher average JCT).
     las_power: float = 0.0
     # Shortest remaining work first through the weights: x (1 + GPU-hours left)^-srpt_power, for jobs
     # that report a planned end (max_steps); JobState.remaining_gpu_s. Others keep their weight.
@@ -143,30 +139,28 @@ class ElasticLoopSettings(LoopSettings):
     # heSRPT (Berg et al., 2020) through the weights: the jobs that report a planned end, ranked by
     # work left, get the weights under which the DP gives a speed-up k^p the optimal mean-flow-time
     # shares (by rank only, not size). Its value is that p, in (0, 1); 0 = off. 0.7 with unknown
-    # work at the median, chosen on the Pollux workloads 1-2 once fit_waiting was on (docs/elastic.md):
-    # every job elastic, 2915 -> 2528 s at 1.0x and 5327 -> 4910 s at 2.0x; p 0.5 and 0.85 gave
-    # 2543 / 2469 and 4905 / 4922 s. Equal work left shares its ranks (rank_weights).
+    # work at the median, chosen once fit_waiting was on, against off and against p 0.5 and 0.85.
+    # Equal work left shares its ranks (rank_weights).
     srpt_rank_p: float = 0.7
     # A job with no known work left ranks as: "smallest" (new work goes first, as in LAS) or "median".
-    srpt_rank_unknown: str = "median"
+    srpt_rank_unknown: Literal["smallest", "median"] = "median"
     # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
     # into GPUs other jobs would first have to give up), "never".
-    grow_waiting: str = "free"
+    grow_waiting: Literal["always", "free", "never"] = "free"
     grow_waiting_within: float = 1.0  # with "free": up to this multiple of its ask as with "always"
     # A waiting job is planned at the largest size up to the DP's whose pods fit the free GPUs node
     # by node, and a growing one grows only as far as its pods fit (control.fit_waiting); off: the
     # DP's sizes, which may leave jobs waiting beside idle GPUs.
     fit_waiting: bool = True
     adapt_batch: bool = True  # choose the batch size too when the job reports its gradient noise
-    # Candidate batch sizes, geometric over the job's batch range. 16 against 8 on the Pollux
-    # workloads 1-2, every job elastic with live batches (docs/elastic.md): 2418 -> 2414 s at 1.0x,
-    # 4744 -> 4647 s at 2.0x.
+    # Candidate batch sizes, geometric over the job's batch range: 16 rather than 8 lets a job with
+    # live batches follow its gradient noise more closely.
     batch_points: int = 16
     patch_pytorchjobs: bool = True  # patch Kubeflow PyTorchJob Worker replicas (with an elasticPolicy)
+    # FlowCon's phase weights (docs/elastic.md), a job's weight by its convergence phase (a job in
+    # no known phase weighs 1): neutral by default. Jobs that run a fixed number of epochs must
+    # finish them after their curve flattens; shrinking them only delayed that.
     growing_weight: float = 1.0
-    # FlowCon's phase weights (docs/elastic.md): neutral by default. Jobs that run a fixed number
-    # of epochs must finish them after their curve flattens; shrinking them only delayed that
-    # (Pollux workloads 1-2: 2962 -> 2779 s avg JCT with both at 1.0).
     watching_weight: float = 1.0
     completing_weight: float = 1.0
 
@@ -185,26 +179,23 @@ class ElasticLoopSettings(LoopSettings):
 
 @dataclass(frozen=True)
 class ResizerLoopSettings(LoopSettings):
-    """In-place CPU resize of pods annotated flowsched.io/resizable: "true" (docs/resizer.md)."""
+    """In-place CPU resize of pods annotated flowsched.io/resizable: "true" (docs/resizer.md).
+    FlowCon's planner (scoring.resize.plan_node) reads these fields itself."""
 
     interval_s: float = 30.0  # FlowCon's window
     max_per_interval: int = 4
     max_per_hour: int = 60
-    beta: float = 2.0  # completing pods keep at least 1/(beta N) of the node's pool
+    beta: float = 2.0  # completing pods keep at least 1/(beta N) of the node's pool (FlowCon's beta)
     min_step_m: float = 100.0  # smallest change made, millicores
     hysteresis: float = 0.10  # ...and at least this fraction of the current request
     cooldown_s: float = 120.0  # a pod is not resized again within this
-    min_cpu_m: float = 100.0  # absolute floor of any resized request
+    min_cpu_m: float = 100.0  # absolute floor of any resized request (a shrink-opted pod's included)
     headroom_m: float = 0.0  # per node, kept out of the pool the resized pods share
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _non_negative(self, "min_step_m", "hysteresis", "cooldown_s", "min_cpu_m", "headroom_m")
         _positive(self, "beta")
-
-    def planner(self) -> ResizeSettings:
-        return ResizeSettings(beta=self.beta, min_step_m=self.min_step_m, hysteresis=self.hysteresis,
-                              cooldown_s=self.cooldown_s, min_cpu_m=self.min_cpu_m)
 
 
 @dataclass(frozen=True)
@@ -220,7 +211,7 @@ class AdmissionLoopSettings(LoopSettings):
     queue_thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
     # Starvation bound: a job waiting longer than this x max(its attained service in GPU-seconds,
     # 1 GPU-hour) goes ahead of every queue.
-    starvation_factor: float = 8.0  # 4 bound too often under load: docs/admission.md
+    starvation_factor: float = 8.0  # a smaller factor bound too often under load: docs/admission.md
     # DynamoML: work that has waited this long may preempt checkpointable training in a lower
     # queue, through the migrator's eviction path (opt-ins, PDBs, budgets, Events).
     preempt: bool = True

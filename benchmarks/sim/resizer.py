@@ -26,7 +26,8 @@ from benchmarks.sim.cpu_model import DEFAULT_SENSITIVITY, CpuSensitivity, cpu_sp
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import ProfileSet
 from scoring.convergence import ConvergenceSettings, Phase, estimate
-from scoring.resize import NodeRows, ResizeSettings, growth_efficiency, plan_node
+from scoring.resize import NodeRows, growth_efficiency, plan_node
+from scoring.settings import ResizerLoopSettings
 
 
 def _everyone(_job: SimJob) -> bool:
@@ -45,7 +46,7 @@ class ResizerStats:
 @dataclass
 class SimResizer:
     profiles: ProfileSet
-    settings: ResizeSettings = field(default_factory=lambda: ResizeSettings(cooldown_s=60.0))
+    settings: ResizerLoopSettings = field(default_factory=lambda: ResizerLoopSettings(cooldown_s=60.0))
     sensitivity: Mapping[str, CpuSensitivity] = field(default_factory=lambda: dict(DEFAULT_SENSITIVITY))
     opted_in: Callable[[SimJob], bool] = _everyone  # flowsched.io/resizable
     may_shrink: Callable[[SimJob], bool] = _everyone  # flowsched.io/cpu-shrink

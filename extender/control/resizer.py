@@ -34,8 +34,8 @@ from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
 from scoring.actions import Resize, ResizeHeld
 from scoring.convergence import Phase
 from scoring.kernel import Memory, plan_loop
-from scoring.resize import ResizeSettings
 from scoring.safety import namespace_refusal
+from scoring.settings import ResizerLoopSettings
 from scoring.world import ResizeNode, ResizeRow, World
 
 log = logging.getLogger("flowsched.resizer")
@@ -190,7 +190,7 @@ class ResizerMetrics:
 @dataclass
 class Resizer:
     ctx: ControlContext
-    settings: ResizeSettings
+    settings: ResizerLoopSettings
     headroom_m: float = 0.0
     pods_on: PodSource | None = None
     name: str = "resizer"
@@ -338,10 +338,8 @@ class Resizer:
 def build(ctx: ControlContext) -> Resizer:
     cfg = getattr(ctx.settings, "resizer", None)
     if cfg is None:
-        return Resizer(ctx, ResizeSettings())
-    return Resizer(ctx, ResizeSettings(beta=cfg.beta, min_step_m=cfg.min_step_m, hysteresis=cfg.hysteresis,
-                                       cooldown_s=cfg.cooldown_s, min_cpu_m=cfg.min_cpu_m),
-                   headroom_m=cfg.headroom_m)
+        return Resizer(ctx, ResizerLoopSettings())
+    return Resizer(ctx, cfg, headroom_m=cfg.headroom_m)
 
 
 __all__ = ["CPU_MAX", "CPU_MIN", "CPU_SHRINK", "RESIZABLE", "Resizer", "build", "pod_row", "resize_pending"]

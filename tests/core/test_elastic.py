@@ -12,7 +12,6 @@ import pytest
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import (
     ElasticJob,
-    ElasticSettings,
     GradientNoise,
     StepTimeModel,
     convergence_weight,
@@ -20,6 +19,12 @@ from scoring.elastic import (
     plan_elastic,
     rate_table,
 )
+from scoring.settings import ElasticLoopSettings
+
+# These tests are about the DP, not the service's damping: a light restart penalty and
+# hysteresis, and FlowCon's phase weights for the weighting test (the service's are neutral).
+DP = ElasticLoopSettings(restart_s=30.0, horizon_s=600.0, min_gain=0.05)
+FLOWCON_WEIGHTS = ElasticLoopSettings(watching_weight=0.75, completing_weight=0.5)
 
 
 def _random_job(rng: np.random.Generator, key: str, capacity: int) -> ElasticJob:
@@ -42,7 +47,7 @@ def _random_job(rng: np.random.Generator, key: str, capacity: int) -> ElasticJob
     )
 
 
-def _config_values(job: ElasticJob, s: ElasticSettings) -> dict[tuple[int, int], float]:
+def _config_values(job: ElasticJob, s: ElasticLoopSettings) -> dict[tuple[int, int], float]:
     """Every allowed (gpus, batch) of one job with its objective term, from the definitions."""
     bs = job.batch_sizes
     ok_b = [
@@ -68,7 +73,7 @@ def _config_values(job: ElasticJob, s: ElasticSettings) -> dict[tuple[int, int],
     return out
 
 
-def _brute(jobs: list[ElasticJob], capacity: int, s: ElasticSettings) -> float:
+def _brute(jobs: list[ElasticJob], capacity: int, s: ElasticLoopSettings) -> float:
     per_job = [list(_config_values(j, s).items()) for j in jobs]
     best = -math.inf
     for combo in itertools.product(*per_job):
@@ -82,8 +87,8 @@ def test_dp_equals_brute_force(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 5))
     capacity = int(rng.integers(0, 14))
-    s = ElasticSettings(restart_s=float(rng.choice([0.0, 30.0, 120.0])), horizon_s=600.0,
-                        min_gain=float(rng.choice([0.0, 0.05, 0.3])))
+    s = ElasticLoopSettings(restart_s=float(rng.choice([0.0, 30.0, 120.0])), horizon_s=600.0,
+                            min_gain=float(rng.choice([0.0, 0.05, 0.3])))
     jobs = [_random_job(rng, f"j{i}", capacity) for i in range(n)]
     plan = plan_elastic(jobs, capacity, s)
     want = _brute(jobs, capacity, s)
@@ -123,7 +128,7 @@ def test_large_instance_respects_capacity_and_bounds() -> None:
         jobs.append(ElasticJob(f"j{i}", mn, mx, bs, rate_table(model, mx, bs, noise), cur,
                                int(bs[1]) if cur else 0, 128, 1024))
     capacity = 512
-    plan = plan_elastic(jobs, capacity)
+    plan = plan_elastic(jobs, capacity, DP)
     assert plan.feasible
     assert plan.gpus_used <= capacity
     for j, d in zip(jobs, plan.decisions, strict=True):
@@ -139,13 +144,13 @@ def test_restart_penalty_keeps_marginal_changes_away() -> None:
     # Linear-ish scaling: 4 GPUs now; a fifth GPU is free and gains 2 %.
     rate = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [4.08]])
     job = ElasticJob("a", 1, 5, bs, rate, current_gpus=4, current_batch=256)
-    assert plan_elastic([job], 5).decisions[0].gpus == 4
-    assert plan_elastic([job], 5, ElasticSettings(restart_s=0.0, min_gain=0.0)).decisions[0].gpus == 5
+    assert plan_elastic([job], 5, DP).decisions[0].gpus == 4
+    assert plan_elastic([job], 5, replace(DP, restart_s=0.0, min_gain=0.0)).decisions[0].gpus == 5
     # A large gain is worth the restart.
     rate2 = rate.copy()
     rate2[5] = 6.0
     job2 = ElasticJob("a", 1, 5, bs, rate2, current_gpus=4, current_batch=256)
-    d = plan_elastic([job2], 5).decisions[0]
+    d = plan_elastic([job2], 5, DP).decisions[0]
     assert d.gpus == 5 and d.changed
 
 
@@ -155,7 +160,7 @@ def test_a_live_batch_job_changes_its_batch_at_its_size_without_a_restart() -> N
     # live moves to 512 and keeps its GPUs, and its term carries no restart discount.
     bs = np.array([256, 512])
     rate = np.array([[0.0, 0.0], [1.0, 1.1], [2.0, 2.2], [3.0, 3.4], [4.0, 4.6]])
-    s = ElasticSettings(restart_s=120.0, horizon_s=1800.0, min_gain=0.3)
+    s = ElasticLoopSettings(restart_s=120.0, horizon_s=1800.0, min_gain=0.3)
     fixed = ElasticJob("a", 1, 4, bs, rate, current_gpus=4, current_batch=256)
     live = ElasticJob("a", 1, 4, bs, rate, current_gpus=4, current_batch=256, batch_live=True)
     d_fixed = plan_elastic([fixed], 4, s).decisions[0]
@@ -173,11 +178,11 @@ def test_a_job_horizon_shorter_than_its_restart_makes_every_change_worthless() -
     rate = np.array([[0.0], [1.0], [np.nan], [3.0], [4.0], [9.0]])  # 2 GPUs infeasible (whole pods)
     job = ElasticJob("a", 1, 5, bs, rate, current_gpus=4, current_batch=256, horizon_s=60.0)
     with np.errstate(all="raise"):  # no -inf x 0 on the infeasible row
-        d = plan_elastic([job], 5, ElasticSettings(restart_s=120.0)).decisions[0]
+        d = plan_elastic([job], 5, replace(DP, restart_s=120.0)).decisions[0]
     assert d.gpus == 4 and math.isfinite(d.value)
     # The same job with the settings' horizon (or an hour to go) takes the fifth GPU.
-    assert plan_elastic([replace(job, horizon_s=math.nan)], 5, ElasticSettings(restart_s=120.0)).decisions[0].gpus == 5
-    assert plan_elastic([replace(job, horizon_s=3600.0)], 5, ElasticSettings(restart_s=120.0)).decisions[0].gpus == 5
+    assert plan_elastic([replace(job, horizon_s=math.nan)], 5, replace(DP, restart_s=120.0)).decisions[0].gpus == 5
+    assert plan_elastic([replace(job, horizon_s=3600.0)], 5, replace(DP, restart_s=120.0)).decisions[0].gpus == 5
 
 
 def test_running_jobs_shrink_for_a_pending_one() -> None:
@@ -185,7 +190,7 @@ def test_running_jobs_shrink_for_a_pending_one() -> None:
     sub = np.array([[0.0]] + [[g**0.7] for g in range(1, 9)])  # sublinear scaling
     running = ElasticJob("r", 1, 8, bs, sub, current_gpus=8, current_batch=128)
     pending = ElasticJob("p", 2, 8, bs, sub, current_gpus=0)
-    plan = plan_elastic([running, pending], 8)
+    plan = plan_elastic([running, pending], 8, DP)
     r, p = plan.decisions
     assert r.gpus + p.gpus == 8 and p.gpus >= 2 and r.changed
 
@@ -194,7 +199,7 @@ def test_infeasible_minimums_change_nothing() -> None:
     bs = np.array([64])
     rate = np.array([[0.0], [1.0], [1.9], [2.7]])
     jobs = [ElasticJob(k, 2, 3, bs, rate, current_gpus=3, current_batch=64) for k in "ab"]
-    plan = plan_elastic(jobs, 3)
+    plan = plan_elastic(jobs, 3, DP)
     assert not plan.feasible
     assert [d.gpus for d in plan.decisions] == [3, 3] and not any(d.changed for d in plan.decisions)
 
@@ -204,8 +209,8 @@ def test_batch_size_follows_gradient_noise() -> None:
     bs = np.array([64, 128, 256, 512, 1024, 2048, 4096])
     noisy = GradientNoise(grad_sqr=1.0, grad_var=1000.0, base_batch=64)  # large noise: big batches pay
     quiet = GradientNoise(grad_sqr=1.0, grad_var=0.5, base_batch=64)  # small noise: big batches waste samples
-    big = plan_elastic([ElasticJob("a", 8, 8, bs, rate_table(model, 8, bs, noisy))], 8).decisions[0]
-    small = plan_elastic([ElasticJob("a", 8, 8, bs, rate_table(model, 8, bs, quiet))], 8).decisions[0]
+    big = plan_elastic([ElasticJob("a", 8, 8, bs, rate_table(model, 8, bs, noisy))], 8, DP).decisions[0]
+    small = plan_elastic([ElasticJob("a", 8, 8, bs, rate_table(model, 8, bs, quiet))], 8, DP).decisions[0]
     assert big.batch_size > small.batch_size
 
 
@@ -218,13 +223,14 @@ def test_convergence_weight_moves_gpus_to_growing_jobs() -> None:
         return ConvergenceEstimate(phase, 0, nan, nan, nan, nan, nan, 10, 10.0)
 
     # Two identical running jobs at 4 GPUs each: equal weights keep the even split.
-    same = [ElasticJob(k, 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.GROWING))) for k in "ab"]
-    assert [d.gpus for d in plan_elastic(same, 8).decisions] == [4, 4]
-    grow = ElasticJob("g", 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.GROWING)))
-    done = ElasticJob("c", 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.COMPLETING)))
-    g, c = plan_elastic([grow, done], 8).decisions
+    w = FLOWCON_WEIGHTS
+    same = [ElasticJob(k, 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.GROWING), w)) for k in "ab"]
+    assert [d.gpus for d in plan_elastic(same, 8, DP).decisions] == [4, 4]
+    grow = ElasticJob("g", 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.GROWING), w))
+    done = ElasticJob("c", 1, 8, bs, rate, 4, 128, weight=convergence_weight(est(Phase.COMPLETING), w))
+    g, c = plan_elastic([grow, done], 8, DP).decisions
     assert g.gpus > 4 > c.gpus >= 1
-    assert convergence_weight(None) == convergence_weight(est(Phase.UNKNOWN)) == 1.0
+    assert convergence_weight(None, w) == convergence_weight(est(Phase.UNKNOWN), w) == 1.0
 
 
 def test_fit_step_time_recovers_model_and_falls_back_to_prior() -> None:

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.convergence import Phase
-from scoring.migration import Demands, JobArrays, MigrationSettings, Why, place, plan_migrations
+from scoring.migration import Demands, JobArrays, Why, place, plan_migrations
+from scoring.settings import MigratorLoopSettings
 
-S = MigrationSettings(min_runtime_s=600, max_migrations=2, cooldown_s=1800, min_remaining_s=300,
-                      require_room_elsewhere=True, max_moves=1)
+S = MigratorLoopSettings(min_runtime_s=600, max_migrations=2, cooldown_s=1800, min_remaining_s=300,
+                         require_room_elsewhere=True, max_per_interval=1)
 
 
 def jobs(gpus_on: Any, **over: Any) -> JobArrays:
@@ -95,7 +96,7 @@ def test_room_elsewhere_required_unless_disabled() -> None:
     free = [2.0, 0.0, 0.0]  # after the move job 0 would have nowhere to go
     plan = plan_migrations(jobs(GPUS, phase=[3, 1]), free, PENDING, S)
     assert plan.jobs == [] and plan.why[0] == Why.NO_ROOM_ELSEWHERE
-    loose = MigrationSettings(**{**S.__dict__, "require_room_elsewhere": False})
+    loose = replace(S, require_room_elsewhere=False)
     plan = plan_migrations(jobs(GPUS, phase=[3, 1]), free, PENDING, loose)
     assert plan.jobs == [0] and plan.moves[0].relocation == (-1,)
 
@@ -117,16 +118,14 @@ def test_greedy_prefers_benefit_then_slowest_growth_and_respects_max_moves() -> 
     plan = plan_migrations(j, free, pending, S)
     assert plan.jobs == [1]  # slower growth first
     assert plan.why[0] == Why.MOVE_LIMIT
-    two = MigrationSettings(**{**S.__dict__, "max_moves": 2})
-    plan = plan_migrations(j, free, pending, two)
+    plan = plan_migrations(j, free, pending, S, max_moves=2)
     assert plan.jobs == [1, 0]
     assert sorted(plan.moves[0].relocation + plan.moves[1].relocation) == [2, 3]
 
 
 def test_second_move_only_if_still_useful() -> None:
     g = [[2, 0, 0, 0], [0, 2, 0, 0]]
-    two = MigrationSettings(**{**S.__dict__, "max_moves": 2})
-    plan = plan_migrations(jobs(g), [2.0, 2.0, 2.0, 2.0], Demands.pending([4]), two)
+    plan = plan_migrations(jobs(g), [2.0, 2.0, 2.0, 2.0], Demands.pending([4]), S, max_moves=2)
     assert len(plan.jobs) == 1
     other = 1 - plan.jobs[0]
     assert plan.why[other] == Why.NO_BENEFIT
@@ -162,8 +161,8 @@ def test_overcommit_stays_after_an_eviction_for_the_next_candidate() -> None:
     # Node 0: allocatable 6, jobs 0 and 1 hold 4 each (free -2); 2- and 6-GPU pods wait. Evicting
     # one job leaves 2 GPUs (the 2-GPU pod's); evicting both leaves 6, of which the 2-GPU pod took
     # 2: the 6-GPU pod cannot start, so the shortfall must not be forgotten for the second move.
-    two = replace(S, require_room_elsewhere=False, max_moves=2)
-    plan = plan_migrations(jobs([[4.0], [4.0]]), [-2.0], Demands.pending([2, 6]), two)
+    plan = plan_migrations(jobs([[4.0], [4.0]]), [-2.0], Demands.pending([2, 6]),
+                           replace(S, require_room_elsewhere=False), max_moves=2)
     assert len(plan.jobs) == 1 and plan.moves[0].served == (0,) and plan.moves[0].benefit_gpus == 2
 
 
@@ -186,8 +185,7 @@ def test_invariants_on_random_clusters(n_jobs: int, n_nodes: int, seed: int) -> 
              runtime_s=rng.uniform(0, 2000, n_jobs), migrations=rng.integers(0, 3, n_jobs))
     free = rng.integers(0, 4, n_nodes).astype(float)
     d = Demands.pending(rng.integers(1, 6, rng.integers(0, 4)).astype(float))
-    s = MigrationSettings(**{**S.__dict__, "max_moves": 3})
-    plan = plan_migrations(j, free, d, s)
+    plan = plan_migrations(j, free, d, S, max_moves=3)
     chosen = plan.jobs
     assert len(chosen) == len(set(chosen)) <= 3
     for m in plan.moves:
@@ -201,9 +199,9 @@ def test_invariants_on_random_clusters(n_jobs: int, n_nodes: int, seed: int) -> 
 
 
 # ---- order="attained": least attained service through eviction ----
-LAS = MigrationSettings(min_runtime_s=600, max_migrations=2, cooldown_s=1800, min_remaining_s=300,
-                        require_room_elsewhere=False, max_moves=1, order="attained",
-                        wait_threshold_s=600.0, min_attained_gpu_s=3600.0)
+LAS = MigratorLoopSettings(min_runtime_s=600, max_migrations=2, cooldown_s=1800, min_remaining_s=300,
+                           require_room_elsewhere=False, max_per_interval=1, order="attained",
+                           wait_threshold_s=600.0, min_attained_gpu_s=3600.0)
 # Two full nodes: job 0 (4 GPUs, 10 GPU-h) on node 0, job 1 (4 GPUs, 40 GPU-h) on node 1.
 FULL = [[4, 0], [0, 4]]
 
@@ -216,7 +214,7 @@ def test_attained_evicts_the_most_served_slow_job_for_a_long_waiting_pod() -> No
     # The default order would have taken job 0 (equal benefit, then index).
     default = plan_migrations(jobs(FULL, attained_gpu_s=[10 * 3600.0, 40 * 3600.0]), [0.0, 0.0],
                               Demands.pending([2], wait_s=[900.0]),
-                              MigrationSettings(require_room_elsewhere=False))
+                              replace(LAS, order="benefit"))
     assert default.jobs == [0]
 
 
@@ -256,7 +254,7 @@ def test_attained_respects_hysteresis_and_caps() -> None:
     assert plan_migrations(jobs(FULL, attained_gpu_s=att, since_migration_s=[np.inf, 60.0]),
                            [0.0, 0.0], d, LAS).jobs == [0]
     two = plan_migrations(jobs(FULL, attained_gpu_s=att), [0.0, 0.0], Demands.pending([4, 4], wait_s=[900, 900]),
-                          replace(LAS, max_moves=2))
+                          LAS, max_moves=2)
     assert two.jobs == [1, 0]
 
 

@@ -7,16 +7,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scoring.convergence import Phase
-from scoring.resize import NodeRows, ResizeSettings, Why, bounds, flowcon_targets, growth_efficiency, plan_node
+from scoring.resize import NodeRows, Why, bounds, flowcon_targets, growth_efficiency, plan_node
+from scoring.settings import ResizerLoopSettings
 
 G, W, C, U = Phase.GROWING, Phase.WATCHING, Phase.COMPLETING, Phase.UNKNOWN
-NO_DAMPING = ResizeSettings(min_step_m=1.0, hysteresis=0.0, cooldown_s=0.0)
+NO_DAMPING = ResizerLoopSettings(min_step_m=1.0, hysteresis=0.0, cooldown_s=0.0)
 
 
 def test_flowcon_shares_growing_by_ratio_completing_floored() -> None:
     # 4 rows, pool 40 cores: G = 3, 1 (growing), 0 (completing), 0 (completing), beta 2.
     rows = NodeRows.build(40_000, [10_000] * 4, [3.0, 1.0, 0.0, 0.0], [G, G, C, C], may_shrink=[True] * 4)
-    target, why = flowcon_targets(rows, ResizeSettings(beta=2.0))
+    target, why = flowcon_targets(rows, ResizerLoopSettings(beta=2.0))
     np.testing.assert_allclose(target, [30_000, 10_000, 5_000, 5_000])  # 3/4, 1/4, 1/(2*4), 1/(2*4)
     assert list(why) == [Why.GROWING, Why.GROWING, Why.COMPLETING, Why.COMPLETING]
 
@@ -45,14 +46,14 @@ def test_a_pod_raised_before_may_come_back_down_to_its_start_only() -> None:
     plan = plan_node(rows, NO_DAMPING)
     assert plan.new_m[0] == 8_000  # floor = its start (1/(2*2) of 32 cores would be 8 too; raise beta)
     rows = NodeRows.build(32_000, [20_000, 4_000], [0.001, 1.0], [C, G], original_m=[10_000, 4_000])
-    plan = plan_node(rows, ResizeSettings(beta=8.0, min_step_m=1, hysteresis=0, cooldown_s=0))
+    plan = plan_node(rows, ResizerLoopSettings(beta=8.0, min_step_m=1, hysteresis=0, cooldown_s=0))
     assert plan.new_m[0] == 10_000 and plan.new_m[1] == 22_000
 
 
 def test_cpu_min_and_cpu_max_bound_the_plan() -> None:
     rows = NodeRows.build(64_000, [8_000, 8_000], [5.0, 0.0], [G, C], min_m=[0, 6_000], max_m=[12_000, np.inf],
                           may_shrink=[True, True])
-    s = ResizeSettings(beta=8.0, min_step_m=1, hysteresis=0, cooldown_s=0)
+    s = ResizerLoopSettings(beta=8.0, min_step_m=1, hysteresis=0, cooldown_s=0)
     plan = plan_node(rows, s)
     # Growing: all of the pool by G, capped by cpu-max. Completing: 1/(8*2) of 64 = 4 cores,
     # held up by cpu-min.
@@ -100,17 +101,17 @@ def test_no_growth_evidence_means_no_change() -> None:
 def test_small_steps_and_hysteresis_hold_the_value() -> None:
     # Target 8.3 cores from 8: 300 m is under 10 % of 8 cores -> held.
     rows = NodeRows.build(16_600, [8_000, 8_000], [1.0, 1.0], [G, G])
-    plan = plan_node(rows, ResizeSettings(min_step_m=100, hysteresis=0.10, cooldown_s=0))
+    plan = plan_node(rows, ResizerLoopSettings(min_step_m=100, hysteresis=0.10, cooldown_s=0))
     assert not plan.changed.any()
     assert set(plan.why) == {Why.SMALL_STEP}
-    plan = plan_node(rows, ResizeSettings(min_step_m=100, hysteresis=0.0, cooldown_s=0))
+    plan = plan_node(rows, ResizerLoopSettings(min_step_m=100, hysteresis=0.0, cooldown_s=0))
     np.testing.assert_array_equal(plan.new_m, [8_300, 8_300])
 
 
 def test_hysteresis_stops_oscillation_between_rounds() -> None:
     # Apply the plan, let G jitter by a few percent, replan: nothing moves the second time.
     rng = np.random.default_rng(1)
-    s = ResizeSettings(min_step_m=100, hysteresis=0.10, cooldown_s=0)
+    s = ResizerLoopSettings(min_step_m=100, hysteresis=0.10, cooldown_s=0)
     cur = np.array([6_000.0, 6_000.0, 6_000.0])
     g = np.array([3.0, 2.0, 1.0])
     cur = plan_node(NodeRows.build(24_000, cur, g, [G, G, G]), s).new_m
@@ -126,7 +127,7 @@ def test_hysteresis_stops_oscillation_between_rounds() -> None:
 def test_cooldown_freezes_recently_resized_rows() -> None:
     rows = NodeRows.build(16_000, [8_000, 8_000], [2.0, 0.01], [G, C], may_shrink=[True, True],
                           since_resize_s=[30.0, np.inf])
-    plan = plan_node(rows, ResizeSettings(min_step_m=1, hysteresis=0, cooldown_s=60))
+    plan = plan_node(rows, ResizerLoopSettings(min_step_m=1, hysteresis=0, cooldown_s=60))
     assert plan.new_m[0] == 8_000 and plan.why[0] == Why.COOLDOWN
     assert plan.new_m[1] == 4_000  # the other one still moves
 
@@ -135,7 +136,7 @@ def test_a_suppressed_decrease_takes_the_room_back_from_raises() -> None:
     # The completing row would drop by 50 m (under the step), so the growing row may only take
     # the pool's actual free room.
     rows = NodeRows.build(10_000, [5_000, 4_050], [1.0, 0.0], [G, C], may_shrink=[True, True])
-    plan = plan_node(rows, ResizeSettings(beta=1.25, min_step_m=100, hysteresis=0.0, cooldown_s=0))
+    plan = plan_node(rows, ResizerLoopSettings(beta=1.25, min_step_m=100, hysteresis=0.0, cooldown_s=0))
     # Target 4 cores (1/(1.25*2) of 10): a 50 m drop, under the step, so it stays at 4.05.
     assert plan.new_m[1] == 4_050
     assert plan.new_m[0] == 5_950 and plan.why[0] == Why.GROWING
@@ -175,7 +176,7 @@ def node_rows(draw: st.DrawFn) -> NodeRows:
 @settings(max_examples=300, deadline=None)
 @given(node_rows(), st.floats(1.0, 8.0), st.sampled_from([1.0, 100.0]), st.sampled_from([0.0, 0.1]))
 def test_plan_invariants(rows: NodeRows, beta: float, step: float, hyst: float) -> None:
-    s = ResizeSettings(beta=beta, min_step_m=step, hysteresis=hyst, cooldown_s=60.0)
+    s = ResizerLoopSettings(beta=beta, min_step_m=step, hysteresis=hyst, cooldown_s=60.0)
     plan = plan_node(rows, s)
     cur, new = rows.current_m, plan.new_m
     lo, hi = plan.lo_m, plan.hi_m

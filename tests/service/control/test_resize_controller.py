@@ -18,7 +18,7 @@ from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.convergence import Phase
-from scoring.resize import ResizeSettings
+from scoring.settings import ResizerLoopSettings
 from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
 from tests.k8s_factories import node, pod
 
@@ -52,7 +52,7 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float],
         state.upsert_pod(parse_pod(p))
     actions, rec = FakeActions(), LogRecorder()
     ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0], namespace_labels=labels)
-    r = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
+    r = Resizer(ctx, ResizerLoopSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
     r._patch_resize = lambda ns, name, body: r.__dict__.setdefault("patched", []).append((ns, name, body))  # type: ignore[method-assign]
     return r, actions, rec, state
 
@@ -175,6 +175,6 @@ def test_namespace_opt_outs_hold_for_the_resizer() -> None:
     for p in pods:
         state.upsert_pod(parse_pod(p))
     ctx = make_context(state, FakeTracker(est), FakeActions(), LogRecorder(), settings=settings)
-    r3 = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
+    r3 = Resizer(ctx, ResizerLoopSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
     assert plan_at(r3, 1000.0) == []
     assert set(r3.observe(1000.0).nodes) == set()  # nothing observed to plan from
