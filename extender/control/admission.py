@@ -57,7 +57,7 @@ class Admission:
         self._parked: dict[str, float] = {}  # job -> until when the loop backs its preemption off (as the loop)
 
     def observe(self, now: float) -> Observed | None:
-        return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False, last=self.last)
+        return observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:
@@ -176,7 +176,7 @@ class Admission:
         d = action.detail
         # The job's restarts so far + 1: the planned count, or more if a newer mark reached the
         # watch since (never 1 for a job that was already moved: that would reset its count).
-        known = self.ctx.state.migration_of(action.key)
+        known = self.ctx.state.read().migration_of(action.key)
         count = max(int(d.get("count") or 1), known.count + 1 if known is not None else 1)
         mark = {"from": d["origin"], "at": round(now, 3), "count": count, "attained": d.get("attained"),
                 "preempted_for": d["for"]}

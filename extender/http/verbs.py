@@ -79,12 +79,13 @@ def _shared(state: ClusterState, view: NodeView, cls: WorkloadClass, demand: Pod
             placement: PlacementSettings) -> _Shared | None:
     """The physical-GPU terms of the candidate nodes that share GPUs (None when there are none,
     at no cost on clusters without sharing)."""
-    if not state.shared or demand.gpus <= 0:
+    sharing = state.read().shared()
+    if not sharing or demand.gpus <= 0:
         return None
     rows, physical = [], []
     known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
     for r, name in enumerate(known):
-        sh = state.shared.get(name)
+        sh = sharing.get(name)
         if sh is not None:
             rows.append(r)
             physical.append(float(sh.physical_gpus) if sh.physical_gpus else np.nan)
@@ -132,16 +133,17 @@ def _fragment_scores(terms: ScoreTerms, state: ClusterState, view: NodeView, dem
     computed for (None: all of them)."""
     if not (placement.fragment and placement.pack_gpus) or demand.gpus <= 0:
         return terms
-    mix = state.demand_mix()
+    mix = state.read().demand_mix()
     if mix.empty:
         return terms
     arrays = view.arrays if rows is None else view.take(rows)
     names: list[str] = []
-    if state.shared:  # the names are needed only to find the nodes that share GPUs
+    sharing = state.read().shared()
+    if sharing:  # the names are needed only to find the nodes that share GPUs
         known = [n for n, i in zip(view.names, view.idx.tolist(), strict=True) if i >= 0]
         names = known if rows is None else [known[r] for r in rows.tolist()]
     try:
-        hit, head = fragment_headroom(arrays, names, state.shared, mix, demand.gpus, demand.cpu, placement)
+        hit, head = fragment_headroom(arrays, names, sharing, mix, demand.gpus, demand.cpu, placement)
     except (ValueError, FloatingPointError, IndexError) as e:  # never fail a verb over this term
         log.warning("fragmentation term skipped (plain best fit used): %s", e)
         return terms
@@ -180,7 +182,7 @@ class PodAsk:
         a Job/operator creates carries no annotation of ours)."""
         if self.migrated_from:
             return self.migrated_from
-        return state.migration_origin(job_key(self.meta), now) if state.migrations else None
+        return state.read().migration_origin(job_key(self.meta), now) if state.read().has_migrations() else None
 
 
 def ask_of(raw: Mapping[str, Any], gpu_resource: str) -> PodAsk:
@@ -301,7 +303,7 @@ def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: 
                   memo: ScoreMemo | None = None) -> FilterAnswer:
     ask = ask_of(args.pod, policy.gpu_resource)
     names = args.names
-    view = state.view(names, now, policy.stale_after_s, ask.nominated)
+    view = state.read().view(names, now, policy.stale_after_s, ask.nominated)
     demand = ask.demand
     cls = ask.workload
     placement = _placement(cls, policy)
@@ -341,7 +343,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     """
     ask = ask_of(args.pod, policy.gpu_resource)
     names = args.names
-    view = state.view(names, now, policy.stale_after_s, ask.nominated)
+    view = state.read().view(names, now, policy.stale_after_s, ask.nominated)
     demand = ask.demand
     cls = ask.workload
     placement = _placement(cls, policy)
@@ -402,9 +404,9 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
         remembered = memo.scores_for(key, now, names)
         if remembered is not None:
             # Unknown candidates are counted and logged on every prioritize call, memo or not.
-            return ScoreAnswer(names, remembered, sum(state.slot_of(n) < 0 for n in names))
+            return ScoreAnswer(names, remembered, state.read().count_unknown(names))
     ask = ask_of(args.pod, policy.gpu_resource)
-    view = state.view(names, now, policy.stale_after_s, ask.nominated)
+    view = state.read().view(names, now, policy.stale_after_s, ask.nominated)
     cls = ask.workload
     placement = _placement(cls, policy)
     terms = _shared_scores(_fragment_scores(
@@ -420,7 +422,7 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     """Keep kube-scheduler's candidate nodes whose victims are cheapest to disturb."""
     if not args.victims:
         return {}
-    pods_by_uid = state.pods
+    pods_by_uid = state.read().pods_by_uid(uid for v in args.victims.values() for uid in v.uids)
     # Inference pods are never victims of flowsched's preemption: drop the candidate nodes whose
     # victim set holds one (flowsched may drop candidates, never edit a set).
     nodes = [n for n in args.victims if not any(
@@ -432,7 +434,7 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     for j, node in enumerate(nodes):
         for uid in args.victims[node].uids:
             p = pods_by_uid.get(uid)
-            conv = state.convergence.get(p.job) if p else None
+            conv = state.read().convergence(p.job) if p else None
             node_ix.append(j)
             # A victim the snapshot no longer holds, or holds terminating, is already on its way
             # out (kube-scheduler's cache lags the watch): disturbing it costs nothing more.
@@ -453,13 +455,13 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
 def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Policy, now: float
             ) -> list[dict[str, Any]]:
     """Per node: filter verdict and the score with its terms (for /debug/explain)."""
-    view = state.view(names, now, policy.stale_after_s)
+    view = state.read().view(names, now, policy.stale_after_s)
     demand = _demand(pod)
     cls = workload_class(pod.workload, pod.owner_kind)
     placement = _placement(cls, policy)
     shared = _shared(state, view, cls, demand, placement)
     verdict = _shared_verdict(filter_nodes(view.arrays, demand, placement, view.telemetry), shared)
-    origin = pod.migrated_from or state.migration_origin(pod.job, now)
+    origin = pod.migrated_from or state.read().migration_origin(pod.job, now)
     terms = _shared_scores(_fragment_scores(score_nodes(view.arrays, demand, placement, _origin_mask(view, origin),
                                                         view.telemetry),
                                             state, view, demand, placement), shared, placement)
