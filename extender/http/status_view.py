@@ -1,5 +1,5 @@
 """What the status page (/ui) shows, gathered from the same sources as /debug/snapshot
-(ClusterState.describe), /v1/jobs (progress_api.job_summary over the progress store) and
+(StateView.describe), /v1/jobs (progress_api.job_summary over the progress store) and
 /debug/control (each loop's recent ticks). Rendering is extender.http.ui_render's job.
 
 Nothing here blocks on the network; the progress store is SQLite, so callers on the event loop

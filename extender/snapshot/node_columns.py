@@ -213,7 +213,7 @@ class NodeColumns:
         return idx, g
 
     def release_gpus(self, g: FloatArray, idx: IntArray, node: str, gpus: float) -> None:
-        """Count `gpus` of node as free in the gathered rows g (see ClusterState.view)."""
+        """Count `gpus` of node as free in the gathered rows g (see StateView.view)."""
         slot = self._slot.get(node)
         if slot is not None and gpus > 0:
             g[idx[idx >= 0] == slot, _GPU_USED] -= gpus
