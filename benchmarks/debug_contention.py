@@ -42,13 +42,13 @@ def serve(ns: argparse.Namespace) -> int:
 
     state = ClusterState()
     openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     gc.freeze()  # as the watcher does after its first list: the snapshot is not re-scanned by every GC
     settings = Settings(kube=False)
     store = ProgressStore(ProgressStoreSettings(path=str(Path(tempfile.mkdtemp()) / "progress.sqlite")))
     ui = build_ui_router(state, store, ConvergenceSettings(), lambda: None, settings.telemetry_stale_s)
     app = build_app(settings, state, build_metrics(), routers=[ui])
-    print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
+    print("populated nodes={nodes} pods={pods}".format(**state.read().counts()), flush=True)
     config = server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(), log_level="warning",
                            loop="uvloop")
     FlowschedServer(config).run()

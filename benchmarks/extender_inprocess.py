@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in ns.names.split(",")]
     state = ClusterState()
     nodes = openb.populate(state, max(sizes), ns.pods, Path(ns.data))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     app = build_app(Settings(kube=False), state, build_metrics())
     pods = openb.read_pods(Path(ns.data))
     rng = np.random.default_rng(1)

@@ -54,11 +54,11 @@ def serve(ns: argparse.Namespace) -> int:
 
     state = ClusterState()
     openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     if ns.gc_freeze:
         gc.freeze()
     app = build_app(Settings(kube=False), state, build_metrics())
-    print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
+    print("populated nodes={nodes} pods={pods}".format(**state.read().counts()), flush=True)
     if ns.http == "flowsched":  # the protocol `flowsched serve` runs: the verbs answered directly
         from extender.http.server import FlowschedServer, ServerLimits, server_config
 

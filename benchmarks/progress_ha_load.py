@@ -52,7 +52,7 @@ def serve(ns: argparse.Namespace) -> int:
 
     state = ClusterState()
     openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     local = ProgressStoreSettings(path=str(Path(ns.workdir) / "local.sqlite"))
     store = ProgressStore(local) if ns.store == "sqlite" else ReplicatedProgressStore(
         local, ReplicatedStoreSettings(prometheus_url=ns.prometheus, remote_write_url=ns.prometheus + "/api/v1/write"))
@@ -62,7 +62,7 @@ def serve(ns: argparse.Namespace) -> int:
     progress = build_progress_router(store, StaticTokenAuthenticator({TOKEN: frozenset({"*"})}),
                                      ProgressApiSettings(), ProgressApiMetrics.build(CollectorRegistry()))
     app = build_app(Settings(kube=False), state, metrics, routers=[progress])
-    print(f"populated nodes={len(state.nodes)} pods={len(state.pods)}", flush=True)
+    print("populated nodes={nodes} pods={pods}".format(**state.read().counts()), flush=True)
     uvicorn.run(app, host="127.0.0.1", port=ns.port, access_log=False, log_level="warning")
     return 0
 

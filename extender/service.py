@@ -82,14 +82,14 @@ class Service:
             # No source: every GPU node is unknown, and the gauge must say so rather than read 0.
             stale_s, state = self.settings.telemetry_stale_s, self.state
             self.metrics.telemetry_unknown_nodes.set_function(
-                lambda: float(state.count_telemetry_unknown(time.time(), stale_s)))
+                lambda: float(state.read().count_telemetry_unknown(time.time(), stale_s)))
         # Only the Lease holder reads logs and gauges when loops run; a lone replica always does.
         control = self.control
         self.sources = start_progress_sources(
             self.settings, self.state, self.store, self.api_client,
             (lambda: control.leader.is_leader) if control is not None else (lambda: True))
         if not self.settings.kube:
-            self.state.synced = {"nodes": True, "pods": True}
+            self.state.mark_synced()
             log.warning("running without a cluster (--no-kube): every node is unknown and scored neutral")
             return
         self.watchers = start_watchers(
@@ -136,8 +136,8 @@ def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
 
 def build_service(settings: Settings) -> Service:
     """Raises FileNotFoundError with a clear message when no kubeconfig can be found."""
-    state = ClusterState(completing_horizon_s=settings.completing_horizon_s, placement=settings.placement)
-    state.migration_ttl_s = settings.migrator.origin_ttl_s  # origin scored down (every replica)
+    state = ClusterState(completing_horizon_s=settings.completing_horizon_s, placement=settings.placement,
+                         migration_ttl_s=settings.migrator.origin_ttl_s)  # origin scored down (every replica)
     metrics = build_metrics()
     api_client = None
     if settings.kube:
@@ -179,7 +179,7 @@ def build_service(settings: Settings) -> Service:
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes),
-        ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.plan_of,
+        ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.read().plan_of,
         diagnosis=diagnoser.get if diagnoser is not None else None,
     )
     control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports,

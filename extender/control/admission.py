@@ -59,7 +59,7 @@ class Admission:
         self._parked: dict[str, float] = {}  # job -> until when the loop backs its preemption off (as the loop)
 
     def observe(self, now: float) -> Observed | None:
-        return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False, last=self.last)
+        return observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:
@@ -175,7 +175,7 @@ class Admission:
             raise PermanentError(f"admission cannot carry out {action.kind}")
         # The job's restarts so far + 1: the planned count, or more if a newer mark reached the
         # watch since (never 1 for a job that was already moved: that would reset its count).
-        known = self.ctx.state.migration_of(action.key)
+        known = self.ctx.state.read().migration_of(action.key)
         count = max(p.count, known.count + 1 if known is not None else 1)
         origin = max(((x.node or "", x.gpus) for x in action.pods), key=lambda t: t[1], default=("", 0.0))[0]
         attained = round(p.attained_gpu_s, 3) if math.isfinite(p.attained_gpu_s) else None

@@ -132,7 +132,7 @@ class BottleneckDiagnoser:
         self.last_errors = errors
         for q in errors:
             self.read_errors.labels(q).inc()
-        pods, _, _ = self.state.control_view()
+        pods, _, _ = self.state.read().control_view()
         out: dict[str, Diagnosis] = {}
         for job, its in sorted(running_jobs(pods).items()):
             ns, _, name = job.partition("/")

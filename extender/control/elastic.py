@@ -85,7 +85,7 @@ class Elastic:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=True, last=self.last)
+        return observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=True, last=self.last)
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:
@@ -123,7 +123,7 @@ class Elastic:
         ns = sc.job.split("/", 1)[0]
         # The last line of defence: every pod still opted in, and the plan within its range.
         for p in action.pods:
-            cur = self.ctx.state.pod(p.uid)
+            cur = self.ctx.state.read().pod(p.uid)
             if cur is not None and parse_range(cur.elastic) is None:
                 raise PermanentError(f"{cur.key} is not annotated flowsched.io/elastic")
         if not (sc.lo <= sc.gpus <= sc.hi):
@@ -158,7 +158,7 @@ class Elastic:
         if action.kind != "rebatch":
             return round(now, 3)
         before = [pod.elastic_resized_at for p in action.pods
-                  if (pod := self.ctx.state.pod(p.uid)) is not None and pod.elastic_resized_at is not None]
+                  if (pod := self.ctx.state.read().pod(p.uid)) is not None and pod.elastic_resized_at is not None]
         return max(before) if before else round(now, 3)
 
     def _scale_pytorchjob(self, ns: str, name: str, gpus: int, per_pod: int, plan_json: str, action: Action,

@@ -76,7 +76,7 @@ def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: 
         raise PermanentError("no cluster: the loop can only plan")
     targets: list[PodInfo] = []
     for ref in pods:
-        current = state.pod(ref.uid)
+        current = state.read().pod(ref.uid)
         # The last line of defence: never evict a pod that has not opted in, whatever the plan.
         if current is None:
             continue

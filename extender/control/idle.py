@@ -75,7 +75,7 @@ class IdleLoop:
 
     # ---- Controller ----
     def observe(self, now: float) -> IdleObserved | None:
-        state = self.ctx.state
+        state = self.ctx.state.read()
         if not state.ready:
             self.last = {"at": now, "skipped": "snapshot not synced yet"}
             return None

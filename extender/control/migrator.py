@@ -49,7 +49,7 @@ class Migrator:
 
     # ---- Controller ----
     def observe(self, now: float) -> Observed | None:
-        return observe(self.ctx.state, self.ctx.world, now, gpu_pods_only=False, last=self.last)
+        return observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
 
     def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
         if observed is None:

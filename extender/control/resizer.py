@@ -224,7 +224,7 @@ class Resizer:
         resources are not in the snapshot), each pod's job, the CPU the other pods request."""
         assert self.pods_on is not None
         estimates = self.ctx.tracker.snapshot()
-        pods, nodes, _ = self.ctx.state.control_view()
+        pods, nodes, _ = self.ctx.state.read().control_view()
         by_name = {n.name: n for n in nodes}
         labels = self.ctx.world.namespace_labels()
         out: list[NodeObserved] = []

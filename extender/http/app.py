@@ -150,7 +150,7 @@ def build_app(
     def note_unknown(verb: str, count: int, names: list[str]) -> None:
         if count:
             metrics.unknown_nodes.labels(verb).inc(count)
-            unknown = [_clip(n) for n in names if state.slot_of(n) < 0][:5]
+            unknown = [_clip(n) for n in names if state.read().slot_of(n) < 0][:5]
             log.warning("%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
                         verb, count, ", ".join(unknown))
 
@@ -239,20 +239,21 @@ def build_app(
         # Public (probes, anyone who reaches the port): no error texts, which name apiserver URLs.
         full = status()
         store = full.get("progress_store") or {"ok": True}
-        ready = state.ready and bool(store.get("ok", True))
+        ready = state.read().ready and bool(store.get("ok", True))
         watch = {kind: {k: w.get(k) for k in ("connected", "errors", "relists")}
                  for kind, w in (full.get("watch") or {}).items()}
-        return _json({"ready": ready, "synced": state.synced, "watch": watch,
+        return _json({"ready": ready, "synced": dict(state.read().synced()), "watch": watch,
                       "progress_store": store, "kube": full.get("kube")}, 200 if ready else 503)
 
     @app.get("/debug/status")
     async def debug_status() -> Response:
-        return _json({"ready": state.ready, "synced": state.synced, **status()})
+        return _json({"ready": state.read().ready, "synced": dict(state.read().synced()), **status()})
 
     @app.get("/metrics")
     async def prom_metrics() -> Response:
-        metrics.snapshot_nodes.set(len(state.nodes))
-        metrics.snapshot_pods.set(len(state.pods))
+        counts = state.read().counts()
+        metrics.snapshot_nodes.set(counts["nodes"])
+        metrics.snapshot_pods.set(counts["pods"])
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def off_loop(fn: Callable[[], Any]) -> bytes:

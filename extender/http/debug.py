@@ -6,8 +6,9 @@ per kind (sorted by key, resumed with `after=<last key>`), is built in the one t
 extender.http.app's one debug thread (so at most one debug computation competes with the verbs),
 which pauses every CHUNK entries (DutyCycle: without it, the event loop waited up to the 5 ms
 switch interval each time it needed the GIL, and prioritize's p50 went from 0.8 to 8.8 ms under
-a looping debug client), and reads the state without its lock: a page may mix facts from just before and just after a
-concurrent watch event, which is fine for a debugging view and never delays a verb.
+a looping debug client), and reads the state through its read-only view (ClusterState.read), each read a
+short copy under the state's lock: a page may mix facts from just before and just after a concurrent watch
+event, which is fine for a debugging view, and the lock is never held while a page is built.
 
 Who may call these at all is decided in extender.http.app (debug_access).
 """
@@ -115,38 +116,40 @@ def _num(x: float) -> float | None:
 
 
 def _node_entry(state: ClusterState, name: str, now: float, stale_after_s: float) -> dict[str, Any] | None:
-    info, i = state.nodes.get(name), state.slot_of(name)
-    if info is None or i < 0:
+    r = state.read().node_row(name)
+    if r is None:
         return None  # deleted since the page was chosen
-    age = now - float(state.sampled_at[i])
+    info = r.info
+    age = now - r.sampled_at
     fresh = bool(np.isfinite(age) and age <= stale_after_s)
     return {
         "ready": info.ready, "unschedulable": info.unschedulable, "labels": dict(info.labels),
-        "gpu_alloc": float(state.gpu_alloc[i]), "gpu_used": float(state.gpu_used[i]),
-        "cpu_alloc": float(state.cpu_alloc[i]), "cpu_used": float(state.cpu_used[i]),
-        "mem_alloc": float(state.mem_alloc[i]), "mem_used": float(state.mem_used[i]),
-        "gpu_util": [_num(x) for x in state.gpu_util[i]],
+        "gpu_alloc": r.gpu_alloc, "gpu_used": r.gpu_used,
+        "cpu_alloc": r.cpu_alloc, "cpu_used": r.cpu_used,
+        "mem_alloc": r.mem_alloc, "mem_used": r.mem_used,
+        "gpu_util": [_num(x) for x in r.gpu_util],
         "telemetry_age_s": age if np.isfinite(age) else None,
         "telemetry": "fresh" if fresh else "unknown",
-        "completing_gpus": float(state.completing_gpus[i]) if state.conv_known[i] > 0 else None,
+        "completing_gpus": r.completing_gpus,
     }
 
 
 def snapshot_page(state: ClusterState, q: SnapshotQuery, now: float, stale_after_s: float,
                   pause: Pause = _no_pause) -> dict[str, Any]:
     """One page; `pause` is called every CHUNK entries (extender.http.app passes a DutyCycle)."""
-    out: dict[str, Any] = {"ready": state.ready, "synced": dict(state.synced), "version": state.version,
-                           "counts": {"nodes": len(state.nodes), "pods": len(state.pods), "jobs": len(state.jobs)}}
+    read = state.read()
+    out: dict[str, Any] = {"ready": read.ready, "synced": dict(read.synced()), "version": read.version,
+                           "counts": read.counts()}
     more: dict[str, str] = {}
     if "nodes" in q.kinds:
-        names = [q.node] if q.node else list(state.nodes)
+        names = [q.node] if q.node else list(read.node_names())
         page, cursor = _page(names, q.after, q.limit, pause)
         entries = {n: _node_entry(state, n, now, stale_after_s) for n in _chunked(page, pause, 10)}
         out["nodes"] = {n: e for n, e in entries.items() if e is not None}
         if cursor:
             more["nodes"] = cursor
     if "pods" in q.kinds:
-        pods = {p.key: p for p in _chunked(list(state.pods.values()), pause)
+        pods = {p.key: p for p in _chunked(read.pods(), pause)
                 if (not q.namespace or p.namespace == q.namespace) and (not q.node or p.node == q.node)}
         page, cursor = _page(list(pods), q.after, q.limit, pause)
         out["pods"] = {k: {"uid": p.uid, "node": p.node or None, "phase": p.phase, "job": p.job,
@@ -157,14 +160,12 @@ def snapshot_page(state: ClusterState, q: SnapshotQuery, now: float, stale_after
         if cursor:
             more["pods"] = cursor
     if "jobs" in q.kinds:
-        jobs = dict(list(state.jobs.items()))
-        keys = [j for j in jobs if not q.namespace or j.startswith(q.namespace + "/")]
+        keys = [j for j in read.job_keys() if not q.namespace or j.startswith(q.namespace + "/")]
         page, cursor = _page(keys, q.after, q.limit, pause)
-        by_uid = state.pods
         out["jobs"] = {}
         for job in _chunked(page, pause, 20):
-            c = state.convergence.get(job)
-            keys_of = sorted(p.key for u in list(jobs[job]) if (p := by_uid.get(u)) is not None)
+            c = read.convergence(job)
+            keys_of = sorted(p.key for p in read.job_pods((job,))[job])
             out["jobs"][job] = {"pods": keys_of, "phase": c.phase.name.lower() if c else "unknown",
                                 "remaining_s": None if c is None or not np.isfinite(c.remaining_s)
                                 else c.remaining_s}
@@ -181,11 +182,11 @@ def explain_page(state: ClusterState, pod_key: str, nodes: Sequence[str], after:
     Nodes are taken in name order, page by page; within a page they are ranked as
     decide.explain ranks them (passing nodes first, best score first)."""
     ns, _, name = pod_key.partition("/")
-    found = next((p for p in _chunked(list(state.pods.values()), pause)
+    found = next((p for p in _chunked(state.read().pods(), pause)
                   if p.namespace == ns and p.name == name), None)
     if found is None:
         return None
-    page, cursor = _page(nodes or list(state.nodes), after, limit, pause)
+    page, cursor = _page(nodes or state.read().node_names(), after, limit, pause)
     rows: list[dict[str, Any]] = []
     for i in range(0, len(page), 100):
         pause()
@@ -197,14 +198,14 @@ def explain_page(state: ClusterState, pod_key: str, nodes: Sequence[str], after:
 
 def describe_unlocked(state: ClusterState, now: float, stale_after_s: float,
                       pause: Pause = _no_pause) -> dict[str, Any]:
-    """ClusterState.describe's shape (every node with its pods, every pod, every job), built
-    without the state's lock and in chunks: describe holds the lock for the whole build (about
-    0.5 s at 50,000 pods), and every verb waits for that lock (state.view)."""
+    """StateView.describe's shape (every node with its pods, every pod, every job), built from
+    short reads of the state's view and in chunks: describe holds the lock for the whole build
+    (about 0.5 s at 50,000 pods), and every verb waits for that lock (StateView.view)."""
     pods_on: dict[str, list[str]] = {}
-    for p in _chunked(list(state.pods.values()), pause):
+    for p in _chunked(state.read().pods(), pause):
         if p.node:
             pods_on.setdefault(p.node, []).append(p.key)
-    q = SnapshotQuery(limit=max(1, len(state.nodes), len(state.pods), len(state.jobs)))
+    q = SnapshotQuery(limit=max(1, *state.read().counts().values()))
     out = snapshot_page(state, q, now, stale_after_s, pause)
     for name, entry in out["nodes"].items():
         entry["pods"] = sorted(pods_on.get(name, ()))

@@ -1,5 +1,5 @@
 """What the status page (/ui) shows, gathered from the same sources as /debug/snapshot
-(ClusterState.describe), /v1/jobs (progress_api.job_summary over the progress store) and
+(StateView.describe), /v1/jobs (progress_api.job_summary over the progress store) and
 /debug/control (each loop's recent ticks). Rendering is extender.http.ui_render's job.
 
 Nothing here blocks on the network; the progress store is SQLite, so callers on the event loop
@@ -91,8 +91,8 @@ class StatusPage:
 
 def job_phase_counts(state: ClusterState) -> dict[str, int]:
     """Jobs with pods in the snapshot, by convergence phase ("unknown" for jobs that never reported)."""
-    conv = dict(state.convergence)
-    return dict(Counter((conv[j].phase.name.lower() if j in conv else "unknown") for j in list(state.jobs)))
+    conv = state.read().convergences()
+    return dict(Counter((conv[j].phase.name.lower() if j in conv else "unknown") for j in state.read().job_keys()))
 
 
 def thin_curve(steps: np.ndarray[Any, Any], values: np.ndarray[Any, Any], limit: int = CURVE_POINTS
@@ -130,7 +130,7 @@ def _actions(loops: Iterable[Any], limit: int) -> list[ActionRow]:
 def gather_status(state: ClusterState, store: ProgressStore, convergence: ConvergenceSettings, controllers: Any,
                   now: float, stale_s: float, max_jobs: int = 100, max_actions: int = 30) -> StatusPage:
     """The page's data. `controllers` is extender.control.runtime.Controllers or None."""
-    # Not state.describe: it holds the state's lock (and the verbs with it) for the whole build.
+    # Not StateView.describe: it holds the state's lock (and the verbs with it) for the whole build.
     snap = describe_unlocked(state, now, stale_s, DutyCycle())
     notes: list[str] = []
     nodes = [NodeRow(name=name, ready=bool(n["ready"]), unschedulable=bool(n["unschedulable"]),

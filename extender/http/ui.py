@@ -1,7 +1,7 @@
 """GET /ui: the read-only status page (nodes and their GPUs, jobs and their loss curves, the
 queue, recent control-loop actions), behind the debug gate like /debug/*.
 
-The data is gathered in a worker thread (ClusterState.describe and SQLite reads), so a page
+The data is gathered in a worker thread (StateView.describe and SQLite reads), so a page
 view does not hold up the verbs on the event loop.
 """
 

@@ -63,14 +63,16 @@ def _decide(state: ClusterState, view: NodeView, demand: PodDemand, cls: Workloa
     gathered into plain arrays. The filter alone (Stages.FILTER) gathers neither the migration
     origin nor the demand mix: only the score reads them."""
     scored = stages != Stages.FILTER
-    sharing = bool(state.shared) and demand.gpus > 0
+    reader = state.read()
+    shared = reader.shared()
+    sharing = bool(shared) and demand.gpus > 0
     known = _known_names(view) if sharing or (scored and origin) else []
     candidates = CandidateNodes(
         nodes=view.arrays,
         telemetry=view.telemetry,
         origin=np.array([n == origin for n in known], dtype=np.bool_) if scored and origin else None,
-        shared=shared_gpus(known, state.shared) if sharing else None,
-        mix=state.demand_mix() if scored and needs_demand_mix(policy.placement, cls, demand) else None,
+        shared=shared_gpus(known, shared) if sharing else None,
+        mix=reader.demand_mix() if scored and needs_demand_mix(policy.placement, cls, demand) else None,
         gather=view.take,
     )
     verdict = filter_and_score(candidates, demand, cls, policy.placement, stages)
@@ -109,12 +111,12 @@ class PodAsk:
         a Job/operator creates carries no annotation of ours)."""
         if self.migrated_from:
             return self.migrated_from
-        return state.migration_origin(job_key(self.meta), now) if state.migrations else None
+        return state.read().migration_origin(job_key(self.meta), now) if state.read().has_migrations() else None
 
     def verdict(self, state: ClusterState, names: Sequence[str], policy: Policy, now: float,
                 stages: Stages) -> tuple[NodeView, Verdict]:
         """This pod's verdict on the candidate names (their known rows) and the view it read."""
-        view = state.view(names, now, policy.stale_after_s, self.nominated)
+        view = state.read().view(names, now, policy.stale_after_s, self.nominated)
         origin = self.origin(state, now) if stages != Stages.FILTER else None
         return view, _decide(state, view, self.demand, self.workload, policy, stages, origin)
 
@@ -317,7 +319,7 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
         remembered = memo.scores_for(key, now, names)
         if remembered is not None:
             # Unknown candidates are counted and logged on every prioritize call, memo or not.
-            return ScoreAnswer(names, remembered, sum(state.slot_of(n) < 0 for n in names))
+            return ScoreAnswer(names, remembered, state.read().count_unknown(names))
     view, verdict = ask_of(args.pod, policy.gpu_resource).verdict(state, names, policy, now, Stages.SCORE)
     assert verdict.terms is not None  # Stages.SCORE always scores
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
@@ -330,7 +332,7 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     """Keep kube-scheduler's candidate nodes whose victims are cheapest to disturb."""
     if not args.victims:
         return {}
-    pods_by_uid = state.pods
+    pods_by_uid = state.read().pods_by_uid(uid for v in args.victims.values() for uid in v.uids)
     # Inference pods are never victims of flowsched's preemption: drop the candidate nodes whose
     # victim set holds one (flowsched may drop candidates, never edit a set).
     nodes = [n for n in args.victims if not any(
@@ -342,7 +344,7 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     for j, node in enumerate(nodes):
         for uid in args.victims[node].uids:
             p = pods_by_uid.get(uid)
-            conv = state.convergence.get(p.job) if p else None
+            conv = state.read().convergence(p.job) if p else None
             node_ix.append(j)
             # A victim the snapshot no longer holds, or holds terminating, is already on its way
             # out (kube-scheduler's cache lags the watch): disturbing it costs nothing more.
@@ -363,10 +365,10 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
 def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Policy, now: float
             ) -> list[dict[str, Any]]:
     """Per node: filter verdict and the score with its terms (for /debug/explain)."""
-    view = state.view(names, now, policy.stale_after_s)
+    view = state.read().view(names, now, policy.stale_after_s)
     demand = _demand(pod)
     cls = workload_class(pod.workload, pod.owner_kind)
-    origin = pod.migrated_from or state.migration_origin(pod.job, now)
+    origin = pod.migrated_from or state.read().migration_origin(pod.job, now)
     rows = iter(explanation(_decide(state, view, demand, cls, policy, Stages.BOTH, origin)))
     out: list[dict[str, Any]] = []
     for name, i in zip(names, view.idx.tolist(), strict=True):

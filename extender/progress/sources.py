@@ -51,7 +51,7 @@ def build_progress_store(settings: Settings) -> ProgressStore:
 def start_progress_sources(settings: Settings, state: ClusterState, store: ProgressStore, api_client: Any,
                            is_leader: Callable[[], bool]) -> ProgressSources:
     cfg = settings.progress_sources
-    pods = lambda: state.control_view()[0]  # noqa: E731 - an immutable copy taken under the state's lock
+    pods = lambda: state.read().control_view()[0]  # noqa: E731 - an immutable copy taken under the state's lock
     out = ProgressSources()
     if cfg.logs and api_client is not None:
         out.logs = LogFollower(

@@ -93,7 +93,7 @@ class TelemetryRefresher:
 
     def _apply(self, reading: TelemetryReading) -> None:
         st = self.status
-        known = set(self.state.nodes)
+        known = set(self.state.read().node_names())
         for name in known:
             t = reading.nodes.get(name)
             if t is not None:
@@ -124,7 +124,7 @@ class TelemetryRefresher:
         self.metrics.telemetry_refreshes.labels(self.source.name).inc()
 
     def unknown_now(self) -> int:
-        return self.state.count_telemetry_unknown(self.clock(), self.stale_s)
+        return self.state.read().count_telemetry_unknown(self.clock(), self.stale_s)
 
     def _count_unknown(self) -> None:
         self.status.nodes_unknown = self.unknown_now()

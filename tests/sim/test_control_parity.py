@@ -143,7 +143,7 @@ def service_side(tmp_path: Path, loops: list[str]) -> tuple[Migrator, Elastic]:
         if j.get("series"):
             store.add_points(j["ns"], j["name"], [ProgressPoint(step=e, value=v, timestamp=T0 + t)
                                                   for t, e, v in j["series"]])
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     settings = Settings(kube=False, controllers=loops)
     tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW)
     tracker.refresh_once()

@@ -120,7 +120,7 @@ def _state() -> ClusterState:
 
 
 def test_roles_and_running_jobs_from_the_snapshot() -> None:
-    pods, _, _ = _state().control_view()
+    pods, _, _ = _state().read().control_view()
     jobs = running_jobs(pods)
     assert set(jobs) == {"ml/tf"}
     assert sorted(role_of(p) for p in jobs["ml/tf"]) == [PS, WORKER, WORKER]
@@ -199,7 +199,7 @@ def test_the_service_reports_the_diagnosis_in_the_jobs_api(
                         diagnosis=DiagnosisConfig(enabled=True, interval_s=0.5, window_s=WINDOW_S))
     svc = build_service(settings)
     assert svc.diagnoser is not None
-    for p in _state().control_view()[0]:
+    for p in _state().read().control_view()[0]:
         svc.state.upsert_pod(p)
     auth = {"Authorization": "Bearer ml-token"}
     # A loopback peer: /debug/* answers only there (debug_access="loopback").
@@ -239,7 +239,7 @@ def test_per_pod_progress_finds_the_slow_replica(tmp_path: Path) -> None:
         state.upsert_pod(parse_pod(pod("tf-worker-2", gpus=2, node_name="gpu-a", namespace="ml", phase="Running",
                                        labels={"flowsched.io/job": "tf",
                                                "training.kubeflow.org/replica-type": "worker"})))
-        its = running_jobs(state.control_view()[0])["ml/tf"]
+        its = running_jobs(state.read().control_view()[0])["ml/tf"]
         steps = store.pod_steps("ml", "tf", now - 2 * WINDOW_S)
         assert set(steps) == set(rates)
         sig = job_signals("ml/tf", its, {}, store.history("ml", "tf"), now, WINDOW_S, steps)

@@ -337,7 +337,7 @@ def test_a_preemption_counts_on_from_the_jobs_restarts_never_resets_them() -> No
     actions = EvictingActions()
     adm = _admission(state, actions, Clock(100.0))
     world = _admission_world(100.0, migrations=1)  # both moved once before (the mark the watch brought back)
-    pods_of = {"t/r2": [state.pods["u-r2"]], "t/r1": [state.pods["u-r1"]]}
+    pods_of = {"t/r2": [state.read().pod("u-r2")], "t/r1": [state.read().pod("u-r1")]}
     preempts = [a for a in adm.plan(Observed(world, pods_of), 10) if a.kind == "preempt"]
     assert preempts and all(a.as_dict()["detail"]["count"] == 2 for a in preempts)
     assert adm.act(preempts[0], 100.0) == "evicted"
@@ -353,7 +353,7 @@ def _admission_loop(dry_run: bool, actions: Any, clock: Clock) -> tuple[ControlL
     state.upsert_pod(_job_pod("r1-0", "u-r1", "r1", node="a"))
     state.upsert_pod(_job_pod("r2-0", "u-r2", "r2", node="b"))
     adm = _admission(state, actions, clock)
-    pods_of = {"t/r1": [state.pods["u-r1"]], "t/r2": [state.pods["u-r2"]]}
+    pods_of = {"t/r1": [state.read().pod("u-r1")], "t/r2": [state.read().pod("u-r2")]}
 
     class Shell:  # the real Admission, on a World that stays the same (the victims are never replaced)
         name = "admission"

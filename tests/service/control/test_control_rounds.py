@@ -110,7 +110,7 @@ def _service_loops(pods: list[dict[str, Any]], nodes: dict[str, int], est: dict[
         state.upsert_node(parse_node(node(n, gpus=g)))
     for d in pods:
         state.upsert_pod(parse_pod(d))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     actions = FakeActions()
     clock = Clock(NOW)
     ctx = make_context(state, FakeTracker(est), actions, LogRecorder(),
@@ -190,10 +190,10 @@ def test_a_job_on_a_cordoned_node_is_held_not_replanned_as_waiting() -> None:
     state.upsert_node(parse_node(node("b", gpus=8)))
     for d in state_pods:
         state.upsert_pod(parse_pod(d))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     ctx = make_context(state, FakeTracker({"t/x": _est(Phase.GROWING)}), FakeActions(), LogRecorder(),
                        settings=Settings(kube=False, controllers=["elastic"]), clock=Clock(NOW))
-    pods, nodes, marks = state.control_view()
+    pods, nodes, marks = state.read().control_view()
     (x,) = ctx.world.build(pods, nodes, marks, NOW).jobs
     assert x.held_gpus == 0 and x.gpus_elsewhere == 4 and x.bound
     elastic = _factory("elastic")(ctx)

@@ -41,7 +41,7 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est] | None = None, nodes: i
         state.upsert_node(parse_node(node(f"n{k}", gpus=4)))
     for p in pods:
         state.upsert_pod(parse_pod(p))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     actions, rec = FakeActions(), LogRecorder()
     ctx = make_context(state, FakeTracker(est or {}), actions, rec)
     return Elastic(ctx, ElasticConfig(**{"las_power": 0.0, **cfg})), actions, rec, state
@@ -118,7 +118,7 @@ def test_a_plan_that_changes_only_the_batch_keeps_the_time_of_the_last_rescale()
     assert first["at"] == first["resized_at"] == 100.0
     again = act(2, 250.0)  # same size, new batch: a rebatch
     assert again["at"] == 250.0 and again["resized_at"] == 100.0
-    assert state.pod(pods[0]["metadata"]["uid"]).elastic_resized_at == 100.0  # type: ignore[union-attr]
+    assert state.read().pod(pods[0]["metadata"]["uid"]).elastic_resized_at == 100.0  # type: ignore[union-attr]
     # An annotation written before resized_at existed counts from its "at".
     assert parse_pod(worker("b", 0, "n1")).elastic_resized_at is None
     pods[0]["metadata"]["annotations"][PLAN] = json.dumps({"gpus": 2, "at": 7.0})

@@ -143,7 +143,7 @@ def _idle_shell(recorder: Any) -> tuple[Any, Any, list[tuple[str, float]], list[
     state.upsert_pod(parse_pod(pod("nb", gpus=1, node_name="n0", namespace="u", phase="Running", annotations={
         "flowsched.io/workload": "notebook", "flowsched.io/reclaim-idle": "1h"})))
     state.upsert_pod(parse_pod(pod("waiting", gpus=1, namespace="u", phase="Pending")))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     ctx = make_context(state, FakeTracker({}), Actions(), recorder, settings=Settings(kube=False),
                        clock=lambda: clock[0])
     loop = ControlLoop(IdleLoop(ctx), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60,

@@ -27,7 +27,7 @@ def state() -> ClusterState:
         s.upsert_node(parse_node(node(name, gpus=gpus)))
     s.upsert_pod(parse_pod(pod("busy", gpus=3, node_name="n1", phase="Running")))
     s.upsert_pod(parse_pod(pod("full", gpus=2, node_name="n3", phase="Running")))
-    s.synced = {"nodes": True, "pods": True}
+    s.mark_synced()
     return s
 
 
@@ -311,7 +311,7 @@ def test_oversized_body_is_413(client: TestClient) -> None:
 def test_health_ready_metrics_debug(client: TestClient, state: ClusterState) -> None:
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    state.synced["pods"] = False
+    state.mark_synced(("pods",), synced=False)
     assert client.get("/readyz").status_code == 503
     client.post("/filter", json=args_names(pod("p", gpus=1), ["n0", "ghost"]))
     text = client.get("/metrics").text

@@ -221,7 +221,7 @@ def cluster() -> ClusterState:
     s.upsert_pod(parse_pod(pod("a", gpus=2, node_name="n1", phase="Running", uid=UIDS[0])))
     s.upsert_pod(parse_pod(pod("b", gpus=1, node_name="n2", phase="Running", uid=UIDS[1],
                                annotations={"flowsched.io/checkpointable": "true"})))
-    s.synced = {"nodes": True, "pods": True}
+    s.mark_synced()
     return s
 
 

@@ -30,7 +30,7 @@ from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreS
 from extender.service import build_service
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
-from extender.snapshot.state import ClusterState
+from extender.snapshot.state import ClusterState, StateView
 from tests.k8s_factories import node, pod
 
 NOW = 1_000_000.0
@@ -43,7 +43,7 @@ def cluster() -> ClusterState:
     for name, gpus in [("n0", 4), ("n1", 4), ("n2", 8)]:
         s.upsert_node(parse_node(node(name, gpus=gpus)))
     s.upsert_pod(parse_pod(pod("busy", gpus=3, node_name="n1", phase="Running")))
-    s.synced = {"nodes": True, "pods": True}
+    s.mark_synced()
     return s
 
 
@@ -120,11 +120,24 @@ class BlockingState(ClusterState):
                 self.gate.set()
         threading.Thread(target=run, daemon=True).start()
 
+    def read(self) -> Any:
+        return _BlockingView(self, super().read())
+
+
+class _BlockingView:
+    """The state's view, but `ready` blocks while the state says block."""
+
+    def __init__(self, owner: BlockingState, inner: StateView) -> None:
+        self.owner, self.inner = owner, inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
     @property
     def ready(self) -> bool:
-        if self.block:
-            self.entered.set()
-            self.gate.wait(30)
+        if self.owner.block:
+            self.owner.entered.set()
+            self.owner.gate.wait(30)
         return True
 
 
@@ -132,7 +145,7 @@ def _blocking_state() -> BlockingState:
     s = BlockingState()
     for name in ("n0", "n1"):
         s.upsert_node(parse_node(node(name)))
-    s.synced = {"nodes": True, "pods": True}
+    s.mark_synced()
     return s
 
 
@@ -245,7 +258,7 @@ def test_3_readyz_is_503_when_the_store_cannot_be_written(tmp_path: Path) -> Non
     data = tmp_path / "data"
     svc = build_service(Settings(kube=False, progress_db=str(data / "p.sqlite")))
     c = TestClient(svc.app, client=LOOPBACK)
-    svc.state.synced = {"nodes": True, "pods": True}
+    svc.state.mark_synced()
     assert c.get("/readyz").status_code == 200
     for f in data.iterdir():
         f.unlink()

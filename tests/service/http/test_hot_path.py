@@ -35,7 +35,7 @@ def test_names_mode_replies_byte_for_byte() -> None:
     state = ClusterState()
     for name, gpus in (("a", 4), ("b", 1), ("c", 8)):
         state.upsert_node(parse_node(node(name, gpus=gpus)))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     client = TestClient(build_app(Settings(kube=False), state, build_metrics(), clock=lambda: 0.0))
     body = {"Pod": pod("p", gpus=2), "Nodes": None, "NodeNames": ["a", "b", "c", "zz"]}
     f = client.post("/filter", json=body)
@@ -170,7 +170,7 @@ def test_filter_ranked_verb_over_http() -> None:
     for name, gpus in (("a", 4), ("b", 1), ("c", 8)):
         state.upsert_node(parse_node(node(name, gpus=gpus)))
     state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     client = TestClient(build_app(Settings(kube=False, rank_keep=0), state, build_metrics(), clock=lambda: 0.0))
     body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "b", "c"]}
     # a: 1 of 4 GPUs free, the best fit (packing); c: 8 free; b: 1 free too, but a 1-GPU node.
@@ -195,7 +195,7 @@ def test_rank_margin_setting_reaches_the_ranked_filter() -> None:
     for name, gpus in (("a", 4), ("c", 8)):
         state.upsert_node(parse_node(node(name, gpus=gpus)))
     state.upsert_pod(parse_pod(pod("r", gpus=3, node_name="a", phase="Running")))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["a", "c"]}
     passed = {}
     for margin in (0, 10):
@@ -234,7 +234,7 @@ def test_rank_keep_one_by_default_leaves_kube_scheduler_a_single_node() -> None:
     state = ClusterState()
     for name in ("a", "b", "c"):
         state.upsert_node(parse_node(node(name, gpus=8)))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     body = {"Pod": pod("p", gpus=1), "Nodes": None, "NodeNames": ["b", "c", "a"]}  # three equal nodes
     passed = {}
     for keep in (None, 0):

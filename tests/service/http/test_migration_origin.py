@@ -54,23 +54,23 @@ def test_replacement_pod_scored_off_origin_until_ttl() -> None:
     assert before["n1"] == before["n2"]  # identical empty nodes
     state.upsert_pod(parse_pod(pod("train-0", "u1", "n1", mark(1000.0))))
     state.delete_pod("u1")  # evicted and gone: the record stays
-    assert state.migration_of("ns/train") is not None
+    assert state.read().migration_of("ns/train") is not None
     after = scores(state, replacement, now=1010.0)
     assert after["n1"] < after["n2"]
-    state.migration_ttl_s = 60.0
+    state.set_migration_ttl(60.0)
     assert scores(state, replacement, now=1061.0) == before  # expired
 
 
 def test_withdrawn_mark_forgets_the_record() -> None:
     state = ClusterState()
     state.upsert_pod(parse_pod(pod("train-0", "u1", "n1", mark(1000.0))))
-    assert state.migration_origin("ns/train", 1000.0) == "n1"
+    assert state.read().migration_origin("ns/train", 1000.0) == "n1"
     state.upsert_pod(parse_pod(pod("train-0", "u1", "n1")))  # the eviction was refused, mark removed
-    assert state.migration_of("ns/train") is None
+    assert state.read().migration_of("ns/train") is None
     # A newer mark from another pod of the job wins; an older one does not replace it.
     state.upsert_pod(parse_pod(pod("train-1", "u3", "n2", mark(2000.0, "n2", 2))))
     state.upsert_pod(parse_pod(pod("train-2", "u4", "n1", mark(1500.0, "n1", 1))))
-    m = state.migration_of("ns/train")
+    m = state.read().migration_of("ns/train")
     assert m is not None and m.origin == "n2" and m.count == 2
 
 
@@ -83,11 +83,11 @@ def test_a_partly_refused_eviction_keeps_the_record_of_the_pods_that_went() -> N
     state.upsert_pod(parse_pod(pod("train-a", "ua", "n1", mark(2000.0, "n1", 2))))  # marked, then evicted
     state.upsert_pod(parse_pod(pod("train-b", "ub", "n1", mark(2000.0, "n1", 2))))  # marked ...
     state.upsert_pod(parse_pod(pod("train-b", "ub", "n1")))  # ... refused: its mark withdrawn
-    m = state.migration_of("ns/train")
+    m = state.read().migration_of("ns/train")
     assert m is not None and (m.at, m.count) == (2000.0, 2)  # train-a went with it: the move stands
     state.delete_pod("ua")
-    assert state.migration_of("ns/train") == m
+    assert state.read().migration_of("ns/train") == m
     # A move refused for every pod leaves the job's earlier record, not none.
     state.upsert_pod(parse_pod(pod("train-b", "ub", "n1", mark(3000.0, "n1", 3))))
     state.upsert_pod(parse_pod(pod("train-b", "ub", "n1")))
-    assert state.migration_of("ns/train") == m
+    assert state.read().migration_of("ns/train") == m

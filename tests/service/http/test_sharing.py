@@ -180,7 +180,7 @@ def test_shared_pod_goes_where_physical_gpus_are_idle_in_fact() -> None:
     from tests.k8s_factories import pod
 
     s = _ts_state([85.0, 88.0], [3.0, 2.0])
-    assert isinstance(s, ClusterState) and set(s.shared) == {"a", "b"}
+    assert isinstance(s, ClusterState) and set(s.read().shared()) == {"a", "b"}
     policy = Policy(placement=PlacementSettings(), stale_after_s=60.0)
     args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["a", "b"], nodes=None)
     ans = decide_prioritize(s, args, policy, now=101.0)
@@ -206,7 +206,7 @@ def test_saturated_physical_gpus_reject_a_time_sliced_node() -> None:
     plain.upsert_node(parse_node({"metadata": {"name": "a"}, "status": {
         "allocatable": TIME_SLICED_ALLOC, "conditions": [{"type": "Ready", "status": "True"}]}}))
     plain.set_node_telemetry("a", [95.0, 97.0], [np.nan, np.nan], sampled_at=100.0)
-    assert not plain.shared
+    assert not plain.read().shared()
     assert decide_filter(plain, ExtenderArgs(pod=pod("p", gpus=1), node_names=["a"], nodes=None), policy,
                          now=101.0).passed == ["a"]
 
@@ -262,7 +262,7 @@ def test_gpu_pod_headroom_is_the_fragmentation_term_learnt_from_the_pods_seen() 
     s.upsert_pod(parse_pod(pod("on-y", gpus=3, node_name="y", phase="Running")))
     for i in range(6):  # the mix: mostly 4-GPU pods
         s.upsert_pod(parse_pod(pod(f"w{i}", gpus=4)))
-    assert not s.demand_mix().empty
+    assert not s.read().demand_mix().empty
     args = ExtenderArgs(pod=pod("p", gpus=1, owner=("PyTorchJob", "t")), node_names=["x", "y"], nodes=None)
     frag = decide_prioritize(s, args, Policy(placement=replace(PlacementSettings(), fragment=True),
                                              stale_after_s=60.0), now=1.0)
@@ -292,8 +292,8 @@ def test_state_learns_gpu_pods_when_seen_and_cpu_only_pods_once_bound_to_a_gpu_n
     s.upsert_pod(parse_pod(pod("g", gpus=2, cpu="4")))  # pending GPU pod: counted at once
     s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2")))  # pending CPU-only pod: node unknown yet
     s.upsert_pod(parse_pod(pod("elsewhere", gpus=0, cpu="2", node_name="cpu-only", phase="Running")))
-    assert s.mix_learner.counts == {PodKind(4000, 2, 1000): 1.0}
+    assert s.read().demand_counts() == {PodKind(4000, 2, 1000): 1.0}
     s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2", node_name="gpu", phase="Running")))  # now bound
     s.upsert_pod(parse_pod(pod("c", gpus=0, cpu="2", node_name="gpu", phase="Running")))  # counted once
     s.upsert_pod(parse_pod(pod("g", gpus=2, cpu="4", node_name="gpu", phase="Running")))
-    assert s.mix_learner.counts == {PodKind(4000, 2, 1000): 1.0, PodKind(2000, 0, 0): 1.0}
+    assert s.read().demand_counts() == {PodKind(4000, 2, 1000): 1.0, PodKind(2000, 0, 0): 1.0}

@@ -45,7 +45,7 @@ def small_cluster() -> ClusterState:
     state = ClusterState()
     for name in ("n0", "n1"):
         state.upsert_node(parse_node(node(name)))
-    state.synced = {"nodes": True, "pods": True}
+    state.mark_synced()
     return state
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from extender.snapshot.objects import ObjectError, parse_node, parse_pod, parse_quantity
-from extender.snapshot.state import ClusterState, JobConvergence, total_used
+from extender.snapshot.state import ClusterState, JobConvergence, NodeRow, total_used
 from scoring.convergence import Phase
 from tests.k8s_factories import node, pod
 
@@ -83,32 +83,38 @@ def _state_with(nodes: int = 3) -> ClusterState:
     return s
 
 
+def _row(s: ClusterState, name: str) -> NodeRow:
+    r = s.read().node_row(name)
+    assert r is not None
+    return r
+
+
 def _columns_match(s: ClusterState) -> None:
-    for name in s.nodes:
-        i = s.slot_of(name)
-        ref = total_used(s.pods, name)
-        assert s.gpu_used[i] == pytest.approx(ref.gpus)
-        assert s.cpu_used[i] == pytest.approx(ref.cpu_m)
-        assert s.mem_used[i] == pytest.approx(ref.mem)
+    for name in s.read().node_names():
+        r = _row(s, name)
+        ref = total_used(s.read().pods(), name)
+        assert r.gpu_used == pytest.approx(ref.gpus)
+        assert r.cpu_used == pytest.approx(ref.cpu_m)
+        assert r.mem_used == pytest.approx(ref.mem)
 
 
 def test_pod_added_bound_finished_deleted() -> None:
     s = _state_with()
     p = pod("a", gpus=2)
     s.upsert_pod(parse_pod(p))  # pending: holds nothing
-    assert s.gpu_used[s.slot_of("n0")] == 0
+    assert _row(s, "n0").gpu_used == 0
     p["spec"]["nodeName"] = "n0"
     s.upsert_pod(parse_pod(p))  # bound
-    assert s.gpu_used[s.slot_of("n0")] == 2
+    assert _row(s, "n0").gpu_used == 2
     _columns_match(s)
     p["status"]["phase"] = "Succeeded"
     s.upsert_pod(parse_pod(p))
-    assert s.gpu_used[s.slot_of("n0")] == 0
+    assert _row(s, "n0").gpu_used == 0
     p["status"]["phase"] = "Running"
     s.upsert_pod(parse_pod(p))
     s.delete_pod(p["metadata"]["uid"])
-    assert s.gpu_used[s.slot_of("n0")] == 0
-    assert "default/a" not in s.jobs
+    assert _row(s, "n0").gpu_used == 0
+    assert "default/a" not in s.read().job_keys()
     _columns_match(s)
 
 
@@ -117,28 +123,28 @@ def test_terminating_pod_still_holds_its_gpus() -> None:
     p = pod("a", gpus=1, node_name="n1", phase="Running")
     p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     s.upsert_pod(parse_pod(p))
-    assert s.gpu_used[s.slot_of("n1")] == 1
+    assert _row(s, "n1").gpu_used == 1
 
 
 def test_pods_seen_before_their_node_are_counted_when_it_arrives() -> None:
     s = _state_with(0)
     s.upsert_pod(parse_pod(pod("a", gpus=3, node_name="late", phase="Running")))
     s.upsert_node(parse_node(node("late", gpus=8)))
-    assert s.gpu_used[s.slot_of("late")] == 3
+    assert _row(s, "late").gpu_used == 3
 
 
 def test_node_allocatable_changes_and_deletion_reuses_slot() -> None:
     s = _state_with(2)
     s.upsert_node(parse_node(node("n0", gpus=8)))
-    assert s.gpu_alloc[s.slot_of("n0")] == 8
+    assert _row(s, "n0").gpu_alloc == 8
     s.upsert_node(parse_node(node("n0", gpus=8, ready=False)))
-    assert s.gpu_alloc[s.slot_of("n0")] == 0  # a NotReady node offers nothing
-    old = s.slot_of("n1")
+    assert _row(s, "n0").gpu_alloc == 0  # a NotReady node offers nothing
+    old = s.read().slot_of("n1")
     s.delete_node("n1")
-    assert s.slot_of("n1") == -1
+    assert s.read().slot_of("n1") == -1
     s.upsert_node(parse_node(node("n9", gpus=2)))
-    assert s.slot_of("n9") == old
-    assert s.gpu_used[old] == 0 and np.isnan(s.gpu_util[old]).all()
+    assert s.read().slot_of("n9") == old
+    assert _row(s, "n9").gpu_used == 0 and np.isnan(_row(s, "n9").gpu_util).all()
 
 
 def test_many_nodes_grow_columns() -> None:
@@ -146,7 +152,7 @@ def test_many_nodes_grow_columns() -> None:
     for i in range(300):
         s.upsert_pod(parse_pod(pod(f"p{i}", gpus=1 + i % 4, node_name=f"n{i}", phase="Running")))
     _columns_match(s)
-    assert s.gpu_used.sum() == sum(1 + i % 4 for i in range(300))
+    assert sum(_row(s, n).gpu_used for n in s.read().node_names()) == sum(1 + i % 4 for i in range(300))
 
 
 def test_relist_replaces_everything() -> None:
@@ -154,10 +160,10 @@ def test_relist_replaces_everything() -> None:
     s.upsert_pod(parse_pod(pod("gone", gpus=1, node_name="n0", phase="Running")))
     s.replace_all("nodes", [parse_node(node("n0")), parse_node(node("n5"))])
     s.replace_all("pods", [parse_pod(pod("new", gpus=2, node_name="n5", phase="Running"))])
-    assert set(s.nodes) == {"n0", "n5"}
-    assert set(p.name for p in s.pods.values()) == {"new"}
+    assert set(s.read().node_names()) == {"n0", "n5"}
+    assert set(p.name for p in s.read().pods()) == {"new"}
     _columns_match(s)
-    assert s.ready
+    assert s.read().ready
 
 
 def test_relabelled_pod_moves_between_jobs() -> None:
@@ -166,32 +172,33 @@ def test_relabelled_pod_moves_between_jobs() -> None:
     s.upsert_pod(parse_pod(p))
     p["metadata"]["labels"]["flowsched.io/job"] = "two"
     s.upsert_pod(parse_pod(p))
-    assert "default/one" not in s.jobs and s.jobs["default/two"] == {p["metadata"]["uid"]}
+    assert "default/one" not in s.read().job_keys()
+    assert {q.uid for q in s.read().job_pods(["default/two"])["default/two"]} == {p["metadata"]["uid"]}
 
 
 def test_completing_jobs_counted_per_node() -> None:
     s = _state_with()
     s.upsert_pod(parse_pod(pod("a", gpus=2, node_name="n0", phase="Running", labels={"flowsched.io/job": "j"})))
     s.upsert_pod(parse_pod(pod("b", gpus=1, node_name="n0", phase="Running")))
-    view = s.view(["n0"], now=0.0, stale_after_s=60)
+    view = s.read().view(["n0"], now=0.0, stale_after_s=60)
     assert np.isnan(view.arrays.completing_gpus[0])  # no progress data yet: unknown, not zero
     s.set_job_convergence("default/j", JobConvergence(Phase.COMPLETING, float("nan"), 0.0))
-    assert s.view(["n0"], 0.0, 60).arrays.completing_gpus[0] == 2
+    assert s.read().view(["n0"], 0.0, 60).arrays.completing_gpus[0] == 2
     s.set_job_convergence("default/j", JobConvergence(Phase.GROWING, 5000.0, 0.0))
-    assert s.view(["n0"], 0.0, 60).arrays.completing_gpus[0] == 0
+    assert s.read().view(["n0"], 0.0, 60).arrays.completing_gpus[0] == 0
     s.set_job_convergence("default/j", JobConvergence(Phase.GROWING, 60.0, 0.0))  # finishes within horizon
-    assert s.view(["n0"], 0.0, 60).arrays.completing_gpus[0] == 2
+    assert s.read().view(["n0"], 0.0, 60).arrays.completing_gpus[0] == 2
 
 
 def test_stale_telemetry_is_unknown_in_views() -> None:
     s = _state_with()
     assert s.set_node_telemetry("n0", [95, 95, 95, 95], [100, 100, 100, 100], sampled_at=100.0)
     assert not s.set_node_telemetry("nope", [1], [1], 100.0)
-    fresh = s.view(["n0", "n1"], now=110.0, stale_after_s=60)
+    fresh = s.read().view(["n0", "n1"], now=110.0, stale_after_s=60)
     assert fresh.arrays.gpu_util[0, 0] == 95 and np.isnan(fresh.arrays.gpu_util[1]).all()
-    stale = s.view(["n0"], now=200.0, stale_after_s=60)
+    stale = s.read().view(["n0"], now=200.0, stale_after_s=60)
     assert np.isnan(stale.arrays.gpu_util).all()
-    assert s.gpu_util[s.slot_of("n0"), 0] == 95  # the view masks; the stored sample is untouched
+    assert _row(s, "n0").gpu_util[0] == 95  # the view masks; the stored sample is untouched
 
 
 def test_pod_times_for_the_migrator() -> None:
@@ -234,14 +241,14 @@ def test_watch_defers_its_events_while_a_verb_is_answered_and_still_applies_them
     w = Watcher("pods", no_list, lambda *_a: Resp(), state, build_metrics(), gpu_resource="nvidia.com/gpu", resync_s=60,
                 watch_timeout_s=10, backoff_max_s=1, quiet=always_busy)
     w._watch("1", until=time.monotonic() + 60)
-    assert len(state.pods) == 3 and waits == [Watcher.DEFER_MAX_S] * 3  # each event waited, none dropped
+    assert state.read().counts()["pods"] == 3 and waits == [Watcher.DEFER_MAX_S] * 3  # each event waited, none dropped
     quiet = Watcher("pods", no_list, lambda *_a: Resp(), ClusterState(), build_metrics(), gpu_resource="nvidia.com/gpu",
                     resync_s=60, watch_timeout_s=10, backoff_max_s=1, quiet=None)
     quiet._watch("1", until=time.monotonic() + 60)
-    assert len(quiet.state.pods) == 3
+    assert quiet.state.read().counts()["pods"] == 3
 
     # A deletion is applied at once, never held: it frees GPUs kube-scheduler may be placing on.
     lines.append(orjson.dumps({"type": "DELETED", "object": pod("p0", node_name="n1", gpus=1)}))
     waits.clear()
     w._watch("1", until=time.monotonic() + 60)
-    assert len(state.pods) == 2 and waits == [Watcher.DEFER_MAX_S] * 3
+    assert state.read().counts()["pods"] == 2 and waits == [Watcher.DEFER_MAX_S] * 3

@@ -107,7 +107,7 @@ def test_prometheus_numbers_outage_and_recovery(tmp_path: Path, prom: Prometheus
         took = wait_for(lambda: _fresh_and_matching(client, expect), 30, "telemetry to match the exporters")
         print(f"\nfirst fresh telemetry after {took:.1f}s")
         # The snapshot holds what the exporters serve, memory included, with Prometheus' timestamps.
-        view = svc.state.view([BUSY, IDLE], time.time(), STALE_S)
+        view = svc.state.read().view([BUSY, IDLE], time.time(), STALE_S)
         assert view.arrays.fb_free_mib[0, :4].tolist() == [81920.0 - 70000.0] * 4
         assert view.arrays.fb_free_mib[1, :4].tolist() == [81920.0] * 4
         assert all(math.isnan(x) for x in view.arrays.gpu_util[0, 4:])  # only 4 GPUs exist

@@ -55,7 +55,7 @@ def _setup(ems: dict[str, DcgmExporterEmulator], clock: Clock, extra_nodes: tupl
 
 
 def _util(state: ClusterState, name: str, now: float) -> list[float]:
-    return state.view([name], now, STALE_S).arrays.gpu_util[0, :2].tolist()
+    return state.read().view([name], now, STALE_S).arrays.gpu_util[0, :2].tolist()
 
 
 def _counter(r: TelemetryRefresher, name: str, **labels: str) -> float:
@@ -68,8 +68,8 @@ def test_scrape_fills_the_snapshot_with_scrape_times(ems: dict[str, DcgmExporter
     state, r, _ = _setup(ems, clock, extra_nodes=("c",))
     assert r.refresh_once()
     assert _util(state, "a", clock.t) == [95.0, 95.0] and _util(state, "b", clock.t) == [0.0, 0.0]
-    assert state.view(["a"], clock.t, STALE_S).arrays.fb_free_mib[0, :2].tolist() == [21920.0, 21920.0]
-    assert state.describe(clock.t, STALE_S)["nodes"]["a"]["telemetry_age_s"] == 0.0
+    assert state.read().view(["a"], clock.t, STALE_S).arrays.fb_free_mib[0, :2].tolist() == [21920.0, 21920.0]
+    assert state.read().describe(clock.t, STALE_S)["nodes"]["a"]["telemetry_age_s"] == 0.0
     # "c" has no exporter: unknown, and counted as such.
     assert math.isnan(_util(state, "c", clock.t)[0]) and r.unknown_now() == 1
     assert r.pods == {"ml/train": {"gpus": [["a", 0], ["a", 1]], "util_pct": 95.0}}
