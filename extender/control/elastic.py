@@ -108,7 +108,7 @@ class Elastic:
     def _kubeflow(self, action: Action) -> str | None:
         """The Kubeflow job the pods belong to (their job-name label), as the snapshot has them now."""
         for ref in action.pods:
-            pod = self.ctx.state.pod(ref.uid)
+            pod = self.ctx.state.read().pod(ref.uid)
             if pod is not None and pod.labels.get(KUBEFLOW_JOB_LABEL):
                 return str(pod.labels[KUBEFLOW_JOB_LABEL])
         return None
