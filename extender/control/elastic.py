@@ -39,10 +39,10 @@ from extender.control.events import ObjectRef
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import Observed, observe, parse_range
+from extender.kube import requests
+from extender.kube.client import send
 from extender.kube.errors import PermanentError
-from extender.kube.requests import MERGE_PATCH
-from extender.kube.responses import map_api_error
-from extender.kube.rest import kube_request
+from extender.kube.responses import json_or_none, map_api_error, patch_applied
 from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
 from scoring.actions import Scale
 from scoring.control import ElasticLoopPlan
@@ -54,7 +54,6 @@ log = logging.getLogger("flowsched.elastic")
 PLAN = ELASTIC_PLAN
 REASON_PLAN = "FlowschedElasticPlan"
 REASON_SCALED = "FlowschedScaled"
-PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}"
 
 
 @dataclass
@@ -167,34 +166,35 @@ class Elastic:
         only) or "gone". The Master (if any) keeps its pods; Workers take the rest."""
         assert self.ctx.actions is not None
         api = self.ctx.actions.api_client
-        path = PYTORCHJOBS.format(ns=ns, name=name)
+        what = f"pytorchjob {ns}/{name}"
+        get = requests.get_pytorchjob(ns, name)
+        # None: not a PyTorchJob (or the CRD is absent): the pods carry the plan.
         try:
-            job = kube_request(api, "GET", path, timeout_s=10)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return "planned"  # not a PyTorchJob (or the CRD is absent): pods carry the plan
-            raise map_api_error(e, f"read pytorchjob {ns}/{name}") from e
+            job = json_or_none(get, send(api, get, timeout_s=10))
+        except Exception as e:  # a refusal or a transport failure: retried later or parked
+            raise map_api_error(e, f"read {what}") from e
+        if job is None:
+            return "planned"
         spec = job.get("spec") or {}
         specs = spec.get("pytorchReplicaSpecs") or {}
         policy = spec.get("elasticPolicy")
-        patch: dict[str, Any] = {"metadata": {"annotations": {PLAN: plan_json}}}
         workers = None
         if policy is not None and "Worker" in specs:
             masters = int((specs.get("Master") or {}).get("replicas") or 0)
             w_lo = int(policy.get("minReplicas") or 1)
             w_hi = int(policy.get("maxReplicas") or w_lo)
             workers = min(max(gpus // per_pod - masters, w_lo), w_hi)
-            if workers != int(specs["Worker"].get("replicas") or 0):
-                patch["spec"] = {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}
-        guard(f"patching pytorchjob {ns}/{name}")
+        scale = workers is not None and workers != int(specs["Worker"].get("replicas") or 0)
+        guard(f"patching {what}")
+        patch = requests.patch_pytorchjob(ns, name, annotations={PLAN: plan_json},
+                                          worker_replicas=workers if scale else None)
         try:
-            kube_request(api, "PATCH", path, patch, content_type=MERGE_PATCH,
-                         timeout_s=self.ctx.actions.write_timeout_s)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return "gone"
-            raise map_api_error(e, f"patch pytorchjob {ns}/{name}") from e
-        if "spec" not in patch:
+            resp = send(api, patch, timeout_s=self.ctx.actions.write_timeout_s)
+        except Exception as e:  # a transport failure (a status is classified by patch_applied)
+            raise map_api_error(e, f"patch {what}") from e
+        if not patch_applied(patch, resp, what=f"patch {what}"):
+            return "gone"
+        if not scale:
             return "planned"
         uid = str((job.get("metadata") or {}).get("uid") or "")
         guard(f"the {REASON_SCALED} Event of pytorchjob {ns}/{name}")

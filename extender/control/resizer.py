@@ -27,9 +27,10 @@ from prometheus_client import Counter, Gauge
 from extender.control.events import ObjectRef
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
+from extender.kube import requests
+from extender.kube.client import send
 from extender.kube.errors import PermanentError
-from extender.kube.responses import map_api_error
-from extender.kube.rest import kube_request
+from extender.kube.responses import classified, json_body, map_api_error, patch_applied
 from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
 from scoring.actions import Resize, ResizeHeld
 from scoring.convergence import Phase
@@ -47,7 +48,6 @@ CPU_SHRINK = "flowsched.io/cpu-shrink"  # "true": may go below what it started w
 RESIZE_CONTAINER = "flowsched.io/resize-container"  # which container (default: the first)
 CPU_ORIGINAL = "flowsched.io/cpu-original"  # written by flowsched before its first resize
 RESIZED_AT = "flowsched.io/cpu-resized-at"  # unix seconds of flowsched's last resize
-STRATEGIC = "application/strategic-merge-patch+json"
 PENDING_REASONS = ("Infeasible", "Deferred")
 
 PodSource = Callable[[str], list[dict[str, Any]]]  # node name -> pods on it (API JSON)
@@ -205,12 +205,13 @@ class Resizer:
     def _list_pods(self, node: str) -> list[dict[str, Any]]:
         if self.ctx.actions is None:
             return []
-        api = self.ctx.actions.api_client
-        path = f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"
+        what = f"list pods on {node}"
+        req = requests.list_pods_on_node(node)
         try:
-            items: list[dict[str, Any]] = kube_request(api, "GET", path, timeout_s=10).get("items") or []
-        except Exception as e:
-            raise map_api_error(e, f"list pods on {node}") from e
+            resp = send(self.ctx.actions.api_client, req, timeout_s=10)
+        except Exception as e:  # a transport failure: the interval is skipped
+            raise map_api_error(e, what) from e
+        items: list[dict[str, Any]] = json_body(req, classified(req, resp, what)).get("items") or []
         return items
 
     # ---- observing (the shell's reads) ----
@@ -307,28 +308,21 @@ class Resizer:
         resources: dict[str, Any] = {"requests": {"cpu": _fmt_m(a.to_m)}}
         if a.limit_ratio is not None:
             resources["limits"] = {"cpu": _fmt_m(a.to_m * a.limit_ratio)}
-        body = {"spec": {"containers": [{"name": a.container, "resources": resources}]}}
-        try:
-            self._patch_resize(ns, name, body)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return "gone"
-            raise map_api_error(e, f"resize {ns}/{name}") from e
+        if not self._patch_resize(ns, name, a.container, resources):
+            return "gone"
         self.ctx.recorder.record(ObjectRef(ns, name, a.uid), "FlowschedResized", action.reason, action="Resize")
         return "resized"
 
-    def _patch_resize(self, ns: str, name: str, body: dict[str, Any]) -> None:
+    def _patch_resize(self, ns: str, name: str, container: str, resources: dict[str, Any]) -> bool:
+        """The pod's resize subresource; False when the pod is gone."""
         assert self.ctx.actions is not None
-        api_client = self.ctx.actions.api_client
-        from kubernetes import client  # the client is only needed when acting
-
-        core = client.CoreV1Api(api_client)
-        if hasattr(core, "patch_namespaced_pod_resize"):
-            core.patch_namespaced_pod_resize(name, ns, body, field_manager="flowsched", _content_type=STRATEGIC,
-                                             _request_timeout=self.ctx.actions.write_timeout_s)
-        else:  # clients older than v33 have no method for the subresource
-            kube_request(api_client, "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/resize", body,
-                         content_type=STRATEGIC, timeout_s=self.ctx.actions.write_timeout_s)
+        what = f"resize {ns}/{name}"
+        req = requests.resize_pod(ns, name, container, resources)
+        try:
+            resp = send(self.ctx.actions.api_client, req, timeout_s=self.ctx.actions.write_timeout_s)
+        except Exception as e:  # a transport failure (a status is classified by patch_applied)
+            raise map_api_error(e, what) from e
+        return patch_applied(req, resp, what=what)
 
     def describe(self) -> dict[str, Any]:
         return {"settings": vars(self.settings), "headroom_m": self.headroom_m, "last_plan": self.last_plan,

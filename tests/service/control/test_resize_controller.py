@@ -14,6 +14,7 @@ from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import ControlLoop, ControlMetrics
 from extender.control.resizer import CPU_ORIGINAL, RESIZABLE, RESIZED_AT, Resizer, pod_row, resize_pending
+from extender.kube.requests import resize_pod
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
@@ -53,7 +54,13 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float],
     actions, rec = FakeActions(), LogRecorder()
     ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0], namespace_labels=labels)
     r = Resizer(ctx, ResizeSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
-    r._patch_resize = lambda ns, name, body: r.__dict__.setdefault("patched", []).append((ns, name, body))  # type: ignore[method-assign]
+
+    def patch(ns: str, name: str, container: str, resources: dict[str, Any]) -> bool:
+        # The body the resize subresource gets (extender.kube.requests.resize_pod).
+        r.__dict__.setdefault("patched", []).append((ns, name, resize_pod(ns, name, container, resources).body))
+        return True
+
+    r._patch_resize = patch  # type: ignore[method-assign]
     return r, actions, rec, state
 
 
