@@ -40,7 +40,7 @@ from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.control import Evict, Scale, plan_elastic_for
 from scoring.world import World
-from tests.control_fakes import FakeActions, make_context
+from tests.control_fakes import FakeActions, OneLoop, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 PROFILES = calibrated_profiles()
@@ -183,14 +183,14 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     control, eng = sim_side(loops)
     migrator, _ = service_side(tmp_path, list(loops))
     sim_world = control.builder.build(eng, NOW)
-    svc_obs = migrator.observe(T0 + NOW)
-    assert svc_obs is not None
-    assert comparable(svc_obs.world, T0) == comparable(sim_world, 0.0)
+    svc_world = migrator.world(T0 + NOW)
+    assert svc_world is not None
+    assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
     phases = {j.key: j.phase.name for j in sim_world.jobs}
     assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
 
     # The migrator, through each shell's whole path, one action of budget left.
-    svc_actions = migrator.plan(svc_obs, budget_left=1)
+    svc_actions = plan_at(migrator, T0 + NOW, budget_left=1)
     sim_actions = control.plan("migrator", sim_world, budget_left=1)
     assert all(isinstance(a, Evict) for a in sim_actions)
     assert [a.plan for a in svc_actions] == list(sim_actions)  # the same typed actions, field for field
@@ -204,7 +204,7 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     # The elastic optimizer, with the reported throughput cleared on both sides.
     if "elastic" in loops:
         core = control.settings
-        a_svc = plan_elastic_for(without_reports(svc_obs.world), core, migrator_on=True).actions
+        a_svc = plan_elastic_for(without_reports(svc_world), core, migrator_on=True).actions
         a_sim = plan_elastic_for(without_reports(sim_world), core, migrator_on=True).actions
         assert a_svc == a_sim
         assert all(isinstance(a, Scale) for a in a_sim)
@@ -255,11 +255,12 @@ def test_every_core_section_is_a_service_setting() -> None:
 
 
 def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_path: Path) -> None:
-    # One meaning of dry run: the simulator's round (scoring.kernel.run_round) and the service's
-    # ControlLoop plan the same typed actions, spend the same budget, and change nothing.
+    # One meaning of dry run: the simulator's round and the service's rounds runner (both
+    # scoring.kernel.run_round) plan the same typed actions, spend the same budget, and change nothing.
     from prometheus_client import CollectorRegistry
 
-    from extender.control.loop import DRY_RUN, ControlLoop, ControlMetrics
+    from extender.control.loop import ControlLoop, ControlMetrics
+    from scoring.kernel import DRY_RUN
 
     loops = ("migrator",)
     control, eng = sim_side(loops)
@@ -277,7 +278,7 @@ def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_pat
 
     lp = ControlLoop(migrator, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=True,
                      per_interval=1, per_hour=6, clock=lambda: T0 + NOW)
-    tick = lp.run_once()
+    tick = OneLoop(lp).run_once()
     assert [o.action.plan for o in tick.outcomes] == sim_planned != []
     assert [o.outcome for o in tick.outcomes] == [DRY_RUN]
     assert lp.budget.remaining(T0 + NOW) == control.budgets["migrator"].remaining(NOW) == {"interval": 0, "hour": 5}
