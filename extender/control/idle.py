@@ -95,7 +95,7 @@ class IdleLoop:
         idle_pods = tuple(IdlePod(key=p.key, namespace=p.namespace, workload=workload_class(p.workload, p.owner_kind),
                                   gpus=p.requests.gpus, reclaim=p.reclaim_idle, samples=samples.get(p.key, ()))
                           for p in holding)
-        labels = self.ctx.actions.namespace_labels() if self.ctx.actions is not None else {}
+        labels = self.ctx.world.namespace_labels()  # read fresh, as every loop's World
         return IdleObserved(now, idle_pods, {p.key: p for p in holding},
                             waiting_gpu_pods(pods, self.ctx.core.admission.gate), labels)
 
