@@ -308,6 +308,7 @@ class ControlRounds:
             return due
         for lp in self.loops:
             lp.backoff = {k: v for k, v in lp.backoff.items() if v[0] > now}
+            lp.carried = []  # a round that failed midway left its outcomes unread
         skipped: dict[str, str] = {}
         previous: list[str] = []  # the loop before: its spends are saved before the next World
 
