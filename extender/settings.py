@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     convergence: ConvergenceConfig = ConvergenceConfig()
     placement: PlacementConfig = PlacementConfig()
     # Control loops run in this process, each only while it holds the Lease (see ControlConfig).
-    controllers: list[Literal["migrator", "resizer", "elastic", "admission", "idle"]] = []
+    controllers: list[Literal["migrator", "resizer", "elastic", "admission", "idle", "remedies"]] = []
     control: ControlConfig = ControlConfig()
     migrator: MigratorConfig = MigratorConfig()
     resizer: ResizerConfig = ResizerConfig()

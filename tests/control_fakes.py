@@ -52,8 +52,49 @@ def make_context(state: Any, tracker: Any, actions: Any, recorder: Any, *, setti
 
 
 def plan_at(controller: Any, now: float, budget_left: int = 100) -> Any:
-    """What the ControlLoop does in one tick, minus acting: observe, then plan."""
-    return controller.plan(controller.observe(now), budget_left)
+    """What a round does for one loop, minus carrying out: the controller's World, the kernel's
+    plan (its Memory kept on the controller between calls, as the rounds runner keeps it), the
+    controller's record of the plan, and the actions bound to their pods."""
+    from scoring.kernel import Memory, plan_loop
+
+    world = controller.world(now)
+    if world is None:
+        return []
+    memory = controller.__dict__.get("_test_memory", Memory())
+    ctx = controller.ctx
+    plan = plan_loop(controller.name, memory.applied(world), ctx.core, memory, budget_left, ctx.settings.controllers)
+    controller.__dict__["_test_memory"] = plan.memory
+    controller.planned(plan)
+    return [controller.bind(a) for a in plan.actions]
+
+
+class OneLoop:
+    """The service's rounds runner (extender.control.loop.ControlRounds) over one loop, run at every
+    call of run_once() whatever its interval (the runner's schedule is tested on its own)."""
+
+    def __init__(self, loop: Any, core: Any = None, *, budget_store: Any = None, fresh_memory: bool = False) -> None:
+        import itertools
+
+        from extender.control.loop import ControlRounds
+
+        ticks = itertools.count(step=1_000_000_000)
+        self.loop, self.fresh_memory = loop, fresh_memory  # fresh_memory: each round forgets the last's notes
+        core = core if core is not None else loop.controller.ctx.core
+        self.rounds = ControlRounds([loop], core, loop.leader, loop.metrics, dry_run=loop.dry_run, clock=loop.clock,
+                                    mono=lambda: float(next(ticks)), budget_store=budget_store)
+
+    def run_once(self) -> Any:
+        """This round's tick of the loop (an empty one when it planned nothing or did not lead)."""
+        from extender.control.loop import Tick
+        from scoring.kernel import Memory
+
+        if self.fresh_memory:
+            self.rounds.memory = Memory()
+        before = list(self.loop.history)
+        self.rounds.run_round()
+        if len(self.loop.history) != len(before) or (before and self.loop.history[-1] is not before[-1]):
+            return self.loop.history[-1]
+        return Tick(at=self.loop.clock(), leader=bool(self.loop.leader.is_leader), dry_run=self.loop.dry_run)
 
 
 class MemoryBudgetStore:

@@ -5,7 +5,8 @@ Prometheus (extender.telemetry.pod_usage: cAdvisor and dcgm-exporter series), ea
 job's step rate and its trend from the progress store, and its shape (pods, nodes, PS/worker roles
 from the Kubeflow replica-type label) from the watched snapshot; diagnose each job with the
 control core's classifier (scoring.bottleneck); keep the latest diagnosis per job for the World
-(JobState.diagnosis), GET /v1/jobs/{ns}/{job} and the control loops; record a FlowschedBottleneck
+(JobState.diagnosis: the resizer's World and the remedies loop, extender/control/remedies.py),
+GET /v1/jobs/{ns}/{job}; record a FlowschedBottleneck
 Event on the job's first pod when its diagnosis changes; export the gauge
 flowsched_job_bottleneck{namespace,job,bottleneck} = confidence (one series per job).
 """
@@ -26,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender.control.events import EventRecorder, LogRecorder, ObjectRef, Recorder
 from extender.control.runtime import default_identity
+from extender.periodic import PeriodicRunner
 from extender.progress.store import JobHistory
 from extender.prometheus.config import DiagnosisConfig
 from extender.snapshot.objects import PodInfo
@@ -114,8 +116,7 @@ class BottleneckDiagnoser:
                                    ["quantity"], registry=registry)
         self._latest: dict[str, Diagnosis] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.runner = PeriodicRunner("bottleneck", self.refresh_once, config.interval_s, logger=log)
         self.last_errors: dict[str, str] = {}
 
     def get(self, job: str) -> Diagnosis | None:
@@ -175,23 +176,12 @@ class BottleneckDiagnoser:
         return {"jobs": {j: d.as_dict() for j, d in sorted(self.snapshot().items())},
                 "read_errors": dict(self.last_errors)}
 
-    # ---- the thread ----
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh_once()
-            except Exception:  # one bad round must not end diagnosis
-                log.exception("bottleneck diagnosis round failed")
-            self._stop.wait(self.config.interval_s)
-
+    # ---- the thread (one bad round never ends diagnosis: the runner logs it and goes on) ----
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="bottleneck", daemon=True)
-        self._thread.start()
+        self.runner.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.runner.stop(join_s=10)
 
 
 def build_diagnoser(settings: Any, state: ClusterState, store: Histories, api_client: Any,

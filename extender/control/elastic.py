@@ -1,10 +1,11 @@
 """The elastic controller: GPU counts for jobs that declare elasticity, planned by
 scoring.elastic.plan_elastic and published for their job controllers. See docs/elastic.md.
 
-observe(): the snapshot -> scoring.world.World. plan(): the control core's
-scoring.control.plan_elastic_for (opt-ins, namespace rules and composition with the migrator
-included; the same function the simulator runs) -> one Action per job whose size or batch
-changes. The core plans within the GPUs the elastic jobs may use (allocatable GPUs of ready
+world(): the snapshot -> scoring.world.World. The kernel's elastic plan (scoring.control.plan_elastic_for:
+opt-ins, namespace rules and composition with the migrator included; the same function the
+simulator runs, through scoring.kernel.run_round) gives one Scale per job whose size or batch
+changes; planned() sets the gauges from it.
+The core plans within the GPUs the elastic jobs may use (allocatable GPUs of ready
 nodes, minus those held by other jobs, minus, with reserve_pending, those asked for by waiting
 non-elastic pods); a job rescaled within `cooldown_s` (read from its pods' plan annotation, so
 any replica knows), or with pods terminating, is held at its size.
@@ -28,8 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -38,23 +38,23 @@ from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import Observed, observe, parse_range
+from extender.control.world_builder import PodsOf, observe, parse_range
+from extender.kube import requests
+from extender.kube.client import send
 from extender.kube.errors import PermanentError
-from extender.kube.requests import MERGE_PATCH
-from extender.kube.responses import map_api_error
-from extender.kube.rest import kube_request
+from extender.kube.responses import json_or_none, map_api_error, patch_applied
 from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
-from scoring.actions import Scale
+from scoring.actions import ControlAction, Scale
 from scoring.control import ElasticLoopPlan
-from scoring.kernel import Memory, plan_loop
+from scoring.kernel import Plan
 from scoring.settings import ElasticLoopSettings
+from scoring.world import World
 
 log = logging.getLogger("flowsched.elastic")
 
 PLAN = ELASTIC_PLAN
 REASON_PLAN = "FlowschedElasticPlan"
 REASON_SCALED = "FlowschedScaled"
-PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}"
 
 
 @dataclass
@@ -79,31 +79,30 @@ class Elastic:
     name: str = "elastic"
     last: dict[str, Any] = field(default_factory=dict)
 
+    pods_of: PodsOf = field(default_factory=dict)  # each job's pods, as the latest World had them
+
     def __post_init__(self) -> None:
         self.metrics = ElasticMetrics.build(self.ctx.registry)
-        self.migrator_on = "migrator" in self.ctx.settings.controllers
 
     # ---- Controller ----
-    def observe(self, now: float) -> Observed | None:
-        return observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=True, last=self.last)
-
-    def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
+    def world(self, now: float) -> World | None:
+        observed = observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=True, last=self.last)
         if observed is None:
-            return []
-        world = observed.world
-        core = replace(self.ctx.core, elastic=self.cfg)
-        plan = plan_loop("elastic", world, core, Memory(), budget_left, self.ctx.settings.controllers)
+            return None
+        self.pods_of = observed.pods_of
+        return observed.world
+
+    def bind(self, action: ControlAction) -> Action:
+        pods = self.pods_of.get(action.key, []) if isinstance(action, Scale) else []
+        return Action.of(action, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if not p.terminating))
+
+    def planned(self, plan: Plan) -> None:
+        """The /debug view and the planned-GPUs gauge, from the kernel's plan."""
         self.last = dict(plan.view)
         ep = plan.detail
         if isinstance(ep, ElasticLoopPlan) and ep.plan is not None:
             for j, d in zip(ep.jobs, ep.plan.decisions, strict=True):
                 self.metrics.planned.labels(j.key).set(d.gpus)
-        return [self._action(s, observed) for s in plan.actions if isinstance(s, Scale)]
-
-    @staticmethod
-    def _action(s: Scale, observed: Observed) -> Action:
-        pods = observed.pods_of.get(s.job, [])
-        return Action.of(s, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if not p.terminating))
 
     def _kubeflow(self, action: Action) -> str | None:
         """The Kubeflow job the pods belong to (their job-name label), as the snapshot has them now."""
@@ -167,34 +166,35 @@ class Elastic:
         only) or "gone". The Master (if any) keeps its pods; Workers take the rest."""
         assert self.ctx.actions is not None
         api = self.ctx.actions.api_client
-        path = PYTORCHJOBS.format(ns=ns, name=name)
+        what = f"pytorchjob {ns}/{name}"
+        get = requests.get_pytorchjob(ns, name)
+        # None: not a PyTorchJob (or the CRD is absent): the pods carry the plan.
         try:
-            job = kube_request(api, "GET", path, timeout_s=10)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return "planned"  # not a PyTorchJob (or the CRD is absent): pods carry the plan
-            raise map_api_error(e, f"read pytorchjob {ns}/{name}") from e
+            job = json_or_none(get, send(api, get, timeout_s=10))
+        except Exception as e:  # a refusal or a transport failure: retried later or parked
+            raise map_api_error(e, f"read {what}") from e
+        if job is None:
+            return "planned"
         spec = job.get("spec") or {}
         specs = spec.get("pytorchReplicaSpecs") or {}
         policy = spec.get("elasticPolicy")
-        patch: dict[str, Any] = {"metadata": {"annotations": {PLAN: plan_json}}}
         workers = None
         if policy is not None and "Worker" in specs:
             masters = int((specs.get("Master") or {}).get("replicas") or 0)
             w_lo = int(policy.get("minReplicas") or 1)
             w_hi = int(policy.get("maxReplicas") or w_lo)
             workers = min(max(gpus // per_pod - masters, w_lo), w_hi)
-            if workers != int(specs["Worker"].get("replicas") or 0):
-                patch["spec"] = {"pytorchReplicaSpecs": {"Worker": {"replicas": workers}}}
-        guard(f"patching pytorchjob {ns}/{name}")
+        scale = workers is not None and workers != int(specs["Worker"].get("replicas") or 0)
+        guard(f"patching {what}")
+        patch = requests.patch_pytorchjob(ns, name, annotations={PLAN: plan_json},
+                                          worker_replicas=workers if scale else None)
         try:
-            kube_request(api, "PATCH", path, patch, content_type=MERGE_PATCH,
-                         timeout_s=self.ctx.actions.write_timeout_s)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return "gone"
-            raise map_api_error(e, f"patch pytorchjob {ns}/{name}") from e
-        if "spec" not in patch:
+            resp = send(api, patch, timeout_s=self.ctx.actions.write_timeout_s)
+        except Exception as e:  # a transport failure (a status is classified by patch_applied)
+            raise map_api_error(e, f"patch {what}") from e
+        if not patch_applied(patch, resp, what=f"patch {what}"):
+            return "gone"
+        if not scale:
             return "planned"
         uid = str((job.get("metadata") or {}).get("uid") or "")
         guard(f"the {REASON_SCALED} Event of pytorchjob {ns}/{name}")

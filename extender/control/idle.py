@@ -1,8 +1,9 @@
 """The idle loop: GPUs held by pods that do not use them (docs/sharing.md, "Idle GPUs").
 
-observe(): the pods holding GPUs (from the snapshot) with their DCGM samples attributed to the
+world(): the pods holding GPUs (from the snapshot) with their DCGM samples attributed to the
 pod (written by the telemetry refresher), how many GPU pods wait, the namespaces' labels.
-plan(): the kernel's idle plan (scoring.kernel.plan_loop: scoring.idle.plan_idle) -> actions:
+The kernel's idle plan (scoring.kernel: scoring.idle.plan_idle, its idle times and warnings in
+the kernel's Memory) gives the actions; planned() sets the gauges:
 - `report` (an Event, no budget): a pod idle for window_s gets a FlowschedIdleGPU Event, once
   per idle spell; the flowsched_idle_gpu_pods and flowsched_idle_gpus gauges count them;
 - `warn` (an Event, no budget): an opted-in notebook (`flowsched.io/reclaim-idle: "2h"`) idle
@@ -10,8 +11,9 @@ plan(): the kernel's idle plan (scoring.kernel.plan_loop: scoring.idle.plan_idle
   apiserver accepted the Event (a refused one is a TemporaryError, and is planned again);
 - `evict` (budgeted): warned at least warning_s ago, while GPU pods wait, through the shared
   eviction path (extender/control/eviction.py), re-checking the opt-in on the pod as it is now.
-The loop (extender/control/loop.py) runs it only on the Lease holder, honours dry run (plans
-shown at /debug/idle, nothing sent) and the budget, which is the migrator's when both run.
+The rounds runner (extender/control/loop.py) runs it only on the Lease holder, honours dry run
+(plans shown at /debug/idle, nothing sent) and the budget, which is the migrator's when both run
+(scoring.kernel.SHARED_BUDGET).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.kube.errors import PermanentError, TemporaryError
 from extender.snapshot.objects import PodInfo
-from scoring.actions import IdleReport, IdleWarn, Reclaim
-from scoring.idle import IdleMemory, parse_duration_s, warning_delivered
-from scoring.kernel import Memory, plan_loop
+from scoring.actions import ControlAction, IdleReport, IdleWarn, Reclaim
+from scoring.idle import parse_duration_s
+from scoring.kernel import Plan
 from scoring.workload import workload_class
 from scoring.world import IdlePod, World
 
@@ -65,15 +67,23 @@ class IdleLoop:
     def __init__(self, ctx: ControlContext) -> None:
         self.ctx = ctx
         self.cfg = ctx.core.idle
-        self.memory = IdleMemory()
         self.idle_pods = Gauge("flowsched_idle_gpu_pods", "Pods whose GPUs stayed under the idle threshold "
                                "for the idle window", registry=ctx.registry)
         self.idle_gpus = Gauge("flowsched_idle_gpus", "GPUs held by idle pods", registry=ctx.registry)
         self.reclaimed = Counter("flowsched_idle_reclaimed", "Idle notebooks evicted to give their GPUs back",
                                  ["namespace"], registry=ctx.registry)
         self.last: dict[str, Any] = {}
+        self.info: Mapping[str, PodInfo] = {}  # "namespace/name" -> the pod, as the latest World had it
 
     # ---- Controller ----
+    def world(self, now: float) -> World | None:
+        observed = self.observe(now)
+        if observed is None:
+            return None
+        self.info = observed.info
+        return World(now, (), (), (), observed.namespace_labels, gpu_pods=observed.pods,
+                     gpu_pods_waiting=observed.waiting)
+
     def observe(self, now: float) -> IdleObserved | None:
         state = self.ctx.state.read()
         if not state.ready:
@@ -85,24 +95,19 @@ class IdleLoop:
         idle_pods = tuple(IdlePod(key=p.key, namespace=p.namespace, workload=workload_class(p.workload, p.owner_kind),
                                   gpus=p.requests.gpus, reclaim=p.reclaim_idle, samples=samples.get(p.key, ()))
                           for p in holding)
-        labels = self.ctx.actions.namespace_labels() if self.ctx.actions is not None else {}
+        labels = self.ctx.world.namespace_labels()  # read fresh, as every loop's World
         return IdleObserved(now, idle_pods, {p.key: p for p in holding},
                             waiting_gpu_pods(pods, self.ctx.core.admission.gate), labels)
 
-    def plan(self, observed: IdleObserved | None, budget_left: int) -> Sequence[Action]:
-        if observed is None:
-            return []
-        now = observed.now
-        world = World(now, (), (), (), observed.namespace_labels, gpu_pods=observed.pods,
-                      gpu_pods_waiting=observed.waiting)
-        plan = plan_loop("idle", world, self.ctx.core, Memory(idle=self.memory), budget_left)
-        self.memory = plan.memory.idle
-        # The gauges after the plan (the kernel sets no metric).
+    def bind(self, action: ControlAction) -> Action:
+        p = self.info.get(action.target)
+        return Action.of(action, self._ref(p) if p is not None else ())
+
+    def planned(self, plan: Plan) -> None:
+        """The gauges and the /debug view, from the kernel's plan."""
         self.idle_pods.set(len(plan.view.get("idle", ())))
         self.idle_gpus.set(float(plan.view.get("idle_gpus", 0.0)))
         self.last = dict(plan.view)
-        return [Action.of(a, self._ref(observed.info[a.pod])) for a in plan.actions
-                if isinstance(a, IdleReport | IdleWarn | Reclaim)]
 
     @staticmethod
     def _ref(p: PodInfo) -> tuple[PodRef, ...]:
@@ -129,8 +134,7 @@ class IdleLoop:
                 # after a warning the apiserver accepted.
                 raise TemporaryError(f"the {WARN_REASON} Event on {action.target} was not accepted",
                                      self.ctx.settings.control.retry_after_s)
-            self.memory = warning_delivered(self.memory, action.target, now)
-            return "recorded"
+            return "recorded"  # the kernel counts the warning from now (scoring.idle.warning_delivered)
         if not isinstance(action.plan, Reclaim):
             raise PermanentError(f"the idle loop cannot carry out {action.kind}")
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, action.pods, None,

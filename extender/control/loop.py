@@ -1,57 +1,60 @@
-"""ControlLoop: one controller's interval, only while this replica holds the Lease; ControlRounds runs them.
+"""The service's control rounds: each round, the kernel (scoring.kernel.run_round) plans every
+loop that is due and this shell carries out its typed actions; nothing here decides.
 
-A controller is three methods (see `Controller`): `observe(now)` gathers what it decides from
-(the shell's reads: snapshot, namespaces, pods), `plan(observed, budget_left)` returns the
-actions (a call into the pure control core, scoring.control), `act(action, now)` performs one
-and returns an outcome label or raises TemporaryError / PermanentError. The loop owns
-everything around them:
+A controller (see `Controller`) is what the service knows of one loop: `world(now)` builds its
+part of the World (the shell's reads: snapshot, namespaces, pods; None until there is a basis
+for a plan, TemporaryError to skip the interval), `bind(action)` names the pods a typed action
+is carried out on (as the World it planned from had them), `planned(plan)` sets its gauges and
+its /debug view from the kernel's plan, and `act(action, now)` performs one action and returns
+an outcome label or raises TemporaryError / PermanentError.
 
-- leadership: no plan, no action unless `leader.is_leader` (checked again before each action);
-- dry run: actions are planned, budgeted, logged and kept for /debug, never performed;
-- budgets (scoring.safety.Budget): at most per_interval actions a tick and per_hour in any
-  sliding hour; the planner is told how many are left;
-- back-off: a TemporaryError(delay) parks that action's key for delay seconds, a PermanentError
-  for permanent_backoff_s; a key in back-off is reported as such, not retried;
-- metrics: flowsched_control_actions_total{loop,action,outcome}, flowsched_control_ticks_total
-  {loop,result}, flowsched_control_leader{loop}; an exception in observe() or plan() is logged
-  and counted, the loop goes on (a TemporaryError from observe(), e.g. namespaces unreadable,
-  just skips the interval).
+`ControlRounds.run_round` owns the round: which loops are due (each at its own interval, on a
+monotonic clock), leadership (no plan unless `leader.is_leader`), the budgets (scoring.safety.Budget,
+one per loop and admission's preemptions, loaded from the budget store before the round and saved
+after every loop that carried an action out), the kernel's Memory between rounds, and one meaning of
+dry run (settings.safety.dry_run: planned, budgeted and noted, never carried out). The kernel asks
+for each loop's World as the earlier loops left it, and calls back `carry_out(loop, action)`.
 
-The service runs its loops in one thread, a round at a time (`ControlRounds`): every loop whose
-interval has come, in scoring.kernel.LOOP_ORDER (the elastic optimizer, admission, then the
-migrator), then the others. A later loop builds its World after an earlier one acted and sees
-that action (`on_acted` notes it for the World builder), as the simulator composes them; two
-loops never plan on the same snapshot at the same moment.
+Each `ControlLoop` is one loop's book around carrying out: leadership checked again before each
+action (one action is many API calls); back-off (a TemporaryError(delay) parks that action's key
+for delay seconds, a PermanentError for permanent_backoff_s; a parked key is reported `backoff`,
+not retried, and spends no budget); metrics flowsched_control_actions_total{loop,action,outcome},
+flowsched_control_ticks_total{loop,result}, flowsched_control_leader{loop}; the recent planned ticks
+and performed actions for /debug. An exception building a World or planning is logged and counted,
+the round goes on.
 
-Time comes from `clock` (wall seconds), so tests drive `run_once()` with a fake clock.
+Time comes from `clock` (wall seconds), so tests drive `run_round()` with a fake clock.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender.control.budget_store import BudgetStore
 from extender.kube.errors import PermanentError, TemporaryError
-from scoring.actions import ControlAction, render
+from extender.periodic import PeriodicRunner
+from scoring import kernel
+from scoring.actions import ControlAction, Preempt, render
+from scoring.kernel import BUDGET, DRY_RUN, PREEMPT_BUDGET, SKIPPED, Memory, Plan
 from scoring.safety import Budget
+from scoring.settings import CoreSettings
+from scoring.world import World
 
 log = logging.getLogger("flowsched.control")
 
-DRY_RUN = "dry_run"
-BUDGET = "budget_exhausted"
 BACKOFF = "backoff"
 RETRY = "retry_later"
 FAILED = "failed"
 NOT_LEADER = "lost_leadership"
+NOT_CARRIED = (BACKOFF, RETRY, FAILED, NOT_LEADER)  # the shell's labels for an action it did not carry out
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,11 @@ class Action:
 class Controller(Protocol):
     name: str
 
-    def observe(self, now: float) -> Any: ...
+    def world(self, now: float) -> World | None: ...
 
-    def plan(self, observed: Any, budget_left: int) -> Sequence[Action]: ...
+    def bind(self, action: ControlAction) -> Action: ...
+
+    def planned(self, plan: Plan) -> None: ...
 
     def act(self, action: Action, now: float) -> str: ...
 
@@ -150,6 +155,9 @@ class Tick:
 
 
 class ControlLoop:
+    """One loop's book: its interval, its budget, its back-offs, its recent ticks, and how one of
+    its actions is carried out (`carry_out`, the kernel's callback)."""
+
     def __init__(
         self,
         controller: Controller,
@@ -163,8 +171,7 @@ class ControlLoop:
         permanent_backoff_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
         history: int = 50,
-        on_acted: Callable[[Action, float], None] | None = None,  # performed, or would be (dry run)
-        budget_store: BudgetStore | None = None,
+        budgeted: bool = True,  # False: no budget of its own in the kernel's round (the remedies)
     ) -> None:
         self.controller, self.leader, self.metrics = controller, leader, metrics
         self.name = controller.name
@@ -172,121 +179,67 @@ class ControlLoop:
         self.permanent_backoff_s = permanent_backoff_s
         self.clock = clock
         self.budget = Budget(per_interval, per_hour)
-        # False when the budget is another loop's (idle reclamation spends the migrator's): only
-        # its owner starts a new interval, so the two together stay within per_interval.
-        self.owns_budget = True
-        self.on_acted = on_acted  # told of every action performed, or planned in a dry run (the World's notes)
-        # The hourly budget outlives this leader (budget_store.py): loaded before every plan (the
-        # Lease may have changed hands between two ticks), saved after every real action.
-        self.budget_store = budget_store
+        self.budgeted = budgeted
         self.backoff: dict[str, tuple[float, str]] = {}  # key -> (until, why)
         self.history: deque[Tick] = deque(maxlen=history)
         self.performed: deque[Outcome] = deque(maxlen=history)  # real actions only, newest last
+        # This round's carried-out (or skipped) outcomes, in the kernel's order, until tick().
+        self.carried: list[Outcome] = []
 
-    def _count(self, action: Action, outcome: str) -> None:
+    def count(self, action: Action, outcome: str) -> None:
         self.metrics.actions.labels(self.name, action.kind, outcome).inc()
 
-    def run_once(self) -> Tick:
-        now = self.clock()
-        leader = bool(self.leader.is_leader)
-        self.metrics.leader.labels(self.name).set(1.0 if leader else 0.0)
-        tick = Tick(at=now, leader=leader, dry_run=self.dry_run)
-        if not leader:
-            self.metrics.ticks.labels(self.name, "not_leader").inc()
-            return tick
-        if self.budget_store is not None:
-            try:
-                self.budget.restore(self.budget_store.load().get(self.name, ()), now)
-            except Exception as e:  # acting on a budget it cannot read could exceed it: plan nothing
-                log.warning("%s: interval skipped, the saved budget is unreadable: %s", self.name, e)
-                tick.error = f"saved budget unreadable: {e}"[:300]
-                self.metrics.ticks.labels(self.name, "error").inc()
-                self.history.append(tick)
-                return tick
-        if self.owns_budget:
-            self.budget.new_interval()
-        self.backoff = {k: v for k, v in self.backoff.items() if v[0] > now}
-        try:
-            observed = self.controller.observe(now)
-            planned = list(self.controller.plan(observed, self.budget.left(now)))
-        except TemporaryError as e:
-            log.info("%s: interval skipped: %s", self.name, e)
-            tick.error = str(e)[:300]
-            self.metrics.ticks.labels(self.name, "error").inc()
-            self.history.append(tick)
-            return tick
-        except Exception as e:
-            log.exception("%s: planning failed", self.name)
-            tick.error = f"{type(e).__name__}: {e}"[:300]
-            self.metrics.ticks.labels(self.name, "error").inc()
-            self.history.append(tick)
-            return tick
-        for action in planned:
-            tick.outcomes.append(self._one(action, now))
-        acted = any(o.outcome not in (DRY_RUN, BUDGET, BACKOFF) for o in tick.outcomes)
-        self.metrics.ticks.labels(self.name, "acted" if acted else ("planned" if planned else "idle")).inc()
-        if planned:
-            self.history.append(tick)
-        return tick
-
-    def _one(self, action: Action, now: float) -> Outcome:
+    def carry_out(self, plan: ControlAction, now: float) -> str:
+        """The kernel's callback for one action: the controller's act() within leadership and
+        back-off. Returns the outcome label (kernel.GONE when nothing was there) or kernel.SKIPPED
+        (parked, leadership lost, refused): a skipped action spends no budget."""
+        action = self.controller.bind(plan)
         parked = self.backoff.get(action.key)
         if parked is not None:
-            out = Outcome(action, BACKOFF, f"until {parked[0]:.0f}: {parked[1]}")
-        elif action.budgeted and not self.budget.allows(now):
-            out = Outcome(action, BUDGET, f"budget left {self.budget.remaining(now)}")
-        elif self.dry_run:
-            if action.budgeted:
-                self.budget.spend(now)
-            out = Outcome(action, DRY_RUN)
-            log.info("%s (dry run) would %s %s: %s", self.name, action.kind, action.target, action.reason)
-            # Noted as if done (in memory only), so the round's later loops plan on what acting
-            # would have left: a dry run previews the composition, not each loop alone.
-            self._note(action, now)
-        elif not self.leader.is_leader:
-            out = Outcome(action, NOT_LEADER)
-        else:
-            try:
-                result = self.controller.act(action, now)
-            except TemporaryError as e:
-                self.backoff[action.key] = (now + e.delay_s, str(e))
-                out = Outcome(action, RETRY, str(e))
-                log.info("%s: %s %s deferred %.0fs: %s", self.name, action.kind, action.target, e.delay_s, e)
-            except PermanentError as e:
-                self.backoff[action.key] = (now + self.permanent_backoff_s, str(e))
-                out = Outcome(action, FAILED, str(e))
-                log.warning("%s: %s %s failed: %s", self.name, action.kind, action.target, e)
-            except Exception as e:  # a controller bug: treat as permanent for this key, keep looping
-                log.exception("%s: %s %s raised", self.name, action.kind, action.target)
-                self.backoff[action.key] = (now + self.permanent_backoff_s, repr(e))
-                out = Outcome(action, FAILED, f"{type(e).__name__}: {e}"[:300])
+            return self._skip(Outcome(action, BACKOFF, f"until {parked[0]:.0f}: {parked[1]}"))
+        if not self.leader.is_leader:
+            return self._skip(Outcome(action, NOT_LEADER))
+        try:
+            result = self.controller.act(action, now)
+        except TemporaryError as e:
+            self.backoff[action.key] = (now + e.delay_s, str(e))
+            log.info("%s: %s %s deferred %.0fs: %s", self.name, action.kind, action.target, e.delay_s, e)
+            return self._skip(Outcome(action, RETRY, str(e)))
+        except PermanentError as e:
+            self.backoff[action.key] = (now + self.permanent_backoff_s, str(e))
+            log.warning("%s: %s %s failed: %s", self.name, action.kind, action.target, e)
+            return self._skip(Outcome(action, FAILED, str(e)))
+        except Exception as e:  # a controller bug: treat as permanent for this key, keep looping
+            log.exception("%s: %s %s raised", self.name, action.kind, action.target)
+            self.backoff[action.key] = (now + self.permanent_backoff_s, repr(e))
+            return self._skip(Outcome(action, FAILED, f"{type(e).__name__}: {e}"[:300]))
+        out = Outcome(action, result)
+        self.carried.append(out)
+        self.performed.append(out)
+        return result
+
+    def _skip(self, out: Outcome) -> str:
+        self.carried.append(out)
+        return SKIPPED
+
+    def tick(self, now: float, leader: bool, dry_run: bool, outcomes: Sequence[kernel.Outcome]) -> Tick:
+        """The round's tick of this loop from the kernel's outcomes: DRY_RUN and BUDGET are the
+        kernel's; every other one was carried out (or skipped) here, in the same order."""
+        tick = Tick(at=now, leader=leader, dry_run=dry_run)
+        carried = iter(self.carried)
+        self.carried = []
+        for o in outcomes:
+            if o.outcome in (DRY_RUN, BUDGET):
+                out = Outcome(self.controller.bind(o.action), o.outcome,
+                              f"budget left {self.budget.remaining(now)}" if o.outcome == BUDGET else "")
+                if o.outcome == DRY_RUN:
+                    log.info("%s (dry run) would %s %s: %s", self.name, out.action.kind, out.action.target,
+                             out.action.reason)
             else:
-                if action.budgeted:
-                    self.budget.spend(now)
-                    self._save_budget(now)
-                out = Outcome(action, result)
-                self.performed.append(out)
-                if result != "gone":  # nothing was there to change: nothing for the others to see
-                    self._note(action, now)
-        self._count(action, out.outcome)
-        return out
-
-    def _note(self, action: Action, now: float) -> None:
-        if self.on_acted is None:
-            return
-        try:
-            self.on_acted(action, now)
-        except Exception:  # the note is bookkeeping: never let it undo the outcome
-            log.exception("%s: noting %s %s failed", self.name, action.kind, action.target)
-
-    def _save_budget(self, now: float) -> None:
-        if self.budget_store is None:
-            return
-        try:
-            self.budget_store.save(self.name, self.budget.spent_times(now))
-        except Exception as e:  # the action is done; the in-memory budget still holds
-            log.warning("%s: could not save the budget (a restart would forget this action): %s", self.name, e)
-            self.metrics.budget_save_failures.labels(self.name).inc()
+                out = next(carried)
+            tick.outcomes.append(out)
+            self.count(out.action, out.outcome)
+        return tick
 
     def status(self) -> dict[str, Any]:
         """Read by the HTTP thread while the rounds' thread runs the loop: it iterates copies
@@ -301,56 +254,158 @@ class ControlLoop:
 
 
 class ControlRounds:
-    """Runs loops in one thread: each round, every loop whose interval has come, in `order`
-    (scoring.kernel.LOOP_ORDER first, then the others as configured). One loop's slow action
-    delays the others' round; that is the price of their never planning on the same snapshot.
-    The schedule runs on `mono` (a monotonic clock): a wall clock stepped back must not stop the
-    loops until it catches up."""
+    """The one rounds runner: each round, every loop whose interval has come, planned by the kernel
+    in scoring.kernel.LOOP_ORDER and carried out here. One loop's slow action delays the others'
+    round; that is the price of their never planning on the same snapshot. The schedule runs on
+    `mono` (a monotonic clock): a wall clock stepped back must not stop the loops until it catches up."""
 
-    def __init__(self, loops: Sequence[ControlLoop], order: Sequence[str],
-                 mono: Callable[[], float] = time.monotonic) -> None:
-        rank = {name: i for i, name in enumerate(order)}
-        self.loops = sorted(loops, key=lambda lp: rank.get(lp.name, len(rank)))  # stable: the rest keep their order
-        self.mono = mono
-        self._last = [-math.inf] * len(self.loops)  # when each loop last ran, on `mono`
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def __init__(self, loops: Sequence[ControlLoop], core: CoreSettings, leader: Leadership,
+                 metrics: ControlMetrics, *, dry_run: bool = True, clock: Callable[[], float] = time.time,
+                 mono: Callable[[], float] = time.monotonic, budget_store: BudgetStore | None = None) -> None:
+        rank = {name: i for i, name in enumerate(kernel.LOOP_ORDER)}
+        self.loops = sorted(loops, key=lambda lp: rank.get(lp.name, len(rank)))
+        self.by_name = {lp.name: lp for lp in self.loops}
+        self.core = replace(core, safety=replace(core.safety, dry_run=dry_run))  # one meaning of dry run
+        self.leader, self.metrics, self.dry_run = leader, metrics, dry_run
+        self.clock, self.mono = clock, mono
+        self.budget_store = budget_store
+        a = core.admission
+        # Admission's preemptions spend their own budget as well as the loop's (scoring.kernel).
+        self.preempt_budget = Budget(a.max_preemptions_per_interval, a.max_preemptions_per_hour)
+        self.memory = Memory()  # what the kernel remembers between rounds
+        self.last_round: kernel.Round | None = None
+        self._last = {lp.name: -math.inf for lp in self.loops}  # when each loop last ran, on `mono`
+        self.runner = PeriodicRunner("control-rounds", self.run_round, lambda _took: self._wait_s(), clock=self.mono)
 
-    def due(self, now: float) -> list[int]:
-        return [i for i, lp in enumerate(self.loops) if now - self._last[i] >= lp.interval_s - 1e-6]
+    def budgets(self) -> dict[str, Budget]:
+        out = {lp.name: lp.budget for lp in self.loops if lp.budgeted}
+        if "admission" in out:
+            out[PREEMPT_BUDGET] = self.preempt_budget
+        return out
+
+    def due(self, now: float) -> list[str]:
+        return [lp.name for lp in self.loops if now - self._last[lp.name] >= lp.interval_s - 1e-6]
 
     def run_round(self) -> list[str]:
-        """Runs the loops that are due, in order; returns their names."""
-        ran: list[str] = []
-        for i in self.due(self.mono()):
-            lp = self.loops[i]
-            self._last[i] = self.mono()
+        """Runs the loops that are due; returns their names."""
+        due = self.due(self.mono())
+        for name in due:
+            self._last[name] = self.mono()
+        if not due:
+            return []
+        now = self.clock()
+        leader = bool(self.leader.is_leader)
+        for name in due:
+            self.metrics.leader.labels(name).set(1.0 if leader else 0.0)
+        if not leader:
+            for name in due:
+                self.metrics.ticks.labels(name, "not_leader").inc()
+            return due
+        error = self._restore_budgets(now)
+        if error:
+            for name in due:
+                self._failed(name, now, error)
+            return due
+        for lp in self.loops:
+            lp.backoff = {k: v for k, v in lp.backoff.items() if v[0] > now}
+            lp.carried = []  # a round that failed midway left its outcomes unread
+        skipped: dict[str, str] = {}
+        previous: list[str] = []  # the loop before: its spends are saved before the next World
+
+        def world(loop: str) -> World | None:
+            self._save_budgets(previous[-1] if previous else None, now)
+            previous.append(loop)
             try:
-                lp.run_once()
-            except Exception:  # never let one loop stop the others
-                log.exception("%s: tick failed", lp.name)
-            ran.append(lp.name)
-        return ran
+                return self.by_name[loop].controller.world(now)
+            except TemporaryError as e:
+                log.info("%s: interval skipped: %s", loop, e)
+                skipped[loop] = str(e)[:300]
+            except Exception as e:
+                log.exception("%s: building the World failed", loop)
+                skipped[loop] = f"{type(e).__name__}: {e}"[:300]
+            return None
+
+        try:
+            done = kernel.run_round(world, due, self.budgets(), self.memory, self.core,
+                                    enabled=list(self.by_name),
+                                    carry_out=lambda loop, a: self.by_name[loop].carry_out(a, now))
+        except Exception as e:  # a planning bug: this round is lost, the next one plans afresh
+            log.exception("control round failed")
+            for name in due:
+                self._failed(name, now, f"{type(e).__name__}: {e}")
+            return due
+        self._save_budgets(previous[-1] if previous else None, now)
+        self.memory, self.last_round = done.memory, done
+        for name in due:
+            if name in skipped:
+                self._failed(name, now, skipped[name])
+            else:
+                self._record(name, now, done.plans.get(name), done.outcomes.get(name, ()))
+        return due
+
+    def _record(self, name: str, now: float, plan: Plan | None, outcomes: Sequence[kernel.Outcome]) -> None:
+        lp = self.by_name[name]
+        if plan is not None:
+            try:
+                lp.controller.planned(plan)  # gauges and the /debug view, from the kernel's plan
+            except Exception:
+                log.exception("%s: recording the plan failed", name)
+        tick = lp.tick(now, True, self.dry_run, outcomes)
+        acted = any(o.outcome not in (DRY_RUN, BUDGET, BACKOFF) for o in tick.outcomes)
+        self.metrics.ticks.labels(name, "acted" if acted else ("planned" if tick.outcomes else "idle")).inc()
+        if tick.outcomes:
+            lp.history.append(tick)
+
+    def _failed(self, name: str, now: float, error: str) -> None:
+        lp = self.by_name[name]
+        lp.history.append(Tick(at=now, leader=True, dry_run=self.dry_run, error=error))
+        self.metrics.ticks.labels(name, "error").inc()
+
+    def _restore_budgets(self, now: float) -> str:
+        """The hourly budgets outlive this leader (budget_store.py): loaded before every round (the
+        Lease may have changed hands since the last one). An unreadable store plans nothing: acting
+        on a budget it cannot read could exceed it."""
+        if self.budget_store is None:
+            return ""
+        try:
+            saved = self.budget_store.load()
+        except Exception as e:
+            log.warning("round skipped, the saved budgets are unreadable: %s", e)
+            return f"saved budget unreadable: {e}"[:300]
+        for key, b in self.budgets().items():
+            b.restore(saved.get(key, ()), now)
+        return ""
+
+    def _save_budgets(self, name: str | None, now: float) -> None:
+        """After a loop carried an action out: the budget it spent (and the preemptions') as it
+        stands. Dry-run spends are never saved: switching to --act must not find the hour spent."""
+        if self.budget_store is None or self.dry_run or name is None:
+            return
+        real = [o.action.plan for o in self.by_name[name].carried
+                if o.action.plan is not None and o.action.plan.budgeted and o.outcome not in NOT_CARRIED]
+        if not real:
+            return
+        budgets = self.budgets()
+        owner = kernel.SHARED_BUDGET.get(name)
+        keys = [owner if owner in self.by_name else name]  # the idle loop spends the migrator's
+        if any(isinstance(a, Preempt) for a in real):
+            keys.append(PREEMPT_BUDGET)
+        for key in keys:
+            try:
+                self.budget_store.save(key, budgets[key].spent_times(now))
+            except Exception as e:  # the action is done; the in-memory budget still holds
+                log.warning("%s: could not save the budget (a restart would forget this action): %s", key, e)
+                self.metrics.budget_save_failures.labels(name).inc()
 
     def _wait_s(self) -> float:
         """Until the next loop is due (no loops: a minute, to check the stop flag)."""
         now = self.mono()
-        nxt = min((last + lp.interval_s for last, lp in zip(self._last, self.loops, strict=True)), default=now + 60)
+        nxt = min((self._last[lp.name] + lp.interval_s for lp in self.loops), default=now + 60)
         return max(nxt - now, 0.05)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.run_round()
-            self._stop.wait(self._wait_s())
-
     def start(self) -> ControlRounds:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="control-rounds", daemon=True)
-        self._thread.start()
+        self.runner.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self.runner.stop(join_s=10)

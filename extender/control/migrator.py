@@ -1,8 +1,8 @@
 """The migrator (SpeCon): evicts slow-growing checkpointable jobs so waiting work can start.
 
-observe(): the snapshot -> scoring.world.World (extender/control/world_builder.py). plan(): the
-kernel's migrator plan (scoring.kernel.plan_loop) (safety rules and composition included) ->
-one Action per chosen job. act(): re-checks the opt-in on every pod, asks the apiserver
+world(): the snapshot -> scoring.world.World (extender/control/world_builder.py); the kernel's
+migrator plan (scoring.kernel, run by extender/control/loop.py ControlRounds; safety rules and
+composition included) gives one Evict per chosen job. act(): re-checks the opt-in on every pod, asks the apiserver
 whether every pod may go (dry-run evictions), marks the pods (annotation
 flowsched.io/migration, which every replica's pod watch turns into the job's origin record
 that the extender scores down), evicts them through policy/v1 Eviction, withdraws the mark if
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -25,10 +24,11 @@ from prometheus_client import Counter
 from extender.control.eviction import evict_job
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import Observed, observe
+from extender.control.world_builder import PodsOf, observe
 from extender.kube.errors import PermanentError
-from scoring.actions import Evict
-from scoring.kernel import Memory, plan_loop
+from scoring.actions import ControlAction, Evict
+from scoring.kernel import Plan
+from scoring.world import World
 
 log = logging.getLogger("flowsched.migrator")
 
@@ -46,23 +46,22 @@ class Migrator:
         self.freed = Counter("flowsched_migration_freed_gpus", "GPUs released by migrations",
                              registry=ctx.registry)
         self.last: dict[str, Any] = {}
+        self.pods_of: PodsOf = {}  # each job's pods, as the latest World had them
 
     # ---- Controller ----
-    def observe(self, now: float) -> Observed | None:
-        return observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
-
-    def plan(self, observed: Observed | None, budget_left: int) -> Sequence[Action]:
+    def world(self, now: float) -> World | None:
+        observed = observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
         if observed is None:
-            return []
-        world = observed.world
-        plan = plan_loop("migrator", world, self.ctx.core, Memory(), budget_left, self.ctx.settings.controllers)
-        self.last = dict(plan.view)
-        return [self._action(e, observed) for e in plan.actions if isinstance(e, Evict)]
+            return None
+        self.pods_of = observed.pods_of
+        return observed.world
 
-    @staticmethod
-    def _action(e: Evict, observed: Observed) -> Action:
-        pods = tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in observed.pods_of.get(e.job, []) if p.node)
-        return Action.of(e, pods)
+    def bind(self, action: ControlAction) -> Action:
+        pods = self.pods_of.get(action.key, []) if isinstance(action, Evict) else []
+        return Action.of(action, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if p.node))
+
+    def planned(self, plan: Plan) -> None:
+        self.last = dict(plan.view)
 
     def act(self, action: Action, now: float) -> str:
         e = action.plan

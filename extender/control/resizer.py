@@ -1,16 +1,17 @@
 """The resizer: FlowCon's elastic CPU configuration of co-located opted-in jobs, applied with
 the pod `resize` subresource (Kubernetes 1.33+; in-place, no restart). See docs/resizer.md.
 
-Per interval, observe(): for every node with opted-in pods (`flowsched.io/resizable: "true"`)
+Per interval, world(): for every node with opted-in pods (`flowsched.io/resizable: "true"`)
 in namespaces the safety rules allow (scoring.safety: excluded namespaces and the opt-out
 label, read fresh each interval), read those pods (one LIST per node, fieldSelector
 spec.nodeName: the snapshot does not keep annotations or per-container resources) into the
-planner's rows. plan(): the kernel's resizer plan (scoring.resize_loop over World.resize_nodes,
-with the convergence tracker's phase and progress), decreases first so the node has room for the raises.
+planner's rows. The kernel's resizer plan (scoring.resize_loop over World.resize_nodes, with the
+convergence tracker's phase and progress; the pending resizes already reported in its Memory)
+gives the actions, decreases first so the node has room for the raises; planned() sets the metrics.
 `act` writes the pod's original request and the time into annotations (once / each time), then
 PATCHes pods/{name}/resize, and records a FlowschedResized Event. A resize the kubelet reports
 as PodResizePending (Infeasible or Deferred; `status.resize` before 1.33) is reported once with
-an Event (an unbudgeted notice from plan(), so a dry run writes none) and a metric, and that pod
+an Event (an unbudgeted notice, so a dry run writes none) and a metric, and that pod
 is left alone while the condition stands: never retried in a loop. GPUs are never resized.
 """
 
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -27,15 +28,15 @@ from prometheus_client import Counter, Gauge
 from extender.control.events import ObjectRef
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
+from extender.kube import requests
+from extender.kube.client import send
 from extender.kube.errors import PermanentError
-from extender.kube.responses import map_api_error
-from extender.kube.rest import kube_request
+from extender.kube.responses import classified, json_body, map_api_error, patch_applied
 from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
-from scoring.actions import Resize, ResizeHeld
+from scoring.actions import ControlAction, Resize, ResizeHeld
 from scoring.convergence import Phase
-from scoring.kernel import Memory, plan_loop
+from scoring.kernel import Plan
 from scoring.safety import namespace_refusal
-from scoring.settings import ResizerLoopSettings
 from scoring.world import ResizeNode, ResizeRow, World
 
 log = logging.getLogger("flowsched.resizer")
@@ -47,7 +48,6 @@ CPU_SHRINK = "flowsched.io/cpu-shrink"  # "true": may go below what it started w
 RESIZE_CONTAINER = "flowsched.io/resize-container"  # which container (default: the first)
 CPU_ORIGINAL = "flowsched.io/cpu-original"  # written by flowsched before its first resize
 RESIZED_AT = "flowsched.io/cpu-resized-at"  # unix seconds of flowsched's last resize
-STRATEGIC = "application/strategic-merge-patch+json"
 PENDING_REASONS = ("Infeasible", "Deferred")
 
 PodSource = Callable[[str], list[dict[str, Any]]]  # node name -> pods on it (API JSON)
@@ -190,12 +190,10 @@ class ResizerMetrics:
 @dataclass
 class Resizer:
     ctx: ControlContext
-    settings: ResizerLoopSettings
-    headroom_m: float = 0.0
     pods_on: PodSource | None = None
     name: str = "resizer"
     last_plan: dict[str, Any] = field(default_factory=dict)
-    reported: dict[str, str] = field(default_factory=dict)  # pod uid -> pending reason already reported
+    reported: dict[str, str] = field(default_factory=dict)  # pod uid -> pending reason reported (the kernel's memory)
 
     def __post_init__(self) -> None:
         self.metrics = ResizerMetrics.build(self.ctx.registry)
@@ -205,12 +203,13 @@ class Resizer:
     def _list_pods(self, node: str) -> list[dict[str, Any]]:
         if self.ctx.actions is None:
             return []
-        api = self.ctx.actions.api_client
-        path = f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}"
+        what = f"list pods on {node}"
+        req = requests.list_pods_on_node(node)
         try:
-            items: list[dict[str, Any]] = kube_request(api, "GET", path, timeout_s=10).get("items") or []
-        except Exception as e:
-            raise map_api_error(e, f"list pods on {node}") from e
+            resp = send(self.ctx.actions.api_client, req, timeout_s=10)
+        except Exception as e:  # a transport failure: the interval is skipped
+            raise map_api_error(e, what) from e
+        items: list[dict[str, Any]] = json_body(req, classified(req, resp, what)).get("items") or []
         return items
 
     # ---- observing (the shell's reads) ----
@@ -254,8 +253,8 @@ class Resizer:
         diagnoses = self.ctx.world.diagnoses() if self.ctx.world.diagnoses is not None else {}
         return Observed(now, out, dict(estimates), dict(diagnoses))
 
-    # ---- planning (the kernel's resizer plan, scoring.resize_loop) ----
-    def world(self, observed: Observed) -> World:
+    # ---- the World (the kernel plans from it: scoring.resize_loop) ----
+    def world_of(self, observed: Observed) -> World:
         """The World the kernel plans the resizer from: each node's rows as plain data."""
         est, diag = observed.estimates, observed.diagnoses
         nodes = tuple(ResizeNode(nd.node, nd.allocatable_m, nd.others_m, tuple(
@@ -266,14 +265,15 @@ class Resizer:
             for r in nd.rows), dict(nd.skipped)) for nd in observed.nodes)
         return World(observed.now, (), (), (), resize_nodes=nodes)
 
-    def plan(self, observed: Observed, budget_left: int) -> Sequence[Action]:
-        core = replace(self.ctx.core, resizer=replace(
-            self.ctx.core.resizer, beta=self.settings.beta, min_step_m=self.settings.min_step_m,
-            hysteresis=self.settings.hysteresis, cooldown_s=self.settings.cooldown_s,
-            min_cpu_m=self.settings.min_cpu_m, headroom_m=self.headroom_m))
-        plan = plan_loop("resizer", self.world(observed), core, Memory(resize_reported=self.reported), budget_left)
+    def world(self, now: float) -> World:
+        return self.world_of(self.observe(now))
+
+    def bind(self, action: ControlAction) -> Action:
+        return Action.of(action)
+
+    def planned(self, plan: Plan) -> None:
+        """The metrics and the /debug view, from the kernel's plan (the kernel sets none)."""
         self.reported = dict(plan.memory.resize_reported)
-        # The metrics after the plan (the kernel sets none).
         for a in plan.actions:
             if isinstance(a, ResizeHeld):
                 self.metrics.pending.labels(a.pending).inc()
@@ -282,9 +282,8 @@ class Resizer:
             for pod in nd["pods"].values():
                 self.metrics.planned.labels(str(pod["why"]).lower()).inc()
             self.metrics.cpu_requested.labels(node_name).set(float(nd["requested_m"]))
-        self.last_plan = {"at": observed.now, "nodes": {k: {x: y for x, y in v.items() if x != "requested_m"}
-                                                        for k, v in nodes.items()}}
-        return [Action.of(a) for a in plan.actions if isinstance(a, Resize | ResizeHeld)]
+        self.last_plan = {"at": plan.view.get("at"), "nodes": {k: {x: y for x, y in v.items() if x != "requested_m"}
+                                                               for k, v in nodes.items()}}
 
     # ---- acting ----
     def act(self, action: Action, now: float) -> str:
@@ -307,39 +306,29 @@ class Resizer:
         resources: dict[str, Any] = {"requests": {"cpu": _fmt_m(a.to_m)}}
         if a.limit_ratio is not None:
             resources["limits"] = {"cpu": _fmt_m(a.to_m * a.limit_ratio)}
-        body = {"spec": {"containers": [{"name": a.container, "resources": resources}]}}
-        try:
-            self._patch_resize(ns, name, body)
-        except Exception as e:
-            if getattr(e, "status", None) == 404:
-                return "gone"
-            raise map_api_error(e, f"resize {ns}/{name}") from e
+        if not self._patch_resize(ns, name, a.container, resources):
+            return "gone"
         self.ctx.recorder.record(ObjectRef(ns, name, a.uid), "FlowschedResized", action.reason, action="Resize")
         return "resized"
 
-    def _patch_resize(self, ns: str, name: str, body: dict[str, Any]) -> None:
+    def _patch_resize(self, ns: str, name: str, container: str, resources: dict[str, Any]) -> bool:
+        """The pod's resize subresource; False when the pod is gone."""
         assert self.ctx.actions is not None
-        api_client = self.ctx.actions.api_client
-        from kubernetes import client  # the client is only needed when acting
-
-        core = client.CoreV1Api(api_client)
-        if hasattr(core, "patch_namespaced_pod_resize"):
-            core.patch_namespaced_pod_resize(name, ns, body, field_manager="flowsched", _content_type=STRATEGIC,
-                                             _request_timeout=self.ctx.actions.write_timeout_s)
-        else:  # clients older than v33 have no method for the subresource
-            kube_request(api_client, "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/resize", body,
-                         content_type=STRATEGIC, timeout_s=self.ctx.actions.write_timeout_s)
+        what = f"resize {ns}/{name}"
+        req = requests.resize_pod(ns, name, container, resources)
+        try:
+            resp = send(self.ctx.actions.api_client, req, timeout_s=self.ctx.actions.write_timeout_s)
+        except Exception as e:  # a transport failure (a status is classified by patch_applied)
+            raise map_api_error(e, what) from e
+        return patch_applied(req, resp, what=what)
 
     def describe(self) -> dict[str, Any]:
-        return {"settings": vars(self.settings), "headroom_m": self.headroom_m, "last_plan": self.last_plan,
+        return {"settings": asdict(self.ctx.core.resizer), "last_plan": self.last_plan,
                 "pending_reported": dict(self.reported)}
 
 
 def build(ctx: ControlContext) -> Resizer:
-    cfg = getattr(ctx.settings, "resizer", None)
-    if cfg is None:
-        return Resizer(ctx, ResizerLoopSettings())
-    return Resizer(ctx, cfg, headroom_m=cfg.headroom_m)
+    return Resizer(ctx)
 
 
 __all__ = ["CPU_MAX", "CPU_MIN", "CPU_SHRINK", "RESIZABLE", "Resizer", "build", "pod_row", "resize_pending"]

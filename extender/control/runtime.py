@@ -1,9 +1,12 @@
-"""Builds the leader elector and the enabled loops for the service, and the /debug routes.
+"""Builds the leader elector, the enabled loops and their one rounds runner for the service, and
+the /debug routes.
 
 Controllers are found by name in FACTORIES ("module:function"); a factory takes a
-ControlContext and returns a Controller. Adding a loop = one line here, a settings class in
-scoring/settings.py (a LoopSettings) with a field of CoreSettings named like the controller, and
-the name in Settings.controllers' Literal.
+ControlContext and returns a Controller (extender/control/loop.py: how to build its part of the
+World and how to carry out its action kinds). The plans are the kernel's (scoring.kernel): adding
+a loop = its plan in the kernel, one line here, a settings class in scoring/settings.py (a
+LoopSettings) with a field of CoreSettings named like the controller, and the name in
+Settings.controllers' Literal.
 """
 
 from __future__ import annotations
@@ -25,15 +28,13 @@ from extender.control.budget_store import BudgetStore, LeaseBudgetStore
 from extender.control.events import EventRecorder, LogRecorder, Recorder
 from extender.control.kube_actions import KubeActions
 from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
-from extender.control.loop import Action, Controller, ControlLoop, ControlMetrics, ControlRounds, Leadership
+from extender.control.loop import Controller, ControlLoop, ControlMetrics, ControlRounds, Leadership
 from extender.control.world_builder import WorldBuilder
 from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
 from extender.settings import Settings
 from extender.snapshot.state import ClusterState
-from scoring.actions import Evict, Preempt, Scale
 from scoring.bottleneck import Diagnosis
-from scoring.kernel import LOOP_ORDER
 from scoring.settings import CoreSettings
 
 log = logging.getLogger("flowsched.control")
@@ -44,6 +45,7 @@ FACTORIES: dict[str, str] = {
     "elastic": "extender.control.elastic:build",
     "admission": "extender.control.admission:build",
     "idle": "extender.control.idle:build",
+    "remedies": "extender.control.remedies:build",
 }
 
 
@@ -89,28 +91,16 @@ def _factory(name: str) -> Callable[[ControlContext], Controller]:
     return f
 
 
-def note_for(world: WorldBuilder) -> Callable[[Action, float], None]:
-    """What an action (performed, or planned in a dry run) tells the World builder: later loops
-    see it before the watch does."""
-    def note(action: Action, now: float) -> None:
-        a = action.plan
-        if isinstance(a, Scale) and a.kind in ("scale-up", "scale-down"):
-            world.note_scaled(a.job, now, a.gpus, a.per_pod)
-        elif isinstance(a, Evict | Preempt):
-            world.note_evicted(a.job, now, a.count)
-    return note
-
-
 @dataclass
 class Controllers:
-    loops: list[ControlLoop]
+    rounds: ControlRounds  # the one runner of the loops' rounds (its thread: control-rounds)
     elector: LeaderElector | None
     leader: Leadership
     controllers: dict[str, Controller] = field(default_factory=dict)
-    rounds: ControlRounds = field(init=False)  # the one thread that runs the loops
 
-    def __post_init__(self) -> None:
-        self.rounds = ControlRounds(self.loops, LOOP_ORDER)
+    @property
+    def loops(self) -> list[ControlLoop]:
+        return self.rounds.loops
 
     def start(self) -> None:
         if self.elector is not None:
@@ -168,26 +158,29 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock, budgets=budgets)
     metrics = ControlMetrics.build(registry)
-    world.remember_s = max(cc.hold_s, world.remember_s)
-    note = note_for(world)
     loops: list[ControlLoop] = []
     made: dict[str, Controller] = {}
     for name in dict.fromkeys(settings.controllers):
         controller = _factory(name)(ctx)
-        cfg = ctx.core.loop(name)
         made[name] = controller
-        loops.append(ControlLoop(controller, leader, metrics, interval_s=cfg.interval_s, dry_run=dry_run,
-                                 per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
-                                 permanent_backoff_s=cc.permanent_backoff_s, clock=clock, on_acted=note,
-                                 budget_store=budgets))
-        log.info("control loop %s enabled (every %.0fs, %s, identity %s)", name, cfg.interval_s,
+        if name == "remedies":
+            # No budget of its own (scoring.kernel: each job at most once per hold_s); it plans
+            # as often as the diagnoses it reads are refreshed.
+            loop = ControlLoop(controller, leader, metrics, interval_s=settings.diagnosis.interval_s,
+                               dry_run=dry_run, budgeted=False, permanent_backoff_s=cc.permanent_backoff_s,
+                               clock=clock)
+        else:
+            cfg = ctx.core.loop(name)
+            loop = ControlLoop(controller, leader, metrics, interval_s=cfg.interval_s, dry_run=dry_run,
+                               per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
+                               permanent_backoff_s=cc.permanent_backoff_s, clock=clock)
+        loops.append(loop)
+        log.info("control loop %s enabled (every %.0fs, %s, identity %s)", name, loop.interval_s,
                  "dry run" if dry_run else "acting", identity)
-    by_name = {lp.name: lp for lp in loops}
-    if "idle" in by_name and "migrator" in by_name:
-        # Idle reclamation evicts within the migrator's budget: one budget for both loops.
-        by_name["idle"].budget = by_name["migrator"].budget
-        by_name["idle"].owns_budget = False
-    return Controllers(loops=loops, elector=elector, leader=leader, controllers=made)
+    # One round of every due loop (scoring.kernel.run_round); the idle loop's evictions spend the
+    # migrator's budget when both run (scoring.kernel.SHARED_BUDGET).
+    rounds = ControlRounds(loops, ctx.core, leader, metrics, dry_run=dry_run, clock=clock, budget_store=budgets)
+    return Controllers(rounds=rounds, elector=elector, leader=leader, controllers=made)
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -238,5 +231,9 @@ def build_control_router(get: Callable[[], Controllers | None]) -> APIRouter:
     @router.get("/debug/idle")
     async def debug_idle() -> Response:
         return loop_view("idle")
+
+    @router.get("/debug/remedies")
+    async def debug_remedies() -> Response:
+        return loop_view("remedies")
 
     return router

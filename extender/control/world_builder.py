@@ -6,22 +6,17 @@ gradient statistics per job (when jobs report them), and the namespaces' labels,
 every time a World is built, so a namespace labelled `flowsched.io/migrate: "false"` at run
 time is honoured at the next interval without a restart.
 
-It remembers two things. Each elastic job's measured step time per GPU count (a job running
-steadily at one size tells its step time there), which the core's throughput prior is scaled
-to. And what this replica's loops just did (`note_scaled`, `note_evicted`), until the watch
-shows it: the loops run one after another in a round (scoring.kernel.LOOP_ORDER, as the
-simulator runs them), and a later loop must see an earlier one's action at once, not when the
-pod watch brings its annotations back. A job just rescaled counts as rescaled now (the
-composition hold), a job just evicted as migrated now with its new count, and GPUs a rescale
-promised whose pods do not exist yet count as pods waiting for them, as they will in seconds
-(so admission does not release a gang into the same GPUs).
+It remembers each elastic job's measured step time per GPU count (a job running steadily at one
+size tells its step time there), which the core's throughput prior is scaled to. What this
+replica's loops just did, until the watch shows it, is the kernel's Memory (scoring.compose),
+which the rounds runner keeps and the kernel applies on top of each World it is given: a World
+is built afresh for every loop of a round, after the earlier loops carried their actions out.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,7 +24,6 @@ from typing import Any, Protocol
 from extender.progress.reports import JobReport
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from scoring.bottleneck import Diagnosis
-from scoring.compose import Acted, with_noted
 from scoring.convergence import ConvergenceEstimate
 from scoring.remedy import with_diagnoses
 from scoring.workload import workload_class
@@ -65,25 +59,6 @@ class WorldBuilder:
     gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
     diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
-    remember_s: float = 1800.0  # how long a noted action is kept (the composition hold, control.hold_s)
-    scaled: dict[str, Acted] = field(default_factory=dict)  # job -> its latest rescale by this replica
-    evicted: dict[str, Acted] = field(default_factory=dict)  # job -> its latest eviction by this replica
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def note_scaled(self, job: str, at: float, gpus: int, per_pod: int) -> None:
-        with self._lock:
-            self.scaled[job] = Acted(at, gpus=gpus, per_pod=max(1, per_pod))
-
-    def note_evicted(self, job: str, at: float, count: int) -> None:
-        with self._lock:
-            self.evicted[job] = Acted(at, count=count)
-
-    def _noted(self, now: float) -> tuple[dict[str, Acted], dict[str, Acted]]:
-        with self._lock:
-            for book in (self.scaled, self.evicted):
-                for k in [k for k, a in book.items() if now - a.at > self.remember_s]:
-                    del book[k]
-            return dict(self.scaled), dict(self.evicted)
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
               now: float) -> World:
@@ -107,10 +82,6 @@ class WorldBuilder:
         reports = self.job_reports() if self.job_reports is not None else {}
         jobs = tuple(self._job(key, ps, names, marks.get(key), estimates.get(key), reports.get(key), now)
                      for key, ps in sorted(by_job.items()))
-        scaled, evicted = self._noted(now)
-        if scaled or evicted:
-            jobs, promised = with_noted(jobs, scaled, evicted, now)
-            pending.extend((0, math.inf, p) for p in promised)  # created last: they queue behind the others
         node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0))
                             for n in sorted(nodes, key=lambda n: n.name))
         labels = self.namespace_labels()
@@ -201,6 +172,9 @@ def labels_from_namespace_list(body: Mapping[str, Any]) -> dict[str, dict[str, s
         if isinstance(meta.get("name"), str):
             out[meta["name"]] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     return out
+
+
+PodsOf = dict[str, list[PodInfo]]  # job -> its pods, as a World was built from them
 
 
 @dataclass(frozen=True)

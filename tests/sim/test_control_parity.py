@@ -1,5 +1,12 @@
 """Parity: one scenario, built once as Kubernetes objects for the service shell and once as engine
-state for the simulator shell, gives the same World and the same plans, action for action.
+state for the simulator shell, gives the same World and the same plans, action for action, for
+all six loops, dry run included (both shells run scoring.kernel.run_round).
+
+The migrator, the elastic optimizer and admission are compared end to end: each shell builds its
+own World from its own state. The engine models no notebooks with DCGM samples, no per-pod CPU
+requests and no diagnoses, so for the idle loop, the resizer and the remedies the simulator shell
+plans from the World the service built (benchmarks/sim/control.py cannot carry those kinds out:
+SIM_LOOPS), and the dry run is checked in the service's rounds runner.
 
 The scenario: 4 nodes x 4 GPUs; a slow (completing) checkpointable job, a growing one, a
 completing one in an excluded namespace, a completing one in a namespace labelled
@@ -40,7 +47,7 @@ from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.control import Evict, Scale, plan_elastic_for
 from scoring.world import World
-from tests.control_fakes import FakeActions, make_context
+from tests.control_fakes import FakeActions, OneLoop, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 PROFILES = calibrated_profiles()
@@ -90,7 +97,8 @@ SCENARIO: list[dict[str, Any]] = [
 
 
 # -- the simulator side -------------------------------------------------------------------
-def sim_side(loops: tuple[str, ...]) -> tuple[SimControl, Engine]:
+def sim_side(loops: tuple[str, ...], gated: tuple[str, ...] = ()) -> tuple[SimControl, Engine]:
+    """`gated`: waiting jobs whose pods carry flowsched's admission gate (released by admission)."""
     specs = [JobSpec(j["name"], j.get("arrival", 0.0), APP, j["gpus"], 320, namespace=j["ns"],
                      checkpointable=j["ns"] != "team-x",
                      elastic_min=j["elastic"][0] if "elastic" in j else 0,
@@ -112,12 +120,19 @@ def sim_side(loops: tuple[str, ...]) -> tuple[SimControl, Engine]:
             control.builder.marks.migrated_at[job.idx], control.builder.marks.migrations[job.idx] = j["migrated"]
         if "scaled" in j:
             control.builder.marks.scaled_at[job.idx] = j["scaled"]
+        if j["name"] in gated:
+            eng.gated[job.idx] = j["arrival"]
     eng.now = NOW
     return control, eng
 
 
 # -- the service side ---------------------------------------------------------------------
-def service_side(tmp_path: Path, loops: list[str]) -> tuple[Migrator, Elastic]:
+def service_side(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = ()) -> tuple[Migrator, Elastic]:
+    ctx = service_context(tmp_path, loops, gated)
+    return Migrator(ctx), Elastic(ctx, ctx.core.elastic)
+
+
+def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = ()) -> Any:
     state = ClusterState()
     for k in range(4):
         state.upsert_node(parse_node(node(node_name(k), gpus=4, cpu="64", memory="256Gi")))
@@ -137,6 +152,8 @@ def service_side(tmp_path: Path, loops: list[str]) -> tuple[Migrator, Elastic]:
             p = pod(f"{j['name']}-{i}", gpus=g, node_name=where, namespace=j["ns"], annotations=dict(ann),
                     labels={"flowsched.io/job": j["name"]}, phase="Running" if where else "Pending")
             p["metadata"]["creationTimestamp"] = iso(j.get("arrival", j.get("start", 0.0)))
+            if j["name"] in gated:
+                p["spec"]["schedulingGates"] = [{"name": "flowsched.io/admission"}]
             if where:
                 p["status"]["startTime"] = iso(j["start"])
             state.upsert_pod(parse_pod(p))
@@ -147,8 +164,7 @@ def service_side(tmp_path: Path, loops: list[str]) -> tuple[Migrator, Elastic]:
     settings = Settings(kube=False, controllers=loops)
     tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW)
     tracker.refresh_once()
-    ctx = make_context(state, tracker, FakeActions(), LogRecorder(), settings=settings, namespace_labels=LABELS)
-    return Migrator(ctx), Elastic(ctx, ctx.core.elastic)
+    return make_context(state, tracker, FakeActions(), LogRecorder(), settings=settings, namespace_labels=LABELS)
 
 
 def _n(x: float) -> float | None:
@@ -183,14 +199,14 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     control, eng = sim_side(loops)
     migrator, _ = service_side(tmp_path, list(loops))
     sim_world = control.builder.build(eng, NOW)
-    svc_obs = migrator.observe(T0 + NOW)
-    assert svc_obs is not None
-    assert comparable(svc_obs.world, T0) == comparable(sim_world, 0.0)
+    svc_world = migrator.world(T0 + NOW)
+    assert svc_world is not None
+    assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
     phases = {j.key: j.phase.name for j in sim_world.jobs}
     assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
 
     # The migrator, through each shell's whole path, one action of budget left.
-    svc_actions = migrator.plan(svc_obs, budget_left=1)
+    svc_actions = plan_at(migrator, T0 + NOW, budget_left=1)
     sim_actions = control.plan("migrator", sim_world, budget_left=1)
     assert all(isinstance(a, Evict) for a in sim_actions)
     assert [a.plan for a in svc_actions] == list(sim_actions)  # the same typed actions, field for field
@@ -204,7 +220,7 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     # The elastic optimizer, with the reported throughput cleared on both sides.
     if "elastic" in loops:
         core = control.settings
-        a_svc = plan_elastic_for(without_reports(svc_obs.world), core, migrator_on=True).actions
+        a_svc = plan_elastic_for(without_reports(svc_world), core, migrator_on=True).actions
         a_sim = plan_elastic_for(without_reports(sim_world), core, migrator_on=True).actions
         assert a_svc == a_sim
         assert all(isinstance(a, Scale) for a in a_sim)
@@ -255,11 +271,12 @@ def test_every_core_section_is_a_service_setting() -> None:
 
 
 def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_path: Path) -> None:
-    # One meaning of dry run: the simulator's round (scoring.kernel.run_round) and the service's
-    # ControlLoop plan the same typed actions, spend the same budget, and change nothing.
+    # One meaning of dry run: the simulator's round and the service's rounds runner (both
+    # scoring.kernel.run_round) plan the same typed actions, spend the same budget, and change nothing.
     from prometheus_client import CollectorRegistry
 
-    from extender.control.loop import DRY_RUN, ControlLoop, ControlMetrics
+    from extender.control.loop import ControlLoop, ControlMetrics
+    from scoring.kernel import DRY_RUN
 
     loops = ("migrator",)
     control, eng = sim_side(loops)
@@ -277,7 +294,152 @@ def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_pat
 
     lp = ControlLoop(migrator, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=True,
                      per_interval=1, per_hour=6, clock=lambda: T0 + NOW)
-    tick = lp.run_once()
+    tick = OneLoop(lp).run_once()
     assert [o.action.plan for o in tick.outcomes] == sim_planned != []
     assert [o.outcome for o in tick.outcomes] == [DRY_RUN]
     assert lp.budget.remaining(T0 + NOW) == control.budgets["migrator"].remaining(NOW) == {"interval": 0, "hour": 5}
+
+
+# -- the other loops ----------------------------------------------------------------------
+def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_run_included(tmp_path: Path) -> None:
+    # The two waiting jobs arrive behind flowsched's admission gate: admission releases (and may
+    # preempt for) them, in both shells, from the same scenario.
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.admission import Admission
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import ControlLoop, ControlMetrics
+    from scoring.actions import Preempt, Release
+
+    gated = ("wait6", "wait2")
+    loops = ("admission",)
+    control, eng = sim_side(loops, gated)
+    sim_world = control.builder.build(eng, NOW)
+    ctx = service_context(tmp_path, list(loops), gated)
+    admission = Admission(ctx)
+    svc_world = admission.world(T0 + NOW)
+    assert svc_world is not None
+    assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
+    assert {j.key for j in sim_world.jobs if j.gated_pods} == {"team-b/wait6", "team-a/wait2"}
+    sim_actions = control.plan("admission", sim_world, budget_left=4)
+    svc_actions = plan_at(admission, T0 + NOW, budget_left=4)
+    assert [a.plan for a in svc_actions] == list(sim_actions) != []
+    assert all(isinstance(a, Release | Preempt) for a in sim_actions)
+
+    # Dry run, through each shell's round: the same typed actions, nothing released.
+    control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=True))
+    control(eng, NOW)
+    sim_round = control.last_round
+    assert sim_round is not None and set(eng.gated) == {j.idx for j in eng.jobs if j.spec.name in gated}
+    lp = ControlLoop(admission, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30,
+                     dry_run=True, per_interval=ctx.core.admission.max_per_interval,
+                     per_hour=ctx.core.admission.max_per_hour, clock=lambda: T0 + NOW)
+    tick = OneLoop(lp).run_once()
+    assert [o.action.plan for o in tick.outcomes] == [o.action for o in sim_round.outcomes["admission"]]
+    assert {o.outcome for o in tick.outcomes} <= {"dry_run", "budget_exhausted"}
+    assert [o.outcome for o in tick.outcomes] == [o.outcome for o in sim_round.outcomes["admission"]]
+
+
+def _same_plan_from_the_service_world(tmp_path: Path, loop: str, controller: Any, now: float) -> tuple[Any, Any]:
+    """The service shell's plan for `loop` (its World from Kubernetes objects) and the simulator
+    shell's (SimControl.plan) from that same World: the engine models no notebooks, no per-pod CPU
+    and no diagnoses, so it cannot build these parts of the World itself, nor carry their actions out
+    (benchmarks/sim/control.py SIM_LOOPS)."""
+    from scoring.kernel import Memory
+
+    control, _ = sim_side(("migrator",))
+    control.memory = controller.__dict__.get("_test_memory", Memory())  # the memory both plan on
+    world = controller.world(now)
+    assert world is not None
+    sim = control.plan(loop, control.memory.applied(world), budget_left=4)
+    svc = plan_at(controller, now, budget_left=4)
+    return [a.plan for a in svc], list(sim)
+
+
+def _dry_loop(controller: Any, clock: Any) -> OneLoop:
+    """The service's rounds runner over this one loop, in a dry run."""
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import ControlLoop, ControlMetrics
+
+    lp = ControlLoop(controller, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60,
+                     dry_run=True, per_interval=4, per_hour=60, clock=clock)
+    return OneLoop(lp)
+
+
+def _dry_round(controller: Any, now: float) -> Any:
+    return _dry_loop(controller, lambda: now).run_once()
+
+
+def test_idle_plans_the_same_in_both_shells_and_a_dry_run_sends_nothing(tmp_path: Path) -> None:
+    from extender.control.idle import IdleLoop
+    from extender.snapshot.objects import parse_pod as parse
+
+    ctx = service_context(tmp_path, ["idle"])
+    # An opted-in idle notebook on node 2 and its DCGM samples: idle for the whole window.
+    ctx.state.upsert_pod(parse(pod("nb", gpus=1, node_name=node_name(2), namespace="team-a", phase="Running",
+                                   annotations={"flowsched.io/workload": "notebook",
+                                                "flowsched.io/reclaim-idle": "1m"})))
+    t = T0 + NOW
+    idle = IdleLoop(ctx)
+    kinds: list[str] = []
+    for k in range(0, 7200, 300):  # the samples as the telemetry refresher writes them
+        ctx.state.set_pod_gpu_util({"team-a/nb": [0.0]}, t + k)
+        svc, sim = _same_plan_from_the_service_world(tmp_path, "idle", idle, t + k)
+        assert svc == sim
+        kinds += [a.kind for a in svc]
+    assert "idle_event" in kinds and "idle_warn" in kinds  # the scenario holds: reported, then warned
+    # A dry run over the same samples: planned, nothing sent (no Event recorded, nothing evicted).
+    clock = [t]
+    dry = _dry_loop(idle, lambda: clock[0])
+    outcomes = []
+    for k in range(0, 7200, 300):
+        clock[0] = t + k
+        ctx.state.set_pod_gpu_util({"team-a/nb": [0.0]}, t + k)
+        outcomes += [o.outcome for o in dry.run_once().outcomes]
+    assert outcomes and set(outcomes) == {"dry_run"} and ctx.recorder.events == []
+
+
+def test_the_resizer_plans_the_same_in_both_shells_and_a_dry_run_patches_nothing(tmp_path: Path) -> None:
+    from extender.control.resizer import Resizer
+
+    ctx = service_context(tmp_path, ["resizer"])
+    # Two opted-in pods of the running jobs on node 0 and 1: a slow one and a fast one.
+    def api_pod(name: str, job: str, ns: str, node_i: int) -> dict[str, Any]:
+        info = next(p for p in ctx.state.read().control_view()[0] if p.name == name)
+        p = pod(name, gpus=4, node_name=node_name(node_i), namespace=ns, cpu="8", phase="Running",
+                annotations={"flowsched.io/resizable": "true", "flowsched.io/cpu-shrink": "true"},
+                labels={"flowsched.io/job": job}, uid=info.uid)
+        return p
+
+    listed = {node_name(0): [api_pod("slow-0", "slow", "team-a", 0)],
+              node_name(1): [api_pod("fresh-0", "fresh", "team-a", 1)]}
+    for ps in listed.values():
+        for p in ps:
+            ctx.state.upsert_pod(parse_pod(p))
+    resizer = Resizer(ctx, pods_on=lambda n: listed.get(n, []))
+    svc, sim = _same_plan_from_the_service_world(tmp_path, "resizer", resizer, T0 + NOW)
+    assert svc == sim
+    assert any(a.kind.startswith("resize-") for a in svc)  # the scenario holds: a resize is planned
+    tick = _dry_round(resizer, T0 + NOW)
+    assert [o.action.plan for o in tick.outcomes] == svc
+    assert all(o.outcome == "dry_run" for o in tick.outcomes)
+
+
+def test_remedies_plan_the_same_in_both_shells_and_a_dry_run_tells_nothing(tmp_path: Path) -> None:
+    from extender.control.remedies import Remedies
+    from scoring.bottleneck import Bottleneck, Diagnosis, JobShape
+
+    ctx = service_context(tmp_path, ["remedies"])
+    # The slow job is diagnosed input-bound (CPU): the remedy is more CPU.
+    d = Diagnosis("team-a/slow", Bottleneck.INPUT, 0.95, ("cpu at its limit",), JobShape(workers=1, ps=0, nodes=1))
+    ctx.world.diagnoses = lambda: {"team-a/slow": d}
+    remedies = Remedies(ctx)
+    svc, sim = _same_plan_from_the_service_world(tmp_path, "remedies", remedies, T0 + NOW)
+    assert svc == sim
+    tick = _dry_round(remedies, T0 + NOW)
+    assert [o.action.plan for o in tick.outcomes] == svc
+    assert all(o.outcome == "dry_run" for o in tick.outcomes)
+    assert [(a.kind, a.job) for a in svc] == [("give-cpu", "team-a/slow")]
+    assert ctx.recorder.events == []

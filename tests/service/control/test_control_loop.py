@@ -1,4 +1,8 @@
-"""ControlLoop, the core Budget and the kube error mapping, on a fake clock (no sleeping, no cluster)."""
+"""The rounds runner's book around carrying out (leadership, back-off, budgets through the kernel,
+dry run, metrics), the core Budget and the kube error mapping, on a fake clock (no sleeping, no
+cluster). The fake controller's plans stand in for the kernel's (scoring.kernel.plan_loop is
+replaced for these tests); everything around them is the real round: scoring.kernel.run_round
+and extender.control.loop.ControlRounds."""
 
 from __future__ import annotations
 
@@ -9,10 +13,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.control.events import ObjectRef, event_body
-from extender.control.loop import BACKOFF, BUDGET, DRY_RUN, FAILED, RETRY, Action, ControlLoop, ControlMetrics
+from extender.control.loop import BACKOFF, FAILED, RETRY, Action, ControlLoop, ControlMetrics
 from extender.kube.errors import ApiError, PermanentError, TemporaryError
 from extender.kube.responses import map_api_error
+from scoring import kernel
+from scoring.actions import ControlAction, IdleReport, Release
+from scoring.kernel import BUDGET, DRY_RUN, Plan
 from scoring.safety import Budget
+from scoring.settings import CoreSettings
+from scoring.world import World
+from tests.control_fakes import OneLoop
 
 
 class Clock:
@@ -29,22 +39,30 @@ class Leader:
 
 
 class FakeController:
-    name = "fake"
+    """A loop named like the kernel's admission loop whose plan is whatever the test says."""
 
-    def __init__(self, actions: list[Action]) -> None:
+    name = "admission"
+
+    def __init__(self, actions: list[ControlAction]) -> None:
         self.actions = actions
         self.acted: list[str] = []
         self.raise_for: dict[str, Exception] = {}
         self.plans = 0
         self.budget_seen = -1
 
-    def observe(self, now: float) -> float:
-        return now
+    def world(self, now: float) -> World | None:
+        return World(now, (), (), ())
 
-    def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
+    def plan(self, world: World, budget_left: int) -> Sequence[ControlAction]:
         self.plans += 1
         self.budget_seen = budget_left
         return list(self.actions)
+
+    def bind(self, action: ControlAction) -> Action:
+        return Action.of(action)
+
+    def planned(self, plan: Plan) -> None:
+        pass
 
     def act(self, action: Action, now: float) -> str:
         if action.key in self.raise_for:
@@ -53,20 +71,31 @@ class FakeController:
         return "done"
 
 
-def act(key: str) -> Action:
-    return Action(key=key, kind="evict", target=f"ns/{key}", reason="test")
+def act(key: str) -> Release:
+    return Release(key, 1, 1.0, 0, "test")
 
 
-def make(ctrl: FakeController, clock: Clock, leader: Leader, *, dry_run: bool = False, per_interval: int = 5,
-         per_hour: int = 100) -> tuple[ControlLoop, CollectorRegistry]:
+def plans_of(monkeypatch: pytest.MonkeyPatch, ctrl: Any) -> None:
+    """The kernel's plan for the round is `ctrl.plan(world, budget_left)`."""
+    def plan_loop(loop: str, world: World, settings: Any, memory: Any, budget_left: int, *_: Any,
+                  **__: Any) -> Plan:
+        return Plan(loop, tuple(ctrl.plan(world, budget_left)), memory)
+
+    monkeypatch.setattr(kernel, "plan_loop", plan_loop)
+
+
+def make(monkeypatch: pytest.MonkeyPatch, ctrl: FakeController, clock: Clock, leader: Leader, *,
+         dry_run: bool = False, per_interval: int = 5, per_hour: int = 100,
+         budget_store: Any = None) -> tuple[OneLoop, CollectorRegistry]:
+    plans_of(monkeypatch, ctrl)
     reg = CollectorRegistry()
     loop = ControlLoop(ctrl, leader, ControlMetrics.build(reg), interval_s=10, dry_run=dry_run,
                        per_interval=per_interval, per_hour=per_hour, permanent_backoff_s=600, clock=clock)
-    return loop, reg
+    return OneLoop(loop, CoreSettings(), budget_store=budget_store), reg
 
 
 def count(reg: CollectorRegistry, outcome: str) -> float:
-    v = reg.get_sample_value("flowsched_control_actions_total", {"loop": "fake", "action": "evict",
+    v = reg.get_sample_value("flowsched_control_actions_total", {"loop": "admission", "action": "admit",
                                                                   "outcome": outcome})
     return v or 0.0
 
@@ -88,22 +117,22 @@ def test_budget_interval_and_sliding_hour() -> None:
     assert b.remaining(3600.5) == {"interval": 2, "hour": 2}
 
 
-def test_not_leader_neither_plans_nor_acts() -> None:
+def test_not_leader_neither_plans_nor_acts(monkeypatch: pytest.MonkeyPatch) -> None:
     ctrl = FakeController([act("a")])
-    loop, reg = make(ctrl, Clock(), Leader(False))
+    loop, reg = make(monkeypatch, ctrl, Clock(), Leader(False))
     tick = loop.run_once()
     assert not tick.leader and ctrl.plans == 0 and ctrl.acted == []
-    assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "fake", "result": "not_leader"}) == 1
+    assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "admission", "result": "not_leader"}) == 1
 
 
-def test_dry_run_plans_and_budgets_but_never_acts() -> None:
+def test_dry_run_plans_and_budgets_but_never_acts(monkeypatch: pytest.MonkeyPatch) -> None:
     ctrl = FakeController([act("a"), act("b"), act("c")])
-    loop, reg = make(ctrl, Clock(), Leader(), dry_run=True, per_interval=2)
+    loop, reg = make(monkeypatch, ctrl, Clock(), Leader(), dry_run=True, per_interval=2)
     tick = loop.run_once()
     assert ctrl.acted == []
     assert [o.outcome for o in tick.outcomes] == [DRY_RUN, DRY_RUN, BUDGET]
     assert count(reg, DRY_RUN) == 2 and count(reg, BUDGET) == 1
-    assert loop.history[-1] is tick  # shown at /debug
+    assert loop.loop.history[-1] is tick  # shown at /debug
 
 
 def test_budget_restore_counts_actions_of_one_round_each_and_a_reload_once() -> None:
@@ -117,10 +146,10 @@ def test_budget_restore_counts_actions_of_one_round_each_and_a_reload_once() -> 
     assert not b.allows(200.0)
 
 
-def test_budget_limits_real_actions_per_interval_and_hour() -> None:
+def test_budget_limits_real_actions_per_interval_and_hour(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
     ctrl = FakeController([act("a"), act("b")])
-    loop, reg = make(ctrl, clock, Leader(), per_interval=1, per_hour=2)
+    loop, reg = make(monkeypatch, ctrl, clock, Leader(), per_interval=1, per_hour=2)
     loop.run_once()
     assert ctrl.acted == ["a"] and ctrl.budget_seen == 1  # the planner is told what is left
     clock.t += 10
@@ -135,11 +164,11 @@ def test_budget_limits_real_actions_per_interval_and_hour() -> None:
     assert count(reg, "done") == 3
 
 
-def test_temporary_error_backs_off_that_key_only_then_retries() -> None:
+def test_temporary_error_backs_off_that_key_only_then_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
     ctrl = FakeController([act("a"), act("b")])
     ctrl.raise_for["a"] = TemporaryError("pdb says no", delay_s=30)
-    loop, reg = make(ctrl, clock, Leader())
+    loop, reg = make(monkeypatch, ctrl, clock, Leader())
     tick = loop.run_once()
     assert [o.outcome for o in tick.outcomes] == [RETRY, "done"]
     del ctrl.raise_for["a"]
@@ -152,50 +181,50 @@ def test_temporary_error_backs_off_that_key_only_then_retries() -> None:
     assert count(reg, RETRY) == 1 and count(reg, BACKOFF) == 1
 
 
-def test_permanent_error_and_bugs_park_the_key_and_the_loop_survives() -> None:
+def test_permanent_error_and_bugs_park_the_key_and_the_loop_survives(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
     ctrl = FakeController([act("a"), act("b")])
     ctrl.raise_for["a"] = PermanentError("forbidden")
     ctrl.raise_for["b"] = KeyError("bug")
-    loop, _ = make(ctrl, clock, Leader())
+    loop, _ = make(monkeypatch, ctrl, clock, Leader())
     tick = loop.run_once()
     assert [o.outcome for o in tick.outcomes] == [FAILED, FAILED]
     clock.t += 599
     assert [o.outcome for o in loop.run_once().outcomes] == [BACKOFF, BACKOFF]
 
 
-def test_leadership_lost_between_plan_and_act() -> None:
+def test_leadership_lost_between_plan_and_act(monkeypatch: pytest.MonkeyPatch) -> None:
     leader = Leader()
 
     class Flip(FakeController):
-        def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
+        def plan(self, world: World, budget_left: int) -> Sequence[ControlAction]:
             leader.is_leader = False  # the Lease went away while planning
             return [act("a")]
 
     ctrl = Flip([])
-    loop, _ = make(ctrl, Clock(), leader)
+    loop, _ = make(monkeypatch, ctrl, Clock(), leader)
     tick = loop.run_once()
     assert ctrl.acted == [] and tick.outcomes[0].outcome == "lost_leadership"
 
 
-def test_planning_exception_is_counted_not_raised() -> None:
+def test_planning_exception_is_counted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     class Broken(FakeController):
-        def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
+        def plan(self, world: World, budget_left: int) -> Sequence[ControlAction]:
             raise RuntimeError("snapshot torn")
 
-    loop, reg = make(Broken([]), Clock(), Leader())
+    loop, reg = make(monkeypatch, Broken([]), Clock(), Leader())
     tick = loop.run_once()
     assert "snapshot torn" in tick.error
-    assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "fake", "result": "error"}) == 1
+    assert reg.get_sample_value("flowsched_control_ticks_total", {"loop": "admission", "result": "error"}) == 1
 
 
-def test_unreadable_world_skips_the_interval() -> None:
+def test_unreadable_world_skips_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     class Blind(FakeController):
-        def observe(self, now: float) -> float:
+        def world(self, now: float) -> World | None:
             raise TemporaryError("list namespaces: 503", delay_s=30)
 
     ctrl = Blind([act("a")])
-    loop, _ = make(ctrl, Clock(), Leader())
+    loop, _ = make(monkeypatch, ctrl, Clock(), Leader())
     tick = loop.run_once()
     assert ctrl.plans == 0 and ctrl.acted == [] and "namespaces" in tick.error
 
@@ -229,17 +258,18 @@ def test_event_reason_must_be_flowsched() -> None:
         event_body(obj, "Migrated", "m", type_="Normal", action="Evict", instance="i", now=datetime.now(UTC))
 
 
-def test_unbudgeted_notices_spend_no_budget_but_wait_for_dry_run_and_leadership() -> None:
-    notice = Action(key="n", kind="idle_event", target="ns/n", reason="test", budgeted=False)
+def test_unbudgeted_notices_spend_no_budget_but_wait_for_dry_run_and_leadership(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    notice = IdleReport("n", 1.0, "test")
     ctrl = FakeController([notice, act("a"), act("b")])
     clock, leader = Clock(), Leader()
-    loop, _ = make(ctrl, clock, leader, per_interval=1)
+    loop, _ = make(monkeypatch, ctrl, clock, leader, per_interval=1)
     outcomes = [o.outcome for o in loop.run_once().outcomes]
-    assert outcomes == ["done", "done", BUDGET] and ctrl.acted == ["n", "a"]  # the notice took no budget
+    assert outcomes == ["done", "done", BUDGET] and ctrl.acted == ["idle/n", "a"]  # the notice took no budget
     dry = FakeController([notice])
-    assert [o.outcome for o in make(dry, clock, leader, dry_run=True)[0].run_once().outcomes] == [DRY_RUN]
+    assert [o.outcome for o in make(monkeypatch, dry, clock, leader, dry_run=True)[0].run_once().outcomes] == [DRY_RUN]
     follower = FakeController([notice])
-    make(follower, clock, Leader(False))[0].run_once()
+    make(monkeypatch, follower, clock, Leader(False))[0].run_once()
     assert dry.acted == [] and follower.acted == [] and follower.plans == 0
 
 
@@ -328,7 +358,6 @@ class EvictingActions:
 
 
 def test_a_preemption_counts_on_from_the_jobs_restarts_never_resets_them() -> None:
-    from extender.control.world_builder import Observed
     from extender.snapshot.state import ClusterState
 
     state = ClusterState()
@@ -337,16 +366,16 @@ def test_a_preemption_counts_on_from_the_jobs_restarts_never_resets_them() -> No
     actions = EvictingActions()
     adm = _admission(state, actions, Clock(100.0))
     world = _admission_world(100.0, migrations=1)  # both moved once before (the mark the watch brought back)
-    pods_of = {"t/r2": [state.read().pod("u-r2")], "t/r1": [state.read().pod("u-r1")]}
-    preempts = [a for a in adm.plan(Observed(world, pods_of), 10) if a.kind == "preempt"]
+    adm.pods_of = {"t/r2": [state.read().pod("u-r2")], "t/r1": [state.read().pod("u-r1")]}
+    plan = kernel.plan_loop("admission", world, adm.ctx.core, kernel.Memory(), 10)
+    preempts = [adm.bind(a) for a in plan.actions if a.kind == "preempt"]
     assert preempts and all(a.as_dict()["detail"]["count"] == 2 for a in preempts)
     assert adm.act(preempts[0], 100.0) == "evicted"
     assert [m["count"] for m in actions.marks()] == [2]  # 1 + this one; was always 1
 
 
-def _admission_loop(dry_run: bool, actions: Any, clock: Clock) -> tuple[ControlLoop, Any]:
+def _admission_loop(dry_run: bool, actions: Any, clock: Clock, store: Any = None) -> tuple[OneLoop, Any]:
     from extender.control.leader import AlwaysLeader
-    from extender.control.world_builder import Observed
     from extender.snapshot.state import ClusterState
 
     state = ClusterState()
@@ -358,21 +387,27 @@ def _admission_loop(dry_run: bool, actions: Any, clock: Clock) -> tuple[ControlL
     class Shell:  # the real Admission, on a World that stays the same (the victims are never replaced)
         name = "admission"
 
-        def observe(self, now: float) -> Any:
-            return Observed(_admission_world(now), pods_of)
+        def world(self, now: float) -> World:
+            adm.pods_of = pods_of
+            return _admission_world(now)
 
-        def plan(self, observed: Any, budget_left: int) -> Sequence[Action]:
-            return adm.plan(observed, budget_left)
+        def bind(self, action: ControlAction) -> Action:
+            return adm.bind(action)  # type: ignore[no-any-return]
+
+        def planned(self, plan: Plan) -> None:
+            adm.planned(plan)
 
         def act(self, action: Action, now: float) -> str:
             return str(adm.act(action, now))
 
     loop = ControlLoop(Shell(), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30,
                        dry_run=dry_run, per_interval=64, per_hour=100_000, clock=clock)
-    return loop, adm
+    # Each round plans on the same World afresh: the victims are never replaced, so the kernel's
+    # note of a preemption (the job as migrated now) is forgotten, as a new victim's would be absent.
+    return OneLoop(loop, adm.ctx.core, budget_store=store, fresh_memory=True), adm
 
 
-def _preemptions_in_an_hour(loop: ControlLoop, clock: Clock) -> list[str]:
+def _preemptions_in_an_hour(loop: OneLoop, clock: Clock) -> list[str]:
     out: list[str] = []
     for k in range(120):  # one hour of 30 s intervals
         clock.t = k * 30.0
@@ -396,7 +431,7 @@ def test_a_refused_preemption_gives_its_budget_back_and_a_parked_victim_spends_n
     loop, adm = _admission_loop(False, EvictingActions(refuse=("r1-0", "r2-0")), clock)
     outcomes = _preemptions_in_an_hour(loop, clock)
     assert "evicted" not in outcomes and RETRY in outcomes and BACKOFF in outcomes
-    assert adm.preempt_budget.remaining(clock.t)["hour"] == adm.cfg.max_preemptions_per_hour
+    assert loop.rounds.preempt_budget.remaining(clock.t)["hour"] == adm.cfg.max_preemptions_per_hour
 
 
 def _migrator(actions: Any, recorder: Any, n_pods: int = 2) -> tuple[Any, Any, list[dict[str, Any]]]:
@@ -431,26 +466,33 @@ def _evict(refs: list[dict[str, Any]]) -> Action:
                      tuple(PodRef(r["namespace"], r["name"], r["uid"], r.get("node")) for r in refs))
 
 
-def test_a_partly_refused_eviction_is_charged_counted_and_reported() -> None:
+def test_a_partly_refused_eviction_is_charged_counted_and_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     actions, events = EvictingActions(refuse=("j-1",)), Events()  # a PDB allowing one disruption at a time
     mig, _, refs = _migrator(actions, events)
 
     class One:
         name = "migrator"
 
-        def observe(self, now: float) -> float:
-            return now
+        def world(self, now: float) -> World:
+            return World(now, (), (), ())
 
-        def plan(self, observed: float, budget_left: int) -> Sequence[Action]:
-            return [_evict(refs)] if budget_left else []
+        def plan(self, world: World, budget_left: int) -> Sequence[ControlAction]:
+            return [a.plan for a in [_evict(refs)] if a.plan is not None] if budget_left else []
+
+        def bind(self, action: ControlAction) -> Action:
+            return _evict(refs)
+
+        def planned(self, plan: Plan) -> None:
+            pass
 
         def act(self, action: Action, now: float) -> str:
             return str(mig.act(action, now))
 
     clock = Clock(0.0)
+    plans_of(monkeypatch, One())
     loop = ControlLoop(One(), Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=False,
                        per_interval=1, per_hour=6, clock=clock)
-    assert [o.outcome for o in loop.run_once().outcomes] == ["partial"]
+    assert [o.outcome for o in OneLoop(loop, CoreSettings()).run_once().outcomes] == ["partial"]
     assert loop.budget.remaining(0.0)["hour"] == 5  # the pod that went is charged (was 6: retry_later)
     assert mig.migrations.labels("t")._value.get() == 1  # and counted in flowsched_migrations_total
     assert [c[:2] for c in actions.calls if c[0] != "annotate"] == [("check", "j-0"), ("check", "j-1"),
@@ -522,50 +564,49 @@ def test_a_gang_release_stops_when_the_lease_is_lost() -> None:
     assert e.value.writes == 1 and actions.calls == [("ungate", "g-0")]
 
 
-def test_the_hourly_budget_outlives_a_restart_and_a_change_of_leader() -> None:
+def test_the_hourly_budget_outlives_a_restart_and_a_change_of_leader(monkeypatch: pytest.MonkeyPatch) -> None:
     # 1 per interval, 2 an hour. A leader acts, crashes, restarts (a new ControlLoop, the same
     # saved budget): it may act once more this hour, not twice. Before, each restart had a full hour.
     from tests.control_fakes import MemoryBudgetStore
 
     store, clock = MemoryBudgetStore(), Clock()
 
-    def loop() -> tuple[FakeController, ControlLoop]:
+    def loop() -> tuple[FakeController, OneLoop]:
         ctrl = FakeController([act("j")])
-        lp = ControlLoop(ctrl, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=10, dry_run=False,
-                         per_interval=1, per_hour=2, clock=clock, budget_store=store)
+        lp, _ = make(monkeypatch, ctrl, clock, Leader(), per_interval=1, per_hour=2, budget_store=store)
         return ctrl, lp
 
     first, lp = loop()
     lp.run_once()
-    assert first.acted == ["j"] and store.saved["fake"] == [clock.t]
+    assert first.acted == ["j"] and store.saved["admission"] == [clock.t]
     for _ in range(3):  # three restarts within the hour
         clock.t += 60
         ctrl, lp = loop()
         lp.run_once()
-    assert len(store.saved["fake"]) == 2  # one more action after the first, then none
-    assert [o.outcome for o in lp.history[-1].outcomes] == [BUDGET]
+    assert len(store.saved["admission"]) == 2  # one more action after the first, then none
+    assert [o.outcome for o in lp.loop.history[-1].outcomes] == [BUDGET]
     clock.t += 3600  # the hour slid by
     ctrl, lp = loop()
     lp.run_once()
     assert ctrl.acted == ["j"]
 
 
-def test_an_unreadable_saved_budget_skips_the_interval_and_dry_run_saves_nothing() -> None:
+def test_an_unreadable_saved_budget_skips_the_interval_and_dry_run_saves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.control_fakes import MemoryBudgetStore
 
     store, clock = MemoryBudgetStore(), Clock()
     store.unreadable = True
     ctrl = FakeController([act("j")])
-    lp = ControlLoop(ctrl, Leader(), ControlMetrics.build(CollectorRegistry()), interval_s=10, dry_run=False,
-                     clock=clock, budget_store=store)
+    lp, _ = make(monkeypatch, ctrl, clock, Leader(), per_interval=1, per_hour=6, budget_store=store)
     tick = lp.run_once()
     assert ctrl.plans == 0 and "unreadable" in tick.error
     store.unreadable = False
     assert lp.run_once().outcomes[0].outcome == "done"  # read once it can be
-    dry = ControlLoop(FakeController([act("k")]), Leader(), ControlMetrics.build(CollectorRegistry()),
-                      interval_s=10, dry_run=True, clock=clock, budget_store=store)
+    dry, _ = make(monkeypatch, FakeController([act("k")]), clock, Leader(), dry_run=True, per_interval=1,
+                  per_hour=6, budget_store=store)
     dry.run_once()
-    assert store.saved == {"fake": [clock.t]}  # the real action only: a dry run's spends are not saved
+    assert store.saved == {"admission": [clock.t]}  # the real action only: a dry run's spends are not saved
 
 
 def test_the_preemption_budget_outlives_a_restart() -> None:
@@ -575,15 +616,13 @@ def test_the_preemption_budget_outlives_a_restart() -> None:
 
     store = MemoryBudgetStore()
     clock = Clock(0.0)
-    first, adm = _admission_loop(False, EvictingActions(), clock)
-    adm.ctx.budgets = store
+    first, _ = _admission_loop(False, EvictingActions(), clock, store)
     done = 0
     for k in range(3):  # 2 preemptions an interval
         clock.t = k * 30.0
         done += [o.outcome for o in first.run_once().outcomes].count("evicted")
     assert done == 6 and len(store.saved["admission-preemptions"]) == 6
-    second, adm2 = _admission_loop(False, EvictingActions(), clock)  # restarted: a fresh controller
-    adm2.ctx.budgets = store
+    second, adm2 = _admission_loop(False, EvictingActions(), clock, store)  # restarted: a fresh controller
     later = 0
     for k in range(3, 120):
         clock.t = k * 30.0
@@ -630,8 +669,7 @@ def test_saved_spends_read_back_equal_so_regaining_the_lease_counts_each_action_
     store = bs.LeaseBudgetStore(object(), "flowsched", "flowsched-controllers-budgets")
     clock, leader = Clock(1_763_900_000.123456), Leader()
     ctrl = FakeController([act("j")])
-    lp = ControlLoop(ctrl, leader, ControlMetrics.build(CollectorRegistry()), interval_s=10, dry_run=False,
-                     per_interval=1, per_hour=6, clock=clock, budget_store=store)
+    lp, _ = make(monkeypatch, ctrl, clock, leader, per_interval=1, per_hour=6, budget_store=store)
     for _ in range(3):
         lp.run_once()
         leader.is_leader = False  # the Lease flaps between ticks
@@ -640,8 +678,8 @@ def test_saved_spends_read_back_equal_so_regaining_the_lease_counts_each_action_
         leader.is_leader = True
         clock.t += 30.5
     assert ctrl.acted == ["j", "j", "j"]
-    assert lp.budget.remaining(clock.t)["hour"] == 3
-    assert len(store.load()["fake"]) == 3
+    assert lp.loop.budget.remaining(clock.t)["hour"] == 3
+    assert len(store.load()["admission"]) == 3
 
 
 def test_spends_stamped_ahead_of_this_clock_still_count() -> None:
@@ -657,11 +695,10 @@ def test_a_refusal_after_a_preemption_in_the_same_round_stays_refunded_in_the_sa
     from tests.control_fakes import MemoryBudgetStore
 
     clock, store = Clock(0.0), MemoryBudgetStore()
-    loop, adm = _admission_loop(False, EvictingActions(refuse=("r1-0",)), clock)
-    adm.ctx.budgets = store
+    loop, _ = _admission_loop(False, EvictingActions(refuse=("r1-0",)), clock, store)
     outcomes = [(o.action.key, o.outcome) for o in loop.run_once().outcomes if o.action.kind == "preempt"]
     assert outcomes == [("t/r2", "evicted"), ("t/r1", RETRY)]
     assert store.saved["admission-preemptions"] == [0.0]
     clock.t = 30.0
     loop.run_once()
-    assert adm.preempt_budget.spent_times(30.0).count(0.0) == 1
+    assert loop.rounds.preempt_budget.spent_times(30.0).count(0.0) == 1

@@ -1,24 +1,30 @@
-"""The service runs its control loops a round at a time, in scoring.kernel.LOOP_ORDER, and a later
-loop sees what an earlier one did in the same round (extender/control/loop.py ControlRounds, the
-World builder's notes): the composition the simulator runs, not two threads planning on one
-snapshot (a job scaled up and evicted in one round; the same free GPUs given twice)."""
+"""The service runs its control loops a round at a time through the kernel (scoring.kernel.run_round,
+in LOOP_ORDER), and a later loop sees what an earlier one did in the same round (extender/control/
+loop.py ControlRounds: a World built afresh per loop, the kernel's notes on it): the composition the
+simulator runs, not two threads planning on one snapshot (a job scaled up and evicted in one round;
+the same free GPUs given twice)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import Action, ControlLoop, ControlMetrics, ControlRounds
-from extender.control.runtime import _factory, note_for
+from extender.control.runtime import _factory
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
+from scoring import kernel
+from scoring.actions import ControlAction, Release
 from scoring.convergence import ConvergenceEstimate, Phase
-from scoring.kernel import LOOP_ORDER
-from tests.control_fakes import FakeActions, FakeTracker, make_context
+from scoring.kernel import Plan
+from scoring.settings import CoreSettings
+from scoring.world import World
+from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -33,33 +39,48 @@ class Clock:
 
 
 class Recording:
-    """A controller that plans one action a tick and records when it ran."""
+    """A controller whose World is empty and whose plan (the kernel's, replaced: `one_each`) is one
+    action a round; it records when its World was built."""
 
     def __init__(self, name: str, log: list[str]) -> None:
         self.name, self.log = name, log
 
-    def observe(self, now: float) -> float:
+    def world(self, now: float) -> World:
         self.log.append(self.name)
-        return now
+        return World(now, (), (), ())
 
-    def plan(self, observed: Any, budget_left: int) -> list[Action]:
-        return [Action(key=f"k{observed}", kind="evict", target="t", reason="r")]
+    def bind(self, action: ControlAction) -> Action:
+        return Action.of(action)
+
+    def planned(self, plan: Plan) -> None:
+        pass
 
     def act(self, action: Action, now: float) -> str:
         return "done"
 
 
-def _loops(names: list[str], intervals: dict[str, float], clock: Clock, log: list[str]) -> list[ControlLoop]:
+@pytest.fixture
+def one_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every loop's plan is one budgeted action (the composition and budgets around it are real)."""
+    def plan_loop(loop: str, world: World, settings: Any, memory: Any, *_: Any, **__: Any) -> Plan:
+        return Plan(loop, (Release(f"k{world.now}", 1, 1.0, 0, "r"),), memory)
+
+    monkeypatch.setattr(kernel, "plan_loop", plan_loop)
+
+
+def _rounds(names: list[str], intervals: dict[str, float], clock: Clock, log: list[str],
+            mono: Clock | None = None) -> ControlRounds:
     metrics = ControlMetrics.build(CollectorRegistry())
-    return [ControlLoop(Recording(n, log), AlwaysLeader(), metrics, interval_s=intervals[n], dry_run=False,
-                        per_interval=1, per_hour=100, clock=clock) for n in names]
+    loops = [ControlLoop(Recording(n, log), AlwaysLeader(), metrics, interval_s=intervals[n], dry_run=False,
+                         per_interval=1, per_hour=100, clock=clock) for n in names]
+    return ControlRounds(loops, CoreSettings(), AlwaysLeader(), metrics, dry_run=False, clock=clock,
+                         mono=mono or clock)
 
 
-def test_a_round_runs_the_due_loops_in_loop_order_each_at_its_own_interval() -> None:
+def test_a_round_runs_the_due_loops_in_loop_order_each_at_its_own_interval(one_each: None) -> None:
     clock, log = Clock(NOW), []
     names = ["idle", "migrator", "admission", "elastic"]  # as configured: not the core's order
-    rounds = ControlRounds(_loops(names, {"idle": 60, "migrator": 60, "admission": 30, "elastic": 30}, clock, log),
-                           LOOP_ORDER, mono=clock)
+    rounds = _rounds(names, {"idle": 60, "migrator": 60, "admission": 30, "elastic": 30}, clock, log)
     assert rounds.run_round() == ["elastic", "admission", "migrator", "idle"]
     assert log == ["elastic", "admission", "migrator", "idle"]
     clock.t += 30
@@ -70,12 +91,12 @@ def test_a_round_runs_the_due_loops_in_loop_order_each_at_its_own_interval() -> 
     assert rounds.run_round() == ["elastic", "admission", "migrator", "idle"]
 
 
-def test_a_shared_budget_starts_a_new_interval_only_at_its_owner() -> None:
-    # Idle reclamation spends the migrator's budget (1 an interval): together, one eviction a round.
+def test_a_shared_budget_starts_a_new_interval_only_at_its_owner(one_each: None) -> None:
+    # Idle reclamation spends the migrator's budget (1 an interval; scoring.kernel.SHARED_BUDGET):
+    # together, one eviction a round.
     clock, log = Clock(NOW), []
-    migrator, idle = _loops(["migrator", "idle"], {"migrator": 60, "idle": 60}, clock, log)
-    idle.budget, idle.owns_budget = migrator.budget, False
-    rounds = ControlRounds([migrator, idle], LOOP_ORDER, mono=clock)
+    rounds = _rounds(["migrator", "idle"], {"migrator": 60, "idle": 60}, clock, log)
+    migrator, idle = rounds.loops
     rounds.run_round()
     assert [o.outcome for o in migrator.history[-1].outcomes] == ["done"]
     assert [o.outcome for o in idle.history[-1].outcomes] == ["budget_exhausted"]
@@ -103,8 +124,10 @@ def _pod(name: str, job: str, gpus: int, node_name: str | None, ann: dict[str, s
 
 
 def _service_loops(pods: list[dict[str, Any]], nodes: dict[str, int], est: dict[str, ConvergenceEstimate],
-                   loops: list[str], dry: set[str],
-                   notes: bool = True) -> tuple[ControlRounds, dict[str, ControlLoop], FakeActions]:
+                   loops: list[str], dry: bool,
+                   notes: bool = True) -> tuple[list[ControlRounds], dict[str, ControlLoop], FakeActions]:
+    """The real controllers over one snapshot. notes=False: each loop in a round of its own (what
+    two threads planning on one snapshot did), so none sees what another planned."""
     state = ClusterState()
     for n, g in nodes.items():
         state.upsert_node(parse_node(node(n, gpus=g)))
@@ -115,17 +138,22 @@ def _service_loops(pods: list[dict[str, Any]], nodes: dict[str, int], est: dict[
     clock = Clock(NOW)
     ctx = make_context(state, FakeTracker(est), actions, LogRecorder(),
                        settings=Settings(kube=False, controllers=loops), clock=clock)
-
-
     metrics = ControlMetrics.build(CollectorRegistry())
     built = {}
     for name in loops:
         cfg = ctx.core.loop(name)
         built[name] = ControlLoop(_factory(name)(ctx), AlwaysLeader(), metrics, interval_s=cfg.interval_s,
-                                  dry_run=name in dry, per_interval=cfg.max_per_interval,
-                                  per_hour=cfg.max_per_hour, clock=clock,
-                                  on_acted=note_for(ctx.world) if notes else None)
-    return ControlRounds(list(built.values()), LOOP_ORDER, mono=clock), built, actions
+                                  dry_run=dry, per_interval=cfg.max_per_interval, per_hour=cfg.max_per_hour,
+                                  clock=clock)
+    groups = [list(built.values())] if notes else [[lp] for lp in built.values()]
+    rounds = [ControlRounds(g, ctx.core, AlwaysLeader(), metrics, dry_run=dry, clock=clock, mono=clock)
+              for g in groups]
+    return rounds, built, actions
+
+
+def _run(rounds: list[ControlRounds]) -> None:
+    for r in rounds:
+        r.run_round()
 
 
 def test_the_migrator_sees_the_rescale_the_optimizer_just_made_in_the_same_round() -> None:
@@ -138,20 +166,20 @@ def test_the_migrator_sees_the_rescale_the_optimizer_just_made_in_the_same_round
            "t/z2": _est(Phase.GROWING)}
     # Each loop alone on this snapshot (no notes: what two threads did): the plans contradict.
     rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4, "c": 4}, est, ["migrator", "elastic"],
-                                      dry={"migrator", "elastic"}, notes=False)
-    rounds.run_round()
+                                      dry=True, notes=False)
+    _run(rounds)
     assert [(o.action.kind, o.action.key) for o in loops["elastic"].history[-1].outcomes] == [("scale-up", "t/x")]
     assert [(o.action.kind, o.action.key) for o in loops["migrator"].history[-1].outcomes] == [("evict", "t/x")]
     # A dry run previews the composition: the migrator's plan already leaves x alone.
     rounds, loops, actions = _service_loops(pods, {"a": 4, "b": 4, "c": 4}, est, ["migrator", "elastic"],
-                                            dry={"migrator", "elastic"})
-    rounds.run_round()
+                                            dry=True)
+    _run(rounds)
     assert [o.outcome for o in loops["elastic"].history[-1].outcomes] == ["dry_run"] and not actions.annotations
     assert not any(o.action.key == "t/x" for t in loops["migrator"].history for o in t.outcomes)
     # Acting, in one round: the optimizer's rescale is noted, and the migrator leaves x alone.
     rounds, loops, actions = _service_loops(pods, {"a": 4, "b": 4, "c": 4}, est, ["migrator", "elastic"],
-                                            dry={"migrator"})
-    rounds.run_round()
+                                            dry=False)
+    _run(rounds)
     assert [(o.action.key, o.outcome) for o in loops["elastic"].history[-1].outcomes] == [("t/x", "planned")]
     assert actions.annotations  # the plan was written
     assert not any(o.action.key == "t/x" for t in loops["migrator"].history for o in t.outcomes)
@@ -167,13 +195,13 @@ def test_admission_does_not_release_a_gang_into_the_gpus_a_rescale_just_took() -
 
     # Each alone on this snapshot (no notes): both would give b's 4 GPUs away.
     rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4}, est, ["admission", "elastic"],
-                                      dry={"admission", "elastic"}, notes=False)
-    rounds.run_round()
+                                      dry=True, notes=False)
+    _run(rounds)
     assert [o.action.key for o in loops["elastic"].history[-1].outcomes] == ["t/x"]
     assert admitted(loops["admission"]) == ["t/g"]
     # The optimizer acts first in the round; its promised pod waits for b, so the gang is not released.
-    rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4}, est, ["admission", "elastic"], dry={"admission"})
-    rounds.run_round()
+    rounds, loops, _ = _service_loops(pods, {"a": 4, "b": 4}, est, ["admission", "elastic"], dry=False)
+    _run(rounds)
     grown = [o.action for o in loops["elastic"].history[-1].outcomes if o.outcome == "planned"]
     assert [a.as_dict()["detail"]["gpus"] for a in grown] == [8]
     assert admitted(loops["admission"]) == []
@@ -197,14 +225,13 @@ def test_a_job_on_a_cordoned_node_is_held_not_replanned_as_waiting() -> None:
     (x,) = ctx.world.build(pods, nodes, marks, NOW).jobs
     assert x.held_gpus == 0 and x.gpus_elsewhere == 4 and x.bound
     elastic = _factory("elastic")(ctx)
-    assert [a for a in elastic.plan(elastic.observe(NOW), 16) if a.key == "t/x"] == []
+    assert [a for a in plan_at(elastic, NOW, 16) if a.key == "t/x"] == []
 
 
-def test_a_wall_clock_stepped_back_does_not_stop_the_rounds() -> None:
+def test_a_wall_clock_stepped_back_does_not_stop_the_rounds(one_each: None) -> None:
     # The loops read the wall clock (their budgets' hour); the schedule runs on a monotonic one.
     wall, mono, log = Clock(NOW), Clock(0.0), []
-    rounds = ControlRounds(_loops(["migrator", "elastic"], {"migrator": 60, "elastic": 30}, wall, log), LOOP_ORDER,
-                           mono=mono)
+    rounds = _rounds(["migrator", "elastic"], {"migrator": 60, "elastic": 30}, wall, log, mono=mono)
     assert rounds.run_round() == ["elastic", "migrator"]
     wall.t -= 3600  # NTP steps the clock back an hour
     mono.t += 60

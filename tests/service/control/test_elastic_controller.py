@@ -14,11 +14,11 @@ from extender.control.elastic import PLAN, REASON_PLAN, Elastic, parse_range
 from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import DRY_RUN, ControlLoop, ControlMetrics
-from extender.settings import ElasticConfig
+from extender.settings import ElasticConfig, Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.convergence import Phase
-from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
+from tests.control_fakes import FakeActions, FakeTracker, OneLoop, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 
@@ -43,8 +43,9 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est] | None = None, nodes: i
         state.upsert_pod(parse_pod(p))
     state.mark_synced()
     actions, rec = FakeActions(), LogRecorder()
-    ctx = make_context(state, FakeTracker(est or {}), actions, rec)
-    return Elastic(ctx, ElasticConfig(**{"las_power": 0.0, **cfg})), actions, rec, state
+    cfg_ = ElasticConfig(**{"las_power": 0.0, **cfg})
+    ctx = make_context(state, FakeTracker(est or {}), actions, rec, settings=Settings(kube=False, elastic=cfg_))
+    return Elastic(ctx, cfg_), actions, rec, state
 
 
 def test_parse_range() -> None:
@@ -107,7 +108,8 @@ def test_a_plan_that_changes_only_the_batch_keeps_the_time_of_the_last_rescale()
 
     def act(kind_gpus: int, now: float) -> dict[str, Any]:
         s = Scale("t/a", kind_gpus, 2, 512, 256, 1, 1, 8, "test plan")
-        el.act(el._action(s, el.observe(now)), now)
+        el.world(now)  # the pods, as a round reads them
+        el.act(el.bind(s), now)
         body: dict[str, Any] = json.loads(actions.annotations[-1][2][PLAN])
         for p in pods:  # what the pod watch brings back
             p["metadata"].setdefault("annotations", {}).update({PLAN: json.dumps(body)})
@@ -151,7 +153,7 @@ def test_dry_run_loop_plans_but_writes_nothing() -> None:
     el, actions, rec, _ = make([worker("a", 0, "n0")])
     loop = ControlLoop(el, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30, dry_run=True,
                        per_interval=4, per_hour=30)
-    tick = loop.run_once()
+    tick = OneLoop(loop).run_once()
     assert [o.outcome for o in tick.outcomes] == [DRY_RUN]
     assert actions.annotations == [] and rec.events == []
 

@@ -114,7 +114,7 @@ def test_idle_settings_are_checked() -> None:
 
 
 def _idle_shell(recorder: Any) -> tuple[Any, Any, list[tuple[str, float]], list[float]]:
-    """The real IdleLoop in a ControlLoop (acting) over one idle opted-in notebook and a waiting GPU pod."""
+    """The real IdleLoop in the rounds runner (acting) over one idle opted-in notebook and a waiting GPU pod."""
     from prometheus_client import CollectorRegistry
 
     from extender.control.idle import IdleLoop
@@ -123,7 +123,7 @@ def _idle_shell(recorder: Any) -> tuple[Any, Any, list[tuple[str, float]], list[
     from extender.settings import Settings
     from extender.snapshot.objects import parse_node, parse_pod
     from extender.snapshot.state import ClusterState
-    from tests.control_fakes import FakeActions, FakeTracker, make_context
+    from tests.control_fakes import FakeActions, FakeTracker, OneLoop, make_context
     from tests.k8s_factories import node, pod
 
     state = ClusterState()
@@ -148,7 +148,7 @@ def _idle_shell(recorder: Any) -> tuple[Any, Any, list[tuple[str, float]], list[
                        clock=lambda: clock[0])
     loop = ControlLoop(IdleLoop(ctx), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60,
                        dry_run=False, per_interval=1, per_hour=6, clock=lambda: clock[0])
-    return loop, state, evicted, clock
+    return OneLoop(loop), state, evicted, clock
 
 
 def test_a_notebook_is_evicted_only_warning_s_after_a_warning_the_apiserver_accepted() -> None:
@@ -173,7 +173,7 @@ def test_a_notebook_is_evicted_only_warning_s_after_a_warning_the_apiserver_acce
         warns += [o.outcome for o in loop.run_once().outcomes if o.action.kind == "idle_warn"]
     assert "retry_later" in warns and warns[-1] == "recorded"  # refused warnings are retried, not counted
     assert events.delivered == [("nb", 4500.0)]
-    warning_s = loop.controller.cfg.warning_s  # type: ignore[attr-defined]
+    warning_s = loop.loop.controller.cfg.warning_s  # type: ignore[attr-defined]
     assert [name for name, _ in evicted] == ["nb"] and evicted[0][1] >= 4500.0 + warning_s
     # ... and not one round before the delivered warning is warning_s old
     events2 = Events()

@@ -1,5 +1,5 @@
 """extender.control.resizer on a fake snapshot, tracker and pod source: what it plans, what it
-writes, what it reports, under the shared ControlLoop (dry run, budgets) with a fake clock."""
+writes, what it reports, under the service's rounds runner (dry run, budgets) with a fake clock."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from extender.control.events import LogRecorder
 from extender.control.leader import AlwaysLeader
 from extender.control.loop import ControlLoop, ControlMetrics
 from extender.control.resizer import CPU_ORIGINAL, RESIZABLE, RESIZED_AT, Resizer, pod_row, resize_pending
-from extender.settings import Settings
+from extender.kube.requests import resize_pod
+from extender.settings import ResizerConfig, Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.convergence import Phase
-from scoring.settings import ResizerLoopSettings
-from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
+from tests.control_fakes import FakeActions, FakeTracker, OneLoop, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 
@@ -41,6 +41,7 @@ def running(name: str, cpu: str, annotations: dict[str, str] | None = None, limi
     return p
 
 
+RESIZER = ResizerConfig(min_step_m=100, hysteresis=0.1, cooldown_s=60)
 OPT = {RESIZABLE: "true", "flowsched.io/cpu-shrink": "true"}
 
 
@@ -51,9 +52,16 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est], clock: list[float],
     for p in pods:
         state.upsert_pod(parse_pod(p))
     actions, rec = FakeActions(), LogRecorder()
-    ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0], namespace_labels=labels)
-    r = Resizer(ctx, ResizerLoopSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
-    r._patch_resize = lambda ns, name, body: r.__dict__.setdefault("patched", []).append((ns, name, body))  # type: ignore[method-assign]
+    ctx = make_context(state, FakeTracker(est), actions, rec, clock=lambda: clock[0], namespace_labels=labels,
+                       settings=Settings(kube=False, resizer=RESIZER))
+    r = Resizer(ctx, pods_on=lambda _n: pods)
+
+    def patch(ns: str, name: str, container: str, resources: dict[str, Any]) -> bool:
+        # The body the resize subresource gets (extender.kube.requests.resize_pod).
+        r.__dict__.setdefault("patched", []).append((ns, name, resize_pod(ns, name, container, resources).body))
+        return True
+
+    r._patch_resize = patch  # type: ignore[method-assign]
     return r, actions, rec, state
 
 
@@ -95,12 +103,12 @@ def test_dry_run_and_budget_through_the_control_loop() -> None:
     metrics = ControlMetrics.build(CollectorRegistry())
     dry = ControlLoop(r, AlwaysLeader(), metrics, interval_s=30, dry_run=True, per_interval=4, per_hour=10,
                       clock=lambda: clock[0])
-    tick = dry.run_once()
+    tick = OneLoop(dry).run_once()
     assert [o.outcome for o in tick.outcomes] == ["dry_run", "dry_run"]
     assert "patched" not in r.__dict__ and not rec.events
     live = ControlLoop(r, AlwaysLeader(), metrics, interval_s=30, dry_run=False, per_interval=1, per_hour=10,
                        clock=lambda: clock[0])
-    tick = live.run_once()
+    tick = OneLoop(live).run_once()
     assert [o.outcome for o in tick.outcomes] == ["resized", "budget_exhausted"]
     assert len(r.__dict__["patched"]) == 1
 
@@ -128,7 +136,7 @@ def test_a_dry_run_resizer_reports_a_pending_resize_without_writing_an_event() -
     r, fake, rec, _ = make(pods, {"t/fast": Est(Phase.GROWING, 0.3)}, [1000.0])
     dry = ControlLoop(r, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=30, dry_run=True,
                       per_interval=0, per_hour=0, clock=lambda: 1000.0)
-    tick = dry.run_once()
+    tick = OneLoop(dry).run_once()
     assert [(o.action.kind, o.outcome) for o in tick.outcomes] == [("resize_pending", "dry_run")]
     assert rec.events == [] and fake.annotations == []  # dry run writes nothing, not even an Event
 
@@ -169,12 +177,12 @@ def test_namespace_opt_outs_hold_for_the_resizer() -> None:
     assert plan_at(r, 1000.0) == []
     r2, *_ = make(pods, est, [1000.0])
     assert plan_at(r2, 1000.0) != []  # the same pods, the label gone: planned
-    settings = Settings(kube=False, control={"excluded_namespaces": ["t"]})
+    settings = Settings(kube=False, control={"excluded_namespaces": ["t"]}, resizer=RESIZER)
     state = ClusterState()
     state.upsert_node(parse_node(node("n1", gpus=4, cpu="16")))
     for p in pods:
         state.upsert_pod(parse_pod(p))
     ctx = make_context(state, FakeTracker(est), FakeActions(), LogRecorder(), settings=settings)
-    r3 = Resizer(ctx, ResizerLoopSettings(min_step_m=100, hysteresis=0.1, cooldown_s=60), pods_on=lambda _n: pods)
+    r3 = Resizer(ctx, pods_on=lambda _n: pods)
     assert plan_at(r3, 1000.0) == []
     assert set(r3.observe(1000.0).nodes) == set()  # nothing observed to plan from

@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import Depends, HTTPException
@@ -209,21 +210,36 @@ def test_docs_and_ui_follow_the_debug_gate(tmp_path: Path, monkeypatch: pytest.M
         assert client.get("/healthz").status_code == 200
 
 
-def test_repeated_dry_run_plans_show_once_with_their_count() -> None:
+def test_repeated_dry_run_plans_show_once_with_their_count(monkeypatch: pytest.MonkeyPatch) -> None:
     from prometheus_client import CollectorRegistry
 
     from extender.control.leader import AlwaysLeader
     from extender.control.loop import Action, ControlLoop, ControlMetrics
     from extender.http.status_view import _actions
+    from scoring import kernel
+    from scoring.actions import ControlAction, Evict
+    from scoring.settings import CoreSettings
+    from scoring.world import World
+    from tests.control_fakes import OneLoop
+
+    def plan_loop(loop: str, world: World, settings: Any, memory: Any, *_: Any, **__: Any) -> kernel.Plan:
+        # The kernel's plan, replaced: the same eviction every round (the round around it is real).
+        return kernel.Plan(loop, (Evict("a/slow", "n0", 1, 1.0, 1.0, (), (), f"planned at {world.now:.0f}"),),
+                           memory)
+
+    monkeypatch.setattr(kernel, "plan_loop", plan_loop)
 
     class Evictor:
         name = "migrator"
 
-        def observe(self, now: float) -> float:
-            return now
+        def world(self, now: float) -> World:
+            return World(now, (), (), ())
 
-        def plan(self, now: float, budget_left: int) -> list[Action]:
-            return [Action(key="a/slow", kind="evict", target="a/slow-0", reason=f"planned at {now:.0f}")]
+        def bind(self, action: ControlAction) -> Action:
+            return Action(key="a/slow", kind="evict", target="a/slow-0", reason=action.reason, plan=action)
+
+        def planned(self, plan: kernel.Plan) -> None:
+            pass
 
         def act(self, action: Action, now: float) -> str:
             raise AssertionError("a dry run never acts")
@@ -231,8 +247,9 @@ def test_repeated_dry_run_plans_show_once_with_their_count() -> None:
     clock = iter([100.0 + k for k in range(100)])
     loop = ControlLoop(Evictor(), AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=1,
                        dry_run=True, per_interval=1, per_hour=10, clock=lambda: next(clock))
+    rounds = OneLoop(loop, CoreSettings())
     for _ in range(3):
-        loop.run_once()
+        rounds.run_once()
     rows = _actions([loop], limit=30)
     assert len(rows) == 1
     assert rows[0].repeats == 3 and rows[0].outcome == "dry_run" and rows[0].target == "a/slow-0"
