@@ -23,18 +23,10 @@ def render(action: ControlAction) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
 
 
-# -- admission ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Release:
-    """Remove flowsched's scheduling gate from every gated pod of `job` (a whole gang at once)."""
+class OnJob:
+    """An action on a whole job: backed off, deduplicated and shown by the job's key."""
 
     job: str
-    pods: int  # gated pods released together
-    gpus: float
-    queue: int
-    reason: str
-    kind: ClassVar[str] = "admit"
-    budgeted: ClassVar[bool] = True
 
     @property
     def key(self) -> str:
@@ -45,8 +37,38 @@ class Release:
         return self.job
 
 
+class OnPod:
+    """An action on one pod. `key_prefix` keeps a pod's notices and an action on the same pod
+    apart in the shells' back-off and de-duplication."""
+
+    pod: str
+    key_prefix: ClassVar[str] = ""
+
+    @property
+    def key(self) -> str:
+        return self.key_prefix + self.pod
+
+    @property
+    def target(self) -> str:
+        return self.pod
+
+
+# -- admission ----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Preempt:
+class Release(OnJob):
+    """Remove flowsched's scheduling gate from every gated pod of `job` (a whole gang at once)."""
+
+    job: str
+    pods: int  # gated pods released together
+    gpus: float
+    queue: int
+    reason: str
+    kind: ClassVar[str] = "admit"
+    budgeted: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Preempt(OnJob):
     """Evict `job` (every pod) so that `for_job` fits; carried out like a migration."""
 
     job: str
@@ -58,18 +80,10 @@ class Preempt:
     kind: ClassVar[str] = "preempt"
     budgeted: ClassVar[bool] = True
 
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
-
 
 # -- migrator -----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Evict:
+class Evict(OnJob):
     """Evict every pod of `job` (it restarts from its checkpoint wherever kube-scheduler puts it)."""
 
     job: str
@@ -84,18 +98,10 @@ class Evict:
     kind: ClassVar[str] = "evict"
     budgeted: ClassVar[bool] = True
 
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
-
 
 # -- elastic optimizer --------------------------------------------------------------------
 @dataclass(frozen=True)
-class Scale:
+class Scale(OnJob):
     """Run `job` at `gpus` GPUs (`gpus // per_pod` pods) and global batch `batch_size`."""
 
     job: str
@@ -119,18 +125,10 @@ class Scale:
     def replicas(self) -> int:
         return self.gpus // max(1, self.per_pod)
 
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
-
 
 # -- resizer ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Resize:
+class Resize(OnPod):
     """Set the CPU request of `container` of pod `pod` to `to_m` millicores in place (its limit
     keeps `limit_ratio` x the request when it has one)."""
 
@@ -151,17 +149,9 @@ class Resize:
     def kind(self) -> str:
         return "resize-up" if self.to_m > self.from_m else "resize-down"
 
-    @property
-    def key(self) -> str:
-        return self.pod
-
-    @property
-    def target(self) -> str:
-        return self.pod
-
 
 @dataclass(frozen=True)
-class ResizeHeld:
+class ResizeHeld(OnPod):
     """A notice: the kubelet holds a resize of `pod` back (`pending`: Infeasible or Deferred)."""
 
     pod: str
@@ -171,19 +161,12 @@ class ResizeHeld:
     reason: str
     kind: ClassVar[str] = "resize_pending"
     budgeted: ClassVar[bool] = False
-
-    @property
-    def key(self) -> str:
-        return f"pending/{self.pod}"
-
-    @property
-    def target(self) -> str:
-        return self.pod
+    key_prefix: ClassVar[str] = "pending/"
 
 
 # -- idle GPUs ----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class IdleReport:
+class IdleReport(OnPod):
     """A notice: pod `pod` held idle GPUs for the idle window (once per idle spell)."""
 
     pod: str
@@ -191,55 +174,34 @@ class IdleReport:
     reason: str
     kind: ClassVar[str] = "idle_event"
     budgeted: ClassVar[bool] = False
-
-    @property
-    def key(self) -> str:
-        return f"idle/{self.pod}"
-
-    @property
-    def target(self) -> str:
-        return self.pod
+    key_prefix: ClassVar[str] = "idle/"
 
 
 @dataclass(frozen=True)
-class IdleWarn:
+class IdleWarn(OnPod):
     """A notice: the opted-in idle notebook `pod` may be evicted warning_s after this is delivered."""
 
     pod: str
     reason: str
     kind: ClassVar[str] = "idle_warn"
     budgeted: ClassVar[bool] = False
-
-    @property
-    def key(self) -> str:
-        return f"warn/{self.pod}"
-
-    @property
-    def target(self) -> str:
-        return self.pod
+    key_prefix: ClassVar[str] = "warn/"
 
 
 @dataclass(frozen=True)
-class Reclaim:
+class Reclaim(OnPod):
     """Evict the warned idle notebook `pod` so waiting GPU pods get its GPUs."""
 
     pod: str
     reason: str
     kind: ClassVar[str] = "evict"
     budgeted: ClassVar[bool] = True
-
-    @property
-    def key(self) -> str:
-        return f"evict/{self.pod}"
-
-    @property
-    def target(self) -> str:
-        return self.pod
+    key_prefix: ClassVar[str] = "evict/"
 
 
 # -- remedies of bottleneck diagnosis (scoring.remedy) ---------------------------------------
 @dataclass(frozen=True)
-class GiveCpu:
+class GiveCpu(OnJob):
     """The resizer should raise the CPU of this job's opted-in pods (within their cpu-max)."""
 
     job: str
@@ -247,17 +209,9 @@ class GiveCpu:
     kind: ClassVar[str] = "give-cpu"
     budgeted: ClassVar[bool] = True
 
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
-
 
 @dataclass(frozen=True)
-class Consolidate:
+class Consolidate(OnJob):
     """Evict this checkpointable job so it restarts on `target_node`, which has room for all of it."""
 
     job: str
@@ -268,17 +222,9 @@ class Consolidate:
     kind: ClassVar[str] = "consolidate"
     budgeted: ClassVar[bool] = True
 
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
-
 
 @dataclass(frozen=True)
-class AddPs:
+class AddPs(OnJob):
     """Run one more parameter server (TFJob PS replicas `from_ps` -> `ps`, within its flowsched.io/ps range)."""
 
     job: str
@@ -288,17 +234,9 @@ class AddPs:
     kind: ClassVar[str] = "add-ps"
     budgeted: ClassVar[bool] = True
 
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
-
 
 @dataclass(frozen=True)
-class MoveReplica:
+class MoveReplica(OnJob):
     """Evict the slow replica of a checkpointable job (it is recreated where kube-scheduler puts it)."""
 
     job: str
@@ -307,14 +245,6 @@ class MoveReplica:
     reason: str
     kind: ClassVar[str] = "move-replica"
     budgeted: ClassVar[bool] = True
-
-    @property
-    def key(self) -> str:
-        return self.job
-
-    @property
-    def target(self) -> str:
-        return self.job
 
 
 Remedy = GiveCpu | Consolidate | AddPs | MoveReplica
