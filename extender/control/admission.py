@@ -25,13 +25,13 @@ from prometheus_client import Counter
 from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef
 from extender.control.eviction import evict_job
+from extender.control.job_loop import JobLoop
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import PodsOf, observe
+from extender.control.world_builder import PodsOf
 from extender.kube.errors import LostLeadership, PermanentError
 from scoring.actions import ControlAction, Preempt
 from scoring.kernel import Plan
-from scoring.world import World
 
 log = logging.getLogger("flowsched.admission")
 
@@ -39,7 +39,7 @@ ADMITTED = "FlowschedAdmitted"
 PREEMPTED = "FlowschedPreempted"
 
 
-class Admission:
+class Admission(JobLoop):
     name = "admission"
 
     def __init__(self, ctx: ControlContext) -> None:
@@ -53,13 +53,6 @@ class Admission:
         self.pods_of: PodsOf = {}  # each job's pods, as the latest World had them
 
     # ---- Controller ----
-    def world(self, now: float) -> World | None:
-        observed = observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
-        if observed is None:
-            return None
-        self.pods_of = observed.pods_of
-        return observed.world
-
     def bind(self, action: ControlAction) -> Action:
         pods = self.pods_of.get(action.key, [])
         if isinstance(action, Preempt):

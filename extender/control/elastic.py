@@ -30,15 +30,16 @@ import json
 import logging
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import Counter, Gauge
 
 from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef
+from extender.control.job_loop import JobLoop
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import PodsOf, observe, parse_range
+from extender.control.world_builder import PodsOf, parse_range
 from extender.kube import requests
 from extender.kube.client import send
 from extender.kube.errors import PermanentError
@@ -48,7 +49,6 @@ from scoring.actions import ControlAction, Scale
 from scoring.control import ElasticLoopPlan
 from scoring.kernel import Plan
 from scoring.settings import ElasticLoopSettings
-from scoring.world import World
 
 log = logging.getLogger("flowsched.elastic")
 
@@ -73,25 +73,18 @@ class ElasticMetrics:
 
 
 @dataclass
-class Elastic:
+class Elastic(JobLoop):
+    gpu_pods_only: ClassVar[bool] = True
     ctx: ControlContext
     cfg: ElasticLoopSettings
     name: str = "elastic"
     last: dict[str, Any] = field(default_factory=dict)
-
     pods_of: PodsOf = field(default_factory=dict)  # each job's pods, as the latest World had them
 
     def __post_init__(self) -> None:
         self.metrics = ElasticMetrics.build(self.ctx.registry)
 
     # ---- Controller ----
-    def world(self, now: float) -> World | None:
-        observed = observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=True, last=self.last)
-        if observed is None:
-            return None
-        self.pods_of = observed.pods_of
-        return observed.world
-
     def bind(self, action: ControlAction) -> Action:
         pods = self.pods_of.get(action.key, []) if isinstance(action, Scale) else []
         return Action.of(action, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if not p.terminating))

@@ -22,20 +22,20 @@ from typing import Any
 from prometheus_client import Counter
 
 from extender.control.eviction import evict_job
+from extender.control.job_loop import JobLoop
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import PodsOf, observe
+from extender.control.world_builder import PodsOf
 from extender.kube.errors import PermanentError
 from scoring.actions import ControlAction, Evict
 from scoring.kernel import Plan
-from scoring.world import World
 
 log = logging.getLogger("flowsched.migrator")
 
 REASON = "FlowschedMigrated"
 
 
-class Migrator:
+class Migrator(JobLoop):
     name = "migrator"
 
     def __init__(self, ctx: ControlContext) -> None:
@@ -49,13 +49,6 @@ class Migrator:
         self.pods_of: PodsOf = {}  # each job's pods, as the latest World had them
 
     # ---- Controller ----
-    def world(self, now: float) -> World | None:
-        observed = observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
-        if observed is None:
-            return None
-        self.pods_of = observed.pods_of
-        return observed.world
-
     def bind(self, action: ControlAction) -> Action:
         pods = self.pods_of.get(action.key, []) if isinstance(action, Evict) else []
         return Action.of(action, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if p.node))

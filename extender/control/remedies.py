@@ -23,13 +23,13 @@ from typing import Any
 from prometheus_client import Counter
 
 from extender.control.events import ObjectRef
+from extender.control.job_loop import JobLoop
 from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
-from extender.control.world_builder import PodsOf, observe
+from extender.control.world_builder import PodsOf
 from extender.kube.errors import PermanentError
 from scoring.actions import AddPs, Consolidate, ControlAction, GiveCpu, MoveReplica
 from scoring.kernel import Plan
-from scoring.world import World
 
 log = logging.getLogger("flowsched.remedies")
 
@@ -53,7 +53,7 @@ def recommendation(a: ControlAction, resizer_on: bool) -> tuple[str, str]:
     raise PermanentError(f"the remedies loop cannot carry out {a.kind}")
 
 
-class Remedies:
+class Remedies(JobLoop):
     name = "remedies"
 
     def __init__(self, ctx: ControlContext) -> None:
@@ -62,13 +62,6 @@ class Remedies:
                             ["remedy"], registry=ctx.registry)
         self.last: dict[str, Any] = {}
         self.pods_of: PodsOf = {}
-
-    def world(self, now: float) -> World | None:
-        observed = observe(self.ctx.state.read(), self.ctx.world, now, gpu_pods_only=False, last=self.last)
-        if observed is None:
-            return None
-        self.pods_of = observed.pods_of
-        return observed.world
 
     def bind(self, action: ControlAction) -> Action:
         pods = sorted((p for p in self.pods_of.get(action.key, []) if p.node), key=lambda p: p.name)
