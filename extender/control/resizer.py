@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -67,32 +67,11 @@ def _fmt_m(m: float) -> str:
 
 
 @dataclass(frozen=True)
-class Row:
-    """One opted-in pod on a node, as the planner and act() need it."""
-
-    namespace: str
-    name: str
-    uid: str
-    job: str
-    container: str
-    request_m: float  # the container's CPU request in effect (status if reported, else spec)
-    limit_ratio: float | None  # limit / request to keep (None: no CPU limit)
-    original_m: float
-    min_m: float
-    max_m: float
-    may_shrink: bool
-    since_resize_s: float
-    in_flight: bool  # spec and status differ, or a resize is pending: leave it alone
-    pending: tuple[str, str] | None  # (reason, message) of PodResizePending / status.resize
-    had_original: bool = False  # flowsched already recorded its original request
-
-
-@dataclass(frozen=True)
 class NodeObserved:
     node: str
     allocatable_m: float
     others_m: float  # CPU requested by the node's pods outside the plan
-    rows: list[Row]
+    rows: list[ResizeRow]  # phase, progress and diagnosis not filled yet (world_of fills them)
     skipped: dict[str, str]  # pod -> why it is not a row
 
 
@@ -126,8 +105,9 @@ def _container(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return cs[0] if cs else None
 
 
-def pod_row(pod: Mapping[str, Any], job: str, now: float) -> Row | str:
-    """The pod's planner row, or why it cannot be one (for /debug/resizes)."""
+def pod_row(pod: Mapping[str, Any], job: str, now: float) -> ResizeRow | str:
+    """The pod's planner row as the API shows the pod (its job's phase and progress come from the
+    tracker in world_of), or why it cannot be one (for /debug/resizes)."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     ann = meta.get("annotations") or {}
     if str(ann.get(RESIZABLE, "")).lower() != "true":
@@ -158,14 +138,15 @@ def pod_row(pod: Mapping[str, Any], job: str, now: float) -> Row | str:
     except ValueError:
         since = math.inf
     lo, hi = _cpu_m(ann.get(CPU_MIN)), _cpu_m(ann.get(CPU_MAX))
-    return Row(
-        namespace=str(meta.get("namespace") or "default"), name=str(meta.get("name")), uid=str(meta.get("uid") or ""),
+    return ResizeRow(
+        pod=f'{meta.get("namespace") or "default"}/{meta.get("name")}', uid=str(meta.get("uid") or ""),
         job=job, container=str(c.get("name")), request_m=st_req if st_req is not None else spec_req,
         limit_ratio=None if spec_lim is None else spec_lim / spec_req,
         original_m=original if original is not None else spec_req,
         min_m=lo or 0.0, max_m=hi if hi is not None else math.inf,
         may_shrink=str(ann.get(CPU_SHRINK, "")).lower() == "true",
         since_resize_s=since, in_flight=in_flight, pending=pending, had_original=CPU_ORIGINAL in ann,
+        phase=Phase.UNKNOWN, progress=math.nan,
     )
 
 
@@ -232,7 +213,7 @@ class Resizer:
             if node is None:
                 continue
             on_node = [p for p in pods if p.node == node_name]
-            rows: list[Row] = []
+            rows: list[ResizeRow] = []
             skipped: dict[str, str] = {}
             for pod in self.pods_on(node_name):
                 meta = pod.get("metadata") or {}
@@ -240,7 +221,7 @@ class Resizer:
                 key = f"{meta.get('namespace')}/{meta.get('name')}"
                 refused = namespace_refusal(str(meta.get("namespace") or "default"), labels, self.ctx.core.safety)
                 job = next((p.job for p in on_node if p.uid == uid), "")
-                r: Row | str = refused if refused is not None else pod_row(pod, job, now)
+                r: ResizeRow | str = refused if refused is not None else pod_row(pod, job, now)
                 if isinstance(r, str):
                     skipped[key] = r
                     continue
@@ -258,10 +239,8 @@ class Resizer:
         """The World the kernel plans the resizer from: each node's rows as plain data."""
         est, diag = observed.estimates, observed.diagnoses
         nodes = tuple(ResizeNode(nd.node, nd.allocatable_m, nd.others_m, tuple(
-            ResizeRow(f"{r.namespace}/{r.name}", r.uid, r.job, r.container, r.request_m, r.limit_ratio, r.original_m,
-                      r.min_m, r.max_m, r.may_shrink, r.since_resize_s, r.in_flight, r.pending, r.had_original,
-                      est[r.job].phase if r.job in est else Phase.UNKNOWN,
-                      est[r.job].progress if r.job in est else math.nan, diag.get(r.job))
+            replace(r, phase=est[r.job].phase if r.job in est else Phase.UNKNOWN,
+                    progress=est[r.job].progress if r.job in est else math.nan, diagnosis=diag.get(r.job))
             for r in nd.rows), dict(nd.skipped)) for nd in observed.nodes)
         return World(observed.now, (), (), (), resize_nodes=nodes)
 
