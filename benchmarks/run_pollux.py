@@ -180,7 +180,7 @@ def main(argv: list[str]) -> int:
     mixes = [x.strip() for x in a.mix.split(",") if x.strip()]
     if any(m not in MIXES for m in mixes):
         p.error(f"--mix from {', '.join(MIXES)}")
-    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)}: the control core (scoring/control.py) "
+    print(f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)}: the control kernel (scoring/kernel.py) "
           "that `flowsched serve` runs")
     sets = tuple((k.strip(), v.strip()) for k, _, v in (s.partition("=") for s in a.set))
     try:

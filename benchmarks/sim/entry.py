@@ -118,7 +118,7 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(result.runs)
-    notes = [f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control core, scoring/control.py); "
+    notes = [f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control kernel, scoring/kernel.py); "
              f"job mix: {MIX_TEXT[a.mix]}; the baselines ignore the marks",
              overrides_line(core_settings(_settings(a), INTEGRATED))]
     table = format_table(summary)
