@@ -5,9 +5,15 @@ FlowCon (ICPP'19) ran ten training containers of mixed models on one host, arriv
 (headline: one job -42.06 %, no makespan loss). Here: one node with 10 GPUs and 40 cores, ten
 1-GPU jobs of mixed Pollux-profiled models arriving evenly over 100 s, every pod requesting
 4 cores (limit = request, so a pod never uses more than its request); the baseline keeps those
-requests, the resizer runs scoring.resize every 30 s (FlowCon's window). Then the Pollux
+requests, the resizer runs every 30 s (FlowCon's window). Then the Pollux
 workloads (16 nodes x 4 GPUs, 64 cores each, 12 cores requested per GPU) with the flowsched
 policy, with and without the resizer.
+
+The resizer is the control kernel's (scoring.kernel.run_round, the loop `resizer`), run by the
+simulator shell (benchmarks/sim/control.py SimControl, benchmarks/sim/resizer.py) with the
+service's settings except the experiment's: the resizer's (RESIZE, POLLUX_RESIZE below; no rate
+budget, as the experiment has always run) and the tracker's convergence windows (WINDOW_POINTS,
+ALPHA: three points a window, alpha 0.05).
 
 Every figure depends on the CPU-sensitivity ASSUMPTIONS in benchmarks/sim/cpu_model.py, which
 are printed with the tables.
@@ -21,28 +27,46 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import data_paths
 from benchmarks.sim.cluster import ClusterSettings, GiB
+from benchmarks.sim.control import SimControl
 from benchmarks.sim.cpu_model import describe
 from benchmarks.sim.engine import Engine, EngineSettings, SimJob
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.policies import make_policy
 from benchmarks.sim.resizer import SimResizer
+from benchmarks.sim.variants import core_settings
 from benchmarks.sim.workload import JobSpec, read_workload
-from scoring.settings import ResizerLoopSettings
+from scoring.settings import CoreSettings, ResizerLoopSettings
 
 DATA = data_paths.pollux_dir()
 # imagenet is left out of the one-node mix: ~150 h on one GPU would be the whole experiment.
 FLOWCON_MODELS = ("cifar10", "ncf", "deepspeech2", "yolov3", "bert")
 FLOWCON_NODE = ClusterSettings(nodes=1, gpus_per_node=10, cpu_per_node=40_000.0, mem_per_node=1024 * GiB,
                                cpu_per_gpu=4_000.0, mem_per_gpu=48 * GiB)
-RESIZE = ResizerLoopSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=60.0)
-POLLUX_RESIZE = ResizerLoopSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=120.0)
+UNBUDGETED = 1 << 30  # max_per_interval / max_per_hour: the experiment never bounded the resizer's rate
+RESIZE = ResizerLoopSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=60.0,
+                             max_per_interval=UNBUDGETED, max_per_hour=UNBUDGETED)
+POLLUX_RESIZE = ResizerLoopSettings(beta=2.0, min_step_m=100.0, hysteresis=0.10, cooldown_s=120.0,
+                                    max_per_interval=UNBUDGETED, max_per_hour=UNBUDGETED)
+# The tracker's windows (for every job): three points each, a slow pace below 5 %.
+WINDOW_POINTS, ALPHA = 3, 0.05
+
+
+def resizer_control(engine: EngineSettings, resize: ResizerLoopSettings, *, dry_run: bool = False,
+                    shrink: bool = True) -> SimControl:
+    """The kernel's resizer, every engine round, in the simulator shell (dry run: the kernel's)."""
+    base = core_settings(engine)
+    settings: CoreSettings = replace(
+        base, resizer=replace(resize, interval_s=engine.interval),
+        convergence=replace(base.convergence, window_s=0.0, window_points=WINDOW_POINTS, alpha=ALPHA),
+        safety=replace(base.safety, dry_run=dry_run))
+    return SimControl(settings, ("resizer",), resizer=SimResizer(may_shrink=_const(shrink)))
 
 
 def flowcon_workload(profiles: ProfileSet, seed: int, jobs: int = 10, span_s: float = 100.0) -> list[JobSpec]:
@@ -61,14 +85,14 @@ class Outcome:
 
 
 def run(specs: Sequence[JobSpec], profiles: ProfileSet, settings: EngineSettings, policy: str,
-        resizer: SimResizer | None) -> Outcome:
+        control: SimControl | None) -> Outcome:
     eng = Engine(specs, profiles, make_policy(policy, settings.seed), settings,
-                 control_loops=[resizer] if resizer is not None else []).run()
+                 control_loops=[control] if control is not None else []).run()
     done = [j for j in eng.jobs if j.completion is not None]
     jct = {j.spec.name: float(j.completion - j.spec.arrival) for j in done if j.completion is not None}
     first = min(j.spec.arrival for j in eng.jobs)
     last = max(j.completion for j in done if j.completion is not None)
-    return Outcome(jct, float(last - first), resizer.stats.resizes if resizer and not resizer.dry_run else 0)
+    return Outcome(jct, float(last - first), control.resizer.stats.resizes if control is not None else 0)
 
 
 def _const(value: bool) -> Callable[[SimJob], bool]:
@@ -97,10 +121,9 @@ def flowcon_experiment(profiles: ProfileSet, seeds: Sequence[int], interval: flo
         settings = EngineSettings(interval=interval, restart_penalty=30.0, cluster=FLOWCON_NODE, seed=seed)
         # The baseline runs the resizer dry (plans, changes nothing): the same rounds and random
         # draws, so the only difference is the resizes.
-        base = run(specs, profiles, settings, "kube-default", SimResizer(profiles, RESIZE, dry_run=True))
+        base = run(specs, profiles, settings, "kube-default", resizer_control(settings, RESIZE, dry_run=True))
         for vname, shrink in variants:
-            rs = SimResizer(profiles, RESIZE, may_shrink=_const(shrink))
-            out = run(specs, profiles, settings, "kube-default", rs)
+            out = run(specs, profiles, settings, "kube-default", resizer_control(settings, RESIZE, shrink=shrink))
             ch = {n: pct(out.jct[n], base.jct[n]) for n in base.jct}
             best = min(ch, key=lambda n: ch[n])
             worst = max(ch, key=lambda n: ch[n])
@@ -127,13 +150,12 @@ def pollux_effect(profiles: ProfileSet, data: Path, workloads: Sequence[int], se
     for w in workloads:
         specs = read_workload(data / "workloads" / f"workload-{w}.csv")
         t0 = time.perf_counter()
-        base = run(specs, profiles, settings, "flowsched", SimResizer(profiles, POLLUX_RESIZE, dry_run=True))
+        base = run(specs, profiles, settings, "flowsched", resizer_control(settings, POLLUX_RESIZE, dry_run=True))
         jb = np.array(list(base.jct.values()))
         print(f"workload-{w:<2} {'base':<10} {jb.mean():>8.0f}s {np.percentile(jb, 99):>8.0f}s "
               f"{base.makespan:>8.0f}s {'(dry)':>8}")
         for vname, shrink in (("shrink", True), ("no-shrink", False)):
-            rs = SimResizer(profiles, POLLUX_RESIZE, may_shrink=_const(shrink))
-            out = run(specs, profiles, settings, "flowsched", rs)
+            out = run(specs, profiles, settings, "flowsched", resizer_control(settings, POLLUX_RESIZE, shrink=shrink))
             jr = np.array([out.jct[n] for n in base.jct if n in out.jct])
             a, m = pct(float(jr.mean()), float(jb.mean())), pct(out.makespan, base.makespan)
             totals[vname].append((a, m))

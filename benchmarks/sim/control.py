@@ -1,6 +1,8 @@
 """The simulator shell's other half: run the control kernel each round and carry out its typed
 actions through the engine's public API only (engine.resize / engine.rebatch for Scale,
-engine.evict for Evict and Preempt, engine.release for Release).
+engine.evict for Evict and Preempt, engine.release for Release), and Resize through the pods'
+CPU (benchmarks/sim/resizer.py: the request in effect, its count against the node, the job's
+speed under cpu_model).
 
 Per round, scoring.kernel.run_round runs every enabled loop whose interval has come, in
 scoring.kernel.LOOP_ORDER, with the same CoreSettings `flowsched serve` runs, within the loops'
@@ -18,17 +20,18 @@ import math
 from dataclasses import dataclass, field
 
 from benchmarks.sim.engine import Engine, SimJob
+from benchmarks.sim.resizer import SimResizer
 from benchmarks.sim.world import SimWorldBuilder, changes_batch_live, job_key
-from scoring.actions import ControlAction, Evict, Preempt, Release, Scale
+from scoring.actions import ControlAction, Evict, Preempt, Release, Resize, Scale
 from scoring.kernel import DONE, LOOP_ORDER, PREEMPT_BUDGET, SKIPPED, Memory, Round, plan_loop, run_round
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
 from scoring.world import World
 
-# The loops the simulator can carry out (the resizer, idle reclamation and the remedies act on
-# pods' CPU, notebooks and parameter servers, which this engine does not model).
-SIM_LOOPS = ("elastic", "admission", "migrator")
+# The loops the simulator can carry out (idle reclamation and the remedies act on notebooks and
+# parameter servers, which this engine does not model).
+SIM_LOOPS = ("elastic", "admission", "migrator", "resizer")
 
 
 @dataclass
@@ -49,6 +52,7 @@ class ControlStats:
 class SimControl:
     settings: CoreSettings
     loops: tuple[str, ...]
+    resizer: SimResizer = field(default_factory=SimResizer)  # the pods' CPU, opt-ins and cpu_model
     builder: SimWorldBuilder = field(init=False)
     budgets: dict[str, Budget] = field(init=False)
     memory: Memory = field(default_factory=Memory)
@@ -84,12 +88,20 @@ class SimControl:
             self._last[n] = now
             self.stats.plans[n] = self.stats.plans.get(n, 0) + 1
 
-        def world(_loop: str) -> World:
+        def world(loop: str) -> World:
             self._bound(engine, now)
+            if loop == "resizer":  # what the service's resizer reads: its nodes' pods only
+                return World(now, (), (), (), resize_nodes=self.resizer.nodes(
+                    engine, now, lambda j: self.builder.estimate(engine, j), self.builder.namespace_labels,
+                    self.settings.safety))
             return self.builder.build(engine, now)
 
+        if "resizer" in self.loops:
+            self.resizer.forget_gone(engine, now)
         done = run_round(world, due, self.budgets, self.memory, self.settings, enabled=self.loops,
                          carry_out=lambda _loop, a: self._carry_out(engine, a, now))
+        if "resizer" in self.loops:
+            self.resizer.settle(engine)  # before kube-scheduler binds: raised requests hold the CPU
         self._bound(engine, now)
         self.memory = done.memory
         self.last_round = done
@@ -127,6 +139,8 @@ class SimControl:
             self.stats.admitted += 1
             self._bind = True
             return DONE
+        if isinstance(a, Resize):
+            return self.resizer.carry_out(engine, a, now)
         raise ValueError(f"the simulator cannot carry out {a.kind} ({type(a).__name__})")
 
     def _scale(self, engine: Engine, a: Scale, now: float) -> str:

@@ -1,22 +1,28 @@
-"""The resizer as a simulator control loop: the same scoring.resize planner the cluster
-controller runs, fed from the simulated jobs' loss series, acting through in-place CPU resize.
+"""The simulator shell's resizer half: the engine's pods as the resizer's World rows
+(World.resize_nodes), and the kernel's Resize actions carried out on them. Nothing here decides:
+scoring.kernel (scoring.resize_loop) plans, benchmarks/sim/control.py runs the round.
 
 What it may do (DESIGN §7: only what flowsched can do in a real cluster): change the CPU request
 of opted-in running pods without a restart. GPUs are never resized. Its effect on a job is the
 CPU-sensitivity model (cpu_model.py); its effect on the cluster is real too: a raised request
 counts against the node's CPU, so kube-scheduler (the policy) may find a node's GPUs free but
-its CPU taken. While GPU pods are waiting, CPU for the node's free GPUs (cpu_per_gpu each) is
-kept out of the pool, so the resizer does not starve them.
+its CPU taken.
 
-Per round and node: rows = the opted-in jobs' pods on that node; pool = node CPU - requests of
-the pods not opted in - the reserve; phase and progress P from scoring.convergence over the
-job's (epoch, metric) series (window = `window_points` epochs, as benchmarks/sim/telemetry.py);
-G = P / (request / pool); plan_node; apply.
+The rows are what the service's resizer (extender/control/resizer.py) reads from a cluster, no
+more: per node holding an opted-in pod of a job the tracker knows, the node's allocatable CPU,
+the requests of the pods outside the plan (not opted in, or in a namespace the safety rules
+refuse), and each opted-in pod's request in effect, its template request (what flowsched records
+as cpu-original before its first resize), the time of flowsched's last resize (the cpu-resized-at
+annotation: the cooldown), its opt-ins, and its job's convergence phase and progress from the
+tracker the simulator shell shares with its other loops (the service's tracker, over the points
+the job would post). A pod the engine recreates (evicted, rescaled, restarted elsewhere) is a new
+pod with a new uid: it starts again from its template, without annotations. The engine's pods
+resize at once: none is ever in flight or pending.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -24,14 +30,38 @@ import numpy as np
 
 from benchmarks.sim.cpu_model import DEFAULT_SENSITIVITY, CpuSensitivity, cpu_speed, sensitivity_of
 from benchmarks.sim.engine import Engine, SimJob
-from benchmarks.sim.jobmodel import ProfileSet
-from scoring.convergence import ConvergenceSettings, Phase, estimate
-from scoring.resize import NodeRows, growth_efficiency, plan_node
-from scoring.settings import ResizerLoopSettings
+from benchmarks.sim.world import job_key, node_name
+from scoring.actions import Resize
+from scoring.convergence import ConvergenceEstimate, Phase
+from scoring.kernel import DONE, GONE
+from scoring.safety import namespace_refusal
+from scoring.settings import SafetySettings
+from scoring.world import ResizeNode, ResizeRow
+
+CONTAINER = "main"  # the simulated pods' one container
 
 
 def _everyone(_job: SimJob) -> bool:
     return True
+
+
+def pod_name(job: SimJob, i: int) -> str:
+    """namespace/name of the job's i-th pod (its placement's i-th entry), as the World names pods."""
+    return f"{job_key(job)}-{i}"
+
+
+def pod_uid(job: SimJob, i: int) -> str:
+    """A recreated pod is a new object: its uid changes with each allocation of the job."""
+    return f"sim-{job.idx}-{job.allocations}-{i}"
+
+
+@dataclass(frozen=True)
+class SimPod:
+    uid: str
+    name: str  # namespace/name
+    job: SimJob
+    node: int
+    gpus: int
 
 
 @dataclass
@@ -39,114 +69,120 @@ class ResizerStats:
     resizes: int = 0
     increases: int = 0
     decreases: int = 0
-    rounds: int = 0
     cpu_seconds_moved: float = 0.0  # sum over rounds of |request - original| x interval, core-seconds
+
+
+Estimate = Callable[[SimJob], ConvergenceEstimate | None]  # the shared tracker's estimate (syncs the job)
 
 
 @dataclass
 class SimResizer:
-    profiles: ProfileSet
-    settings: ResizerLoopSettings = field(default_factory=lambda: ResizerLoopSettings(cooldown_s=60.0))
     sensitivity: Mapping[str, CpuSensitivity] = field(default_factory=lambda: dict(DEFAULT_SENSITIVITY))
     opted_in: Callable[[SimJob], bool] = _everyone  # flowsched.io/resizable
     may_shrink: Callable[[SimJob], bool] = _everyone  # flowsched.io/cpu-shrink
-    window_points: int = 3
-    alpha: float = 0.05
-    min_points: int = 6
-    reserve_for_queue: bool = True
-    dry_run: bool = False  # plan and count, change nothing (the controller's dry-run)
+    limit_ratio: float | None = 1.0  # the pods' CPU limit / request (limit = request: no use beyond it)
     stats: ResizerStats = field(default_factory=ResizerStats)
-    requests: dict[tuple[int, int], float] = field(default_factory=dict)  # (job, node) -> millicores
-    last_resized: dict[tuple[int, int], float] = field(default_factory=dict)
-    _applied: np.ndarray | None = None
-    _est: dict[int, tuple[int, Phase, float]] = field(default_factory=dict)
-    _alloc_seen: dict[tuple[int, int], int] = field(default_factory=dict)
+    # The API server's side of the opted-in pods, by uid: the request in effect where flowsched
+    # changed it, and its cpu-resized-at annotation.
+    requests: dict[str, float] = field(default_factory=dict)
+    resized_at: dict[str, float] = field(default_factory=dict)
+    _applied: np.ndarray | None = None  # per node: millicores the requests add above the templates
     _last_t: float | None = None
 
-    def _phase_progress(self, job: SimJob) -> tuple[Phase, float]:
-        n = len(job.series)
-        if n < self.min_points:
-            return Phase.UNKNOWN, float("nan")
-        hit = self._est.get(job.idx)
-        if hit is not None and hit[0] == n:
-            return hit[1], hit[2]
-        app = self.profiles.apps[job.spec.app]
-        pts = np.array(job.series, dtype=np.float64)
-        s = ConvergenceSettings(window_s=0.0, window_points=self.window_points, alpha=self.alpha,
-                                higher_is_better=app.metric_increases)
-        est = estimate(pts[:, 1], pts[:, 2], pts[:, 0], s)
-        self._est[job.idx] = (n, est.phase, est.progress)
-        return est.phase, est.progress
+    def pods(self, engine: Engine) -> list[SimPod]:
+        return [SimPod(pod_uid(j, i), pod_name(j, i), j, node, g)
+                for j in engine.active.values() for i, (node, g) in enumerate(j.placement)]
 
-    def __call__(self, engine: Engine, now: float) -> None:
-        cl = engine.cluster
-        per_gpu = cl.settings.cpu_per_gpu
-        if self._applied is None:
-            self._applied = np.zeros(cl.settings.nodes)
-        # Forget the pods that are gone (completed, evicted, restarted elsewhere): their raised
-        # requests went with them.
-        cl.cpu_used -= self._applied
-        self._applied[:] = 0.0
-        live: dict[tuple[int, int], tuple[SimJob, int]] = {}
-        for j in engine.active.values():
-            for node, g in j.placement:
-                live[(j.idx, node)] = (j, g)
-        # A pod recreated since (same node, new allocation) starts again from its template.
-        for k in [k for k in self.requests if k not in live or self._alloc_seen.get(k) != live[k][0].allocations]:
-            self.requests.pop(k, None)
-            self.last_resized.pop(k, None)
-            self._alloc_seen.pop(k, None)
+    def template_m(self, engine: Engine, pod: SimPod) -> float:
+        return pod.gpus * engine.cluster.settings.cpu_per_gpu
+
+    def request_m(self, engine: Engine, pod: SimPod) -> float:
+        return self.requests.get(pod.uid, self.template_m(engine, pod))
+
+    # ---- the World (what the service's resizer reads from a cluster) ----
+    def nodes(self, engine: Engine, now: float, estimate: Estimate, labels: Mapping[str, Mapping[str, str]],
+              safety: SafetySettings) -> tuple[ResizeNode, ...]:
+        by_node: dict[int, list[SimPod]] = {}
+        for p in self.pods(engine):
+            by_node.setdefault(p.node, []).append(p)
+        # The opted-in jobs' estimates, node by node in the order the engine lists their pods: each
+        # is brought up to now first (the points it would have posted), and the engine draws the
+        # points' noise from one generator as it goes, so this order is part of the random draws.
+        est: dict[int, ConvergenceEstimate | None] = {}
+        for p in (p for ps in by_node.values() for p in ps if self.opted_in(p.job)):
+            if p.job.idx not in est:
+                est[p.job.idx] = estimate(p.job)
+        out: list[ResizeNode] = []
+        for node in sorted(by_node, key=node_name):  # the service lists them by name
+            on_node = by_node[node]
+            # It lists only the nodes holding an opted-in pod of a job its tracker knows.
+            if not any(est.get(p.job.idx) is not None for p in on_node):
+                continue
+            rows: list[ResizeRow] = []
+            skipped: dict[str, str] = {}
+            others = 0.0
+            for p in on_node:
+                why = "not opted in" if not self.opted_in(p.job) else namespace_refusal(
+                    p.job.spec.namespace, labels, safety)
+                if why is not None:
+                    skipped[p.name] = why
+                    others += self.request_m(engine, p)
+                    continue
+                rows.append(self._row(engine, p, now, est[p.job.idx]))
+            if rows:
+                out.append(ResizeNode(node_name(node), float(engine.cluster.cpu_alloc[node]), others, tuple(rows),
+                                      skipped))
+        return tuple(out)
+
+    def _row(self, engine: Engine, p: SimPod, now: float, est: ConvergenceEstimate | None) -> ResizeRow:
+        resized = self.resized_at.get(p.uid)
+        return ResizeRow(
+            p.name, p.uid, job_key(p.job), CONTAINER, self.request_m(engine, p), self.limit_ratio,
+            self.template_m(engine, p), 0.0, math.inf, self.may_shrink(p.job),
+            now - resized if resized is not None else math.inf, False, None, resized is not None,
+            est.phase if est is not None else Phase.UNKNOWN, est.progress if est is not None else math.nan)
+
+    # ---- carrying out (the pod's resize subresource; the kubelet applies it at once) ----
+    def carry_out(self, engine: Engine, a: Resize, now: float) -> str:
+        if not any(p.uid == a.uid for p in self.pods(engine)):
+            return GONE
+        self.requests[a.uid] = a.to_m
+        self.resized_at[a.uid] = now
+        self.stats.resizes += 1
+        self.stats.increases += int(a.to_m > a.from_m)
+        self.stats.decreases += int(a.to_m < a.from_m)
+        return DONE
+
+    def forget_gone(self, engine: Engine, now: float) -> None:
+        """Drop what went with the pods that are gone (completed, evicted, recreated) and count the
+        CPU moved since the last round (the requests in effect over that interval)."""
+        live = {p.uid: p for p in self.pods(engine)}
+        for uid in [u for u in self.requests if u not in live]:
+            self.requests.pop(uid, None)
+            self.resized_at.pop(uid, None)
         if self._last_t is not None:
             dt = now - self._last_t
             self.stats.cpu_seconds_moved += dt * sum(
-                abs(c - live[k][1] * per_gpu) for k, c in self.requests.items()) / 1000.0
+                abs(c - self.template_m(engine, live[u])) for u, c in self.requests.items()) / 1000.0
         self._last_t = now
-        waiting = self.reserve_for_queue and any(not j.placement for j in engine.active.values())
 
-        by_node: dict[int, list[tuple[SimJob, int]]] = defaultdict(list)
-        for (_, node), (j, g) in live.items():
-            by_node[node].append((j, g))
-        self.stats.rounds += 1
-        for node, members in by_node.items():
-            rows = [(j, g) for j, g in members if self.opted_in(j)]
-            if not rows:
-                continue
-            for j, _ in rows:
-                engine._sync(j, now)  # bring its loss series up to now (what it would have posted)
-            others = sum(g * per_gpu for j, g in members if not self.opted_in(j))
-            reserve = float(cl.free[node]) * per_gpu if waiting else 0.0
-            pool = float(cl.cpu_alloc[node]) - others - reserve
-            keys = [(j.idx, node) for j, _ in rows]
-            orig = np.array([g * per_gpu for _, g in rows], dtype=np.float64)
-            cur = np.array([self.requests.get(k, o) for k, o in zip(keys, orig, strict=True)])
-            pp = [self._phase_progress(j) for j, _ in rows]
-            phase = np.array([int(p) for p, _ in pp], dtype=np.int64)
-            progress = np.array([x for _, x in pp], dtype=np.float64)
-            since = np.array([now - self.last_resized[k] if k in self.last_resized else np.inf for k in keys])
-            plan = plan_node(NodeRows.build(
-                pool, cur, growth_efficiency(progress, cur, pool), phase, original_m=orig,
-                may_shrink=[self.may_shrink(j) for j, _ in rows], since_resize_s=since,
-            ), self.settings)
-            if self.dry_run:
-                self.stats.resizes += int(plan.changed.sum())
-                continue
-            for i in np.flatnonzero(plan.changed):
-                self.requests[keys[i]] = float(plan.new_m[i])
-                self._alloc_seen[keys[i]] = rows[i][0].allocations
-                self.last_resized[keys[i]] = now
-                self.stats.resizes += 1
-                self.stats.increases += int(plan.new_m[i] > cur[i])
-                self.stats.decreases += int(plan.new_m[i] < cur[i])
-
-        # Requests count against the nodes; speeds follow the CPU each job now has.
+    def settle(self, engine: Engine) -> None:
+        """The requests in effect count against their nodes' CPU; each job runs at the speed its
+        slowest pod's CPU allows (cpu_model)."""
+        cl = engine.cluster
+        if self._applied is None:
+            self._applied = np.zeros(cl.settings.nodes)
+        cl.cpu_used -= self._applied
+        self._applied[:] = 0.0
         speeds: dict[int, float] = {}
-        for (idx, node), (j, g) in live.items():
-            c = self.requests.get((idx, node))
+        for p in self.pods(engine):
+            tmpl = self.template_m(engine, p)
+            c = self.requests.get(p.uid)
             if c is not None:
-                self._applied[node] += c - g * per_gpu
-            sens = sensitivity_of(j.spec.app, self.sensitivity)
-            sp = float(cpu_speed(g * per_gpu if c is None else c, g * per_gpu, sens.cpu_fraction, sens.saturation))
-            speeds[idx] = min(speeds.get(idx, np.inf), sp)
+                self._applied[p.node] += c - tmpl
+            sens = sensitivity_of(p.job.spec.app, self.sensitivity)
+            sp = float(cpu_speed(tmpl if c is None else c, tmpl, sens.cpu_fraction, sens.saturation))
+            speeds[p.job.idx] = min(speeds.get(p.job.idx, np.inf), sp)
         cl.cpu_used += self._applied
         for idx, sp in speeds.items():
             engine.set_cpu_speed(engine.jobs[idx], sp)

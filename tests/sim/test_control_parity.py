@@ -2,11 +2,12 @@
 state for the simulator shell, gives the same World and the same plans, action for action, for
 all six loops, dry run included (both shells run scoring.kernel.run_round).
 
-The migrator, the elastic optimizer and admission are compared end to end: each shell builds its
-own World from its own state. The engine models no notebooks with DCGM samples, no per-pod CPU
-requests and no diagnoses, so for the idle loop, the resizer and the remedies the simulator shell
-plans from the World the service built (benchmarks/sim/control.py cannot carry those kinds out:
-SIM_LOOPS), and the dry run is checked in the service's rounds runner.
+The migrator, the elastic optimizer, admission and the resizer are compared end to end: each
+shell builds its own World from its own state; the resizer's actions are also carried out by
+both (the engine's pod CPU and job speed; the service's resize subresource). The engine models no
+notebooks with DCGM samples and no diagnoses, so for the idle loop and the remedies the simulator
+shell plans from the World the service built (benchmarks/sim/control.py cannot carry those kinds
+out: SIM_LOOPS), and the dry run is checked in the service's rounds runner.
 
 The scenario: 4 nodes x 4 GPUs; a slow (completing) checkpointable job, a growing one, a
 completing one in an excluded namespace, a completing one in a namespace labelled
@@ -342,8 +343,8 @@ def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_ru
 
 def _same_plan_from_the_service_world(tmp_path: Path, loop: str, controller: Any, now: float) -> tuple[Any, Any]:
     """The service shell's plan for `loop` (its World from Kubernetes objects) and the simulator
-    shell's (SimControl.plan) from that same World: the engine models no notebooks, no per-pod CPU
-    and no diagnoses, so it cannot build these parts of the World itself, nor carry their actions out
+    shell's (SimControl.plan) from that same World: the engine models no notebooks and no
+    diagnoses, so it cannot build these parts of the World itself, nor carry their actions out
     (benchmarks/sim/control.py SIM_LOOPS)."""
     from scoring.kernel import Memory
 
@@ -401,30 +402,128 @@ def test_idle_plans_the_same_in_both_shells_and_a_dry_run_sends_nothing(tmp_path
     assert outcomes and set(outcomes) == {"dry_run"} and ctx.recorder.events == []
 
 
-def test_the_resizer_plans_the_same_in_both_shells_and_a_dry_run_patches_nothing(tmp_path: Path) -> None:
+# Opted in to in-place CPU resize (and to shrinking): every running job, the ones in namespaces the
+# safety rules refuse included (their pods are skipped and count as the node's other requests).
+RESIZABLE_JOBS = ("slow", "fresh", "sys", "optout", "moved", "el", "el2")
+
+
+def resizer_sides(tmp_path: Path, dry_run: bool) -> tuple[SimControl, Engine, Any, Any]:
+    """The resizer scenario in both shells: the slow job's pod on node 0 and the fresh job's on
+    node 1 opted in, each requesting its template CPU (4 GPUs x cpu_per_gpu, limit = request), the
+    service's pods carrying the simulator's uids. Returns the simulator shell, its engine, the
+    service's resizer and its rounds runner over the loop."""
+    from prometheus_client import CollectorRegistry
+
+    from benchmarks.sim.resizer import SimResizer, pod_uid
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import ControlLoop, ControlMetrics
     from extender.control.resizer import Resizer
+    from extender.kube.requests import resize_pod
 
+    control, eng = sim_side(("resizer",))
+    control.resizer = SimResizer(opted_in=lambda j: j.spec.name in RESIZABLE_JOBS,
+                                 may_shrink=lambda j: j.spec.name in RESIZABLE_JOBS)
+    control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=dry_run))
     ctx = service_context(tmp_path, ["resizer"])
-    # Two opted-in pods of the running jobs on node 0 and 1: a slow one and a fast one.
-    def api_pod(name: str, job: str, ns: str, node_i: int) -> dict[str, Any]:
-        info = next(p for p in ctx.state.read().control_view()[0] if p.name == name)
-        p = pod(name, gpus=4, node_name=node_name(node_i), namespace=ns, cpu="8", phase="Running",
-                annotations={"flowsched.io/resizable": "true", "flowsched.io/cpu-shrink": "true"},
-                labels={"flowsched.io/job": job}, uid=info.uid)
-        return p
-
-    listed = {node_name(0): [api_pod("slow-0", "slow", "team-a", 0)],
-              node_name(1): [api_pod("fresh-0", "fresh", "team-a", 1)]}
-    for ps in listed.values():
-        for p in ps:
+    listed: dict[str, list[dict[str, Any]]] = {}
+    for name in RESIZABLE_JOBS:
+        job = next(j for j in eng.jobs if j.spec.name == name)
+        spec = next(x for x in SCENARIO if x["name"] == name)
+        for i, (k, g) in enumerate(spec["on"]):
+            cpu = f"{g * eng.cluster.settings.cpu_per_gpu / 1000:g}"
+            old = next(p for p in ctx.state.read().control_view()[0] if p.name == f"{name}-{i}")
+            p = pod(f"{name}-{i}", gpus=g, node_name=node_name(k), namespace=spec["ns"], cpu=cpu, phase="Running",
+                    annotations={"flowsched.io/resizable": "true", "flowsched.io/cpu-shrink": "true"},
+                    labels={"flowsched.io/job": name}, uid=pod_uid(job, i))
+            p["spec"]["containers"][0]["resources"]["limits"]["cpu"] = cpu
+            ctx.state.delete_pod(old.uid)
             ctx.state.upsert_pod(parse_pod(p))
+            listed.setdefault(node_name(k), []).append(p)
     resizer = Resizer(ctx, pods_on=lambda n: listed.get(n, []))
-    svc, sim = _same_plan_from_the_service_world(tmp_path, "resizer", resizer, T0 + NOW)
-    assert svc == sim
-    assert any(a.kind.startswith("resize-") for a in svc)  # the scenario holds: a resize is planned
-    tick = _dry_round(resizer, T0 + NOW)
-    assert [o.action.plan for o in tick.outcomes] == svc
-    assert all(o.outcome == "dry_run" for o in tick.outcomes)
+
+    def patch(ns: str, name: str, container: str, resources: dict[str, Any]) -> bool:
+        resizer.__dict__.setdefault("patched", []).append(resize_pod(ns, name, container, resources).body)
+        return True
+
+    resizer._patch_resize = patch  # type: ignore[method-assign]
+    r = ctx.core.resizer
+    lp = ControlLoop(resizer, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=r.interval_s,
+                     dry_run=dry_run, per_interval=r.max_per_interval, per_hour=r.max_per_hour,
+                     clock=lambda: T0 + NOW)
+    return control, eng, resizer, OneLoop(lp)
+
+
+def _cpu_of(body: dict[str, Any]) -> tuple[str, str]:
+    res = body["spec"]["containers"][0]["resources"]
+    return res["requests"]["cpu"], res["limits"]["cpu"]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_resizer_is_carried_out_action_for_action_in_both_shells(tmp_path: Path, dry_run: bool) -> None:
+    # Each shell builds the resizer's World from its own state (the engine's pods; the pods the
+    # API lists), the kernel plans, and each carries the same Resize actions out: the engine's
+    # pod CPU and job speed, the service's resize subresource. A dry run carries out nothing in both.
+    from benchmarks.sim.cpu_model import cpu_speed, sensitivity_of
+    from benchmarks.sim.resizer import pod_uid
+    from scoring.actions import Resize
+
+    control, eng, resizer, service = resizer_sides(tmp_path, dry_run)
+    svc_world = resizer.world(T0 + NOW)
+    sim_world = World(NOW, (), (), (), resize_nodes=control.resizer.nodes(
+        eng, NOW, lambda j: control.builder.estimate(eng, j), LABELS, control.settings.safety))
+    assert svc_world.resize_nodes == sim_world.resize_nodes  # the same rows, field for field
+    assert {r.phase.name for nd in sim_world.resize_nodes for r in nd.rows} == {"COMPLETING", "GROWING"}
+
+    used, speeds = eng.cluster.cpu_used.copy(), {j.idx: j.cpu_speed for j in eng.jobs}
+    control(eng, NOW)
+    tick = service.run_once()
+    sim_round = control.last_round
+    assert sim_round is not None
+    sim_done = sim_round.outcomes["resizer"]
+    assert [o.action.plan for o in tick.outcomes] == [o.action for o in sim_done] != []
+    actions = [o.action for o in sim_done]
+    assert all(isinstance(a, Resize) for a in actions)
+    patched = resizer.__dict__.get("patched", [])
+    if dry_run:  # the budget is spent as if carried out: the same ones are held back
+        assert [o.outcome for o in tick.outcomes] == [o.outcome for o in sim_done]
+        assert {o.outcome for o in sim_done} == {"dry_run", "budget_exhausted"}
+        assert patched == [] and resizer.ctx.actions.annotations == []
+        assert control.resizer.requests == {} and control.resizer.stats.resizes == 0
+        assert (eng.cluster.cpu_used == used).all() and {j.idx: j.cpu_speed for j in eng.jobs} == speeds
+        return
+    # The same outcomes (the service's label for a done resize is "resized"), the budget included.
+    assert [{"resized": "done"}.get(o.outcome, o.outcome) for o in tick.outcomes] == [o.outcome for o in sim_done]
+    done = [a for a, o in zip(actions, sim_done, strict=True) if isinstance(a, Resize) and o.outcome == "done"]
+    held = {o.action.key for o in sim_done if o.outcome == "budget_exhausted"}
+    assert len(done) == control.settings.resizer.max_per_interval and held  # the scenario holds
+    assert any(a.to_m < a.from_m for a in done) and any(a.to_m > a.from_m for a in done)
+    # The same CPU, written by each shell: the request (and limit = request) of each pod.
+    assert [_cpu_of(b) for b in patched] == [(f"{round(a.to_m)}m", f"{round(a.to_m)}m") for a in done]
+    by_name = {j.spec.name: j for j in eng.jobs}
+    moved = dict.fromkeys(range(eng.cluster.settings.nodes), 0.0)
+    for a in done:
+        job = by_name[a.job.split("/")[1]]
+        i = int(a.pod.rsplit("-", 1)[1])
+        assert a.uid == pod_uid(job, i) and control.resizer.requests[a.uid] == a.to_m
+        moved[job.placement[i][0]] += a.to_m - a.from_m
+        sens = sensitivity_of(job.spec.app, control.resizer.sensitivity)
+        slowest = min(float(cpu_speed(control.resizer.requests.get(pod_uid(job, k), a.from_m), a.from_m,
+                                      sens.cpu_fraction, sens.saturation)) for k in range(len(job.placement)))
+        assert job.cpu_speed == pytest.approx(slowest)  # as fast as its slowest pod's CPU allows
+    for k, m in moved.items():
+        assert eng.cluster.cpu_used[k] == pytest.approx(used[k] + m)  # the requests count against the node
+    assert control.resizer.stats.resizes == len(done)
+
+    # The next round, within the cooldown (the pods' cpu-resized-at): the resized pods are left
+    # alone, the ones the budget held back are planned again.
+    eng.now = NOW + control.settings.resizer.interval_s
+    for j in eng.jobs:
+        j.synced_at = max(j.synced_at, eng.now)  # no new points: the same estimates
+    control(eng, eng.now)
+    again = control.last_round
+    assert again is not None and {a.key for a in again.actions("resizer")} == held
+    why = {pod: r["why"] for nd in again.plans["resizer"].view["nodes"].values() for pod, r in nd["pods"].items()}
+    assert {why[a.pod] for a in done} == {"COOLDOWN"}
 
 
 def test_remedies_plan_the_same_in_both_shells_and_a_dry_run_tells_nothing(tmp_path: Path) -> None:
