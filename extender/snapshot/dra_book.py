@@ -1,0 +1,275 @@
+"""The DRA GPUs of each node: its devices (from ResourceSlices), which claims hold which of them
+(from ResourceClaims) and what a claim asks for (through DeviceClasses).
+
+DraBook takes no lock: ClusterState (state.py) calls it under its own and is its only writer.
+Each write returns the nodes whose counts changed, so the caller updates only their columns.
+Counts are in whole GPUs, as the node columns count device-plugin GPUs: a GPU is used when a
+claim holds it or any MIG slice of it (it can no longer be given whole). A claim is one
+allocation however many pods reserve it, so a shared claim counts once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from extender.snapshot.dra import (
+    GPU_CLASS,
+    MIG_CLASS,
+    ClaimInfo,
+    Device,
+    DeviceClassInfo,
+    DeviceKind,
+    DeviceRequest,
+    Slice,
+)
+
+
+@dataclass(frozen=True)
+class DraNode:
+    """One node's DRA GPUs. counted: the used GPUs the node columns add (claims kube-scheduler
+    made for mapped extended resources left out: the pods' own requests count those)."""
+
+    capacity: int = 0  # whole GPUs (a MIG-partitioned GPU counts as one)
+    used: int = 0  # whole GPUs held by any claim, whole or through a slice
+    counted: int = 0
+    free_mig: Mapping[str, int] = field(default_factory=dict)  # profile -> free slices
+
+
+@dataclass(frozen=True)
+class ClaimDemand:
+    """What a pod's unallocated claims ask for: whole GPUs and MIG slices by profile."""
+
+    gpus: float = 0.0
+    mig: Mapping[str, int] = field(default_factory=dict)
+    claims: int = 0  # GPU claims it uses (allocated or not): it is a GPU pod when > 0
+
+
+class DraBook:
+    def __init__(self) -> None:
+        self._slices: dict[str, Slice] = {}
+        self._classes: dict[str, DeviceClassInfo] = {}
+        self._claims: dict[str, ClaimInfo] = {}  # "namespace/name"
+        self._pool_node: dict[str, str] = {}  # the GPU driver's pools (one per node)
+        self._devices: dict[str, dict[str, Device]] = {}  # node -> device name -> device
+        self._claims_on: dict[str, set[str]] = defaultdict(set)  # node -> claim keys allocated there
+        self._nodes: dict[str, DraNode] = {}
+        self._uuids: dict[str, tuple[str, Device]] = {}  # device uuid -> (node, device)
+        # Replaced, never changed in place: the verbs read it on every call (empty: no mapping).
+        self._extended: frozenset[str] = frozenset()
+
+    # ---- writes: each returns the nodes whose DraNode changed ----
+    def upsert_slice(self, s: Slice) -> set[str]:
+        old = self._slices.get(s.name)
+        self._slices[s.name] = s
+        return self._reindex_nodes({s.node} | ({old.node} if old else set()))
+
+    def delete_slice(self, name: str) -> set[str]:
+        old = self._slices.pop(name, None)
+        return self._reindex_nodes({old.node}) if old else set()
+
+    def upsert_class(self, c: DeviceClassInfo) -> set[str]:
+        self._classes[c.name] = c
+        self._extended = frozenset(x.extended_resource for x in self._classes.values()
+                                   if x.extended_resource and x.kind is not None)
+        return set()  # a class changes what a pending claim asks for, not what a node holds
+
+    def delete_class(self, name: str) -> set[str]:
+        self._classes.pop(name, None)
+        self._extended = frozenset(x.extended_resource for x in self._classes.values()
+                                   if x.extended_resource and x.kind is not None)
+        return set()
+
+    def upsert_claim(self, c: ClaimInfo) -> set[str]:
+        old = self._claims.get(c.key)
+        self._claims[c.key] = c
+        touched = self._unplace(old) if old else set()
+        node = self._node_of(c)
+        if node:
+            self._claims_on[node].add(c.key)
+            touched.add(node)
+        return self._recount(touched)
+
+    def delete_claim(self, key: str) -> set[str]:
+        old = self._claims.pop(key, None)
+        return self._recount(self._unplace(old)) if old else set()
+
+    def replace_all(self, kind: str, objects: Iterable[object]) -> set[str]:
+        """A relist of one kind: the listed objects become the whole truth for it."""
+        touched: set[str] = set()
+        items = list(objects)
+        if kind == "resourceslices":
+            keep = {s.name for s in items if isinstance(s, Slice)}
+            for name in [n for n in self._slices if n not in keep]:
+                touched |= self.delete_slice(name)
+            for s in items:
+                if isinstance(s, Slice):
+                    touched |= self.upsert_slice(s)
+        elif kind == "deviceclasses":
+            keep = {c.name for c in items if isinstance(c, DeviceClassInfo)}
+            for name in [n for n in self._classes if n not in keep]:
+                self.delete_class(name)
+            for c in items:
+                if isinstance(c, DeviceClassInfo):
+                    self.upsert_class(c)
+        elif kind == "resourceclaims":
+            keep = {c.key for c in items if isinstance(c, ClaimInfo)}
+            for key in [k for k in self._claims if k not in keep]:
+                touched |= self.delete_claim(key)
+            for c in items:
+                if isinstance(c, ClaimInfo):
+                    touched |= self.upsert_claim(c)
+        return touched
+
+    def _unplace(self, c: ClaimInfo) -> set[str]:
+        for node, keys in self._claims_on.items():
+            if c.key in keys:
+                keys.discard(c.key)
+                return {node}
+        return set()
+
+    def _node_of(self, c: ClaimInfo) -> str:
+        """The node holding a claim's devices: its allocation's node selector, else its pool's node."""
+        if c.node:
+            return c.node
+        for a in c.allocated:
+            node = self._pool_node.get(a.pool)
+            if node:
+                return node
+        return ""
+
+    def _reindex_nodes(self, nodes: set[str]) -> set[str]:
+        nodes.discard("")
+        for node in nodes:
+            devices: dict[str, Device] = {}
+            for s in self._slices.values():
+                if s.node == node and s.devices:
+                    self._pool_node[s.pool] = node
+                    devices.update((d.name, d) for d in s.devices)
+            for uuid, (n, _d) in list(self._uuids.items()):
+                if n == node:
+                    del self._uuids[uuid]
+            if devices:
+                self._devices[node] = devices
+                self._uuids.update((d.uuid, (node, d)) for d in devices.values() if d.uuid)
+            else:
+                self._devices.pop(node, None)
+        # A claim read before its slice was placed by its pool: place it now.
+        for c in self._claims.values():
+            if not c.node and c.allocated and not any(c.key in k for k in self._claims_on.values()):
+                node = self._node_of(c)
+                if node:
+                    self._claims_on[node].add(c.key)
+                    nodes.add(node)
+        return self._recount(nodes)
+
+    def _recount(self, nodes: set[str]) -> set[str]:
+        changed = set()
+        for node in nodes:
+            new = self._count(node)
+            if self._nodes.get(node, DraNode()) != new:
+                changed.add(node)
+                if new == DraNode():
+                    self._nodes.pop(node, None)
+                else:
+                    self._nodes[node] = new
+        return changed
+
+    def _count(self, node: str) -> DraNode:
+        devices = self._devices.get(node, {})
+        whole = {d.uuid or d.name for d in devices.values() if d.kind == DeviceKind.GPU}
+        parents = {d.parent_uuid for d in devices.values() if d.kind == DeviceKind.MIG and d.parent_uuid}
+        used: set[str] = set()  # GPUs held, whole or through a slice
+        counted: set[str] = set()
+        held_whole: set[str] = set()
+        held_slices: set[str] = set()
+        for key in self._claims_on.get(node, ()):
+            c = self._claims[key]
+            for a in c.allocated:
+                d = devices.get(a.device)
+                if d is None:
+                    continue
+                if d.kind == DeviceKind.GPU:
+                    gpu = d.uuid or d.name
+                    held_whole.add(gpu)
+                else:
+                    gpu = d.parent_uuid or d.name
+                    held_slices.add(d.name)
+                used.add(gpu)
+                if not c.extended:
+                    counted.add(gpu)
+        # A slice is free unless a claim holds it or its whole GPU (static MIG: slices of one GPU
+        # do not overlap).
+        free_mig: dict[str, int] = defaultdict(int)
+        for d in devices.values():
+            if d.kind == DeviceKind.MIG and d.name not in held_slices and d.parent_uuid not in held_whole:
+                free_mig[d.profile] += 1
+        return DraNode(capacity=len(whole | parents), used=len(used), counted=len(counted),
+                       free_mig=MappingProxyType(dict(sorted(free_mig.items()))))
+
+    # ---- reads ----
+    def node(self, name: str) -> DraNode | None:
+        return self._nodes.get(name)
+
+    def nodes(self) -> Mapping[str, DraNode]:
+        return MappingProxyType(dict(self._nodes))
+
+    @property
+    def extended_resources(self) -> frozenset[str]:
+        """The extended resource names DeviceClasses map onto GPUs (KEP-5004)."""
+        return self._extended
+
+    def device(self, uuid: str) -> tuple[str, Device] | None:
+        """(node, device) of a device uuid (DCGM exporter's UUID label)."""
+        return self._uuids.get(uuid)
+
+    def devices_of(self, node: str) -> tuple[Device, ...]:
+        return tuple(self._devices.get(node, {}).values())
+
+    def claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        return self._claims.get(f"{namespace}/{name}")
+
+    def _kind(self, request: DeviceRequest) -> tuple[DeviceKind | None, str]:
+        c = self._classes.get(request.device_class)
+        if c is not None:
+            return c.kind, request.profile or c.profile
+        builtin = {GPU_CLASS: DeviceKind.GPU, MIG_CLASS: DeviceKind.MIG}
+        return builtin.get(request.device_class), request.profile
+
+    def demand(self, namespace: str, names: Iterable[str]) -> ClaimDemand:
+        """What a pod's claims still ask for: an allocated claim asks for nothing more (its devices
+        are counted on its node already, and kube-scheduler keeps its pods there)."""
+        gpus = 0.0
+        mig: dict[str, int] = defaultdict(int)
+        claims = 0
+        for name in names:
+            c = self._claims.get(f"{namespace}/{name}")
+            if c is None:
+                continue
+            kinds = [(r, *self._kind(r)) for r in c.requests]
+            if any(k is not None for _r, k, _p in kinds):
+                claims += 1
+            if c.allocated:
+                continue
+            for r, kind, profile in kinds:
+                if kind == DeviceKind.GPU:
+                    gpus += r.count
+                elif kind == DeviceKind.MIG:
+                    mig[profile] += r.count
+        return ClaimDemand(gpus=gpus, mig=MappingProxyType(dict(mig)), claims=claims)
+
+    def frees(self, claim_keys: Iterable[str], leaving: set[str]) -> dict[str, int]:
+        """node -> whole GPUs freed if the pods with uids `leaving` go: a claim frees its devices only
+        when every pod reserving it is among them (a shared claim stays while one user remains)."""
+        out: dict[str, int] = defaultdict(int)
+        for key in claim_keys:
+            c = self._claims.get(key)
+            if c is None or not c.allocated or c.extended or not set(c.reserved_for) <= leaving:
+                continue
+            node = self._node_of(c)
+            devices = self._devices.get(node, {})
+            out[node] += len({d.uuid or d.name for a in c.allocated
+                              if (d := devices.get(a.device)) is not None and d.kind == DeviceKind.GPU})
+        return dict(out)
