@@ -26,11 +26,13 @@ from extender.snapshot.objects import (
     WORKLOAD,
     ObjectError,
     PodInfo,
+    Resources,
     controller_kind,
     job_key,
+    pod_claim_names,
     pod_requests,
 )
-from extender.snapshot.state import ClusterState, NodeView
+from extender.snapshot.state import ClusterState, NodeView, StateView
 from scoring.convergence import Phase
 from scoring.nodes import BoolArray, IntArray
 from scoring.pipeline import CandidateNodes, Stages, Verdict, explanation, filter_and_score, needs_demand_mix
@@ -121,12 +123,35 @@ class PodAsk:
         return view, _decide(state, view, self.demand, self.workload, policy, stages, origin)
 
 
-def ask_of(raw: Mapping[str, Any], gpu_resource: str) -> PodAsk:
+def _dra_gpus(reader: StateView, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Any,
+              gpu_resource: str) -> float:
+    """The whole GPUs a pod asks for through DRA: its unallocated ResourceClaims', and (KEP-5004)
+    its requests of extended resources DeviceClasses map onto GPUs, other than gpu_resource (read
+    already). A pod with no claims on a cluster with no GPU DeviceClass costs one dict lookup and
+    one attribute read."""
+    gpus = 0.0
+    claims = pod_claim_names(spec, status if isinstance(status, Mapping) else None)
+    if claims:
+        gpus += reader.claim_demand(str(meta.get("namespace") or "default"), claims).gpus
+    mapped = reader.dra_extended_resources
+    if mapped:
+        for name in mapped:
+            if name != gpu_resource:
+                gpus += pod_requests(spec, name).gpus
+    return gpus
+
+
+def ask_of(raw: Mapping[str, Any], gpu_resource: str, reader: StateView | None = None) -> PodAsk:
+    """reader: the snapshot, to read what the pod asks for through DRA (None: only gpu_resource)."""
     try:
         meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
         if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
             raise ObjectError("metadata and spec must be objects")
         r = pod_requests(spec, gpu_resource)
+        if reader is not None:
+            dra = _dra_gpus(reader, meta, spec, raw.get("status"), gpu_resource)
+            if dra:
+                r = Resources(r.gpus + dra, r.cpu_m, r.mem)
         annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
         if not isinstance(annotations, Mapping) or not isinstance(labels, Mapping):
             # read later by workload and origin, outside this try: a list here was a 500 there
@@ -237,7 +262,7 @@ def _passed_at(names: Sequence[str], positions: IntArray) -> list[str]:
 
 def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float,
                   memo: ScoreMemo | None = None) -> FilterAnswer:
-    ask = ask_of(args.pod, policy.gpu_resource)
+    ask = ask_of(args.pod, policy.gpu_resource, state.read())
     names = args.names
     key = ScoreMemo.key(args.pod) if memo is not None else None
     # With a memo, the scores too: the prioritize call that follows is answered from it.
@@ -271,7 +296,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     candidates), and listing thousands of names cost both sides more than the ranking did.
     When none passes, every rejection is listed, exactly as decide_filter lists it.
     """
-    ask = ask_of(args.pod, policy.gpu_resource)
+    ask = ask_of(args.pod, policy.gpu_resource, state.read())
     names = args.names
     # Only the feasible rows are scored (at 5,000 names about 40 % of them: 10 % less time).
     view, verdict = ask.verdict(state, names, policy, now, Stages.RANK)
@@ -320,7 +345,7 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
         if remembered is not None:
             # Unknown candidates are counted and logged on every prioritize call, memo or not.
             return ScoreAnswer(names, remembered, state.read().count_unknown(names))
-    view, verdict = ask_of(args.pod, policy.gpu_resource).verdict(state, names, policy, now, Stages.SCORE)
+    view, verdict = ask_of(args.pod, policy.gpu_resource, state.read()).verdict(state, names, policy, now, Stages.SCORE)
     assert verdict.terms is not None  # Stages.SCORE always scores
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0

@@ -20,6 +20,7 @@ from typing import Any
 
 from extender.snapshot.objects import ObjectError, parse_quantity
 
+DRA_KINDS = ("resourceslices", "deviceclasses", "resourceclaims")  # watched beside nodes and pods
 GPU_DRIVER = "gpu.nvidia.com"
 # The NVIDIA driver's classes; a class of another name counts as GPU or MIG when its CEL
 # selectors name the driver (and, for MIG, the MIG device type).
@@ -28,6 +29,8 @@ MIG_CLASS = "mig.nvidia.com"
 # The claim kube-scheduler creates for a pod's DRA-backed extended resources (KEP-5004): the pod's
 # own request counts those GPUs already, so the claim must not count them again.
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+# KEP-5004: every DeviceClass also maps this name + its own name, with or without extendedResourceName.
+IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
 _PROFILE_IN_CEL = re.compile(r"""\.profile\s*==\s*["']([^"']+)["']""")
 
 

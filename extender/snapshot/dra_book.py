@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from extender.snapshot.dra import (
     GPU_CLASS,
+    IMPLICIT_EXTENDED,
     MIG_CLASS,
     ClaimInfo,
     Device,
@@ -48,7 +49,10 @@ class ClaimDemand:
 
 
 class DraBook:
-    def __init__(self) -> None:
+    def __init__(self, pod_counted_resource: str = "nvidia.com/gpu") -> None:
+        # The extended resource the snapshot counts from pods' own requests (the device-plugin GPU
+        # resource): a claim kube-scheduler made for it is not counted again.
+        self._pod_counted = pod_counted_resource
         self._slices: dict[str, Slice] = {}
         self._classes: dict[str, DeviceClassInfo] = {}
         self._claims: dict[str, ClaimInfo] = {}  # "namespace/name"
@@ -71,16 +75,36 @@ class DraBook:
         return self._reindex_nodes({old.node}) if old else set()
 
     def upsert_class(self, c: DeviceClassInfo) -> set[str]:
+        if self._classes.get(c.name) == c:
+            return set()
         self._classes[c.name] = c
-        self._extended = frozenset(x.extended_resource for x in self._classes.values()
-                                   if x.extended_resource and x.kind is not None)
-        return set()  # a class changes what a pending claim asks for, not what a node holds
+        return self._classes_changed()
 
     def delete_class(self, name: str) -> set[str]:
-        self._classes.pop(name, None)
-        self._extended = frozenset(x.extended_resource for x in self._classes.values()
-                                   if x.extended_resource and x.kind is not None)
-        return set()
+        if self._classes.pop(name, None) is None:
+            return set()
+        return self._classes_changed()
+
+    def _classes_changed(self) -> set[str]:
+        # KEP-5004: a class maps its extendedResourceName, and always its implicit name. Only
+        # whole-GPU classes: a mapped MIG slice is not a whole GPU (docs/dra.md: not supported).
+        self._extended = frozenset(
+            name for x in self._classes.values() if x.kind == DeviceKind.GPU
+            for name in (x.extended_resource, IMPLICIT_EXTENDED + x.name) if name)
+        # Which extended-resource claims count depends on the classes' mapping.
+        return self._recount({n for n, keys in self._claims_on.items()
+                              if any(self._claims[k].extended for k in keys)})
+
+    def _pods_count(self, c: ClaimInfo) -> bool:
+        """Whether the pods' own requests count this claim's GPUs already: kube-scheduler's claim
+        for a mapped extended resource that is the one the snapshot reads from pods."""
+        if not c.extended:
+            return False
+        for r in c.requests:
+            cls = self._classes.get(r.device_class)
+            if cls is None or cls.extended_resource != self._pod_counted:
+                return False
+        return True
 
     def upsert_claim(self, c: ClaimInfo) -> set[str]:
         old = self._claims.get(c.key)
@@ -187,6 +211,7 @@ class DraBook:
         held_slices: set[str] = set()
         for key in self._claims_on.get(node, ()):
             c = self._claims[key]
+            pods_count = self._pods_count(c)
             for a in c.allocated:
                 d = devices.get(a.device)
                 if d is None:
@@ -198,7 +223,7 @@ class DraBook:
                     gpu = d.parent_uuid or d.name
                     held_slices.add(d.name)
                 used.add(gpu)
-                if not c.extended:
+                if not pods_count:
                     counted.add(gpu)
         # A slice is free unless a claim holds it or its whole GPU (static MIG: slices of one GPU
         # do not overlap).
@@ -218,7 +243,8 @@ class DraBook:
 
     @property
     def extended_resources(self) -> frozenset[str]:
-        """The extended resource names DeviceClasses map onto GPUs (KEP-5004)."""
+        """The extended resource names DeviceClasses map onto whole GPUs (KEP-5004): each GPU class's
+        extendedResourceName and its implicit `deviceclass.resource.kubernetes.io/<class>`."""
         return self._extended
 
     def device(self, uuid: str) -> tuple[str, Device] | None:

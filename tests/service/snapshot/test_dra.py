@@ -126,10 +126,14 @@ def test_claim_seen_before_its_slice_is_placed_by_its_pool() -> None:
     assert (book.node("n1").capacity, book.node("n1").used) == (4, 1)
 
 
-def test_extended_resource_claims_are_held_but_not_counted() -> None:
-    book = _book(d.gpu_slice("n1"))
+def test_extended_resource_claims_count_once() -> None:
+    # The pods' own nvidia.com/gpu requests count what kube-scheduler's claim for them holds.
+    book = _book(d.gpu_slice("n1"), classes=(d.device_class(extended_resource="nvidia.com/gpu"),))
     book.upsert_claim(parse_resource_claim(d.allocated(d.resource_claim("p-gpu"), "n1", ["gpu-0"], extended=True)))
     assert (book.node("n1").used, book.node("n1").counted) == (1, 0)
+    # Mapped from another name (which the snapshot does not read from pods): the claim counts.
+    assert book.upsert_class(parse_device_class(d.device_class(extended_resource="example.com/gpu"))) == {"n1"}
+    assert (book.node("n1").used, book.node("n1").counted) == (1, 1)
 
 
 def test_mig_slices_capacity_and_free_profiles() -> None:
@@ -157,7 +161,7 @@ def test_pod_demand_from_its_claims() -> None:
 
 def test_extended_resource_names_follow_the_classes() -> None:
     book = _book(classes=(d.device_class("big", extended_resource="example.com/gpu"),))
-    assert book.extended_resources == {"example.com/gpu"}
+    assert book.extended_resources == {"example.com/gpu", "deviceclass.resource.kubernetes.io/big"}
     book.delete_class("big")
     assert book.extended_resources == frozenset()
 
