@@ -238,6 +238,9 @@ class DraBook:
     def node(self, name: str) -> DraNode | None:
         return self._nodes.get(name)
 
+    def has_gpus(self) -> bool:
+        return bool(self._nodes)
+
     def nodes(self) -> Mapping[str, DraNode]:
         return MappingProxyType(dict(self._nodes))
 
@@ -253,6 +256,22 @@ class DraBook:
 
     def devices_of(self, node: str) -> tuple[Device, ...]:
         return tuple(self._devices.get(node, {}).values())
+
+    def gpu_uuids(self, claim_key: str) -> tuple[str, ...]:
+        """The physical GPUs a claim's allocation holds, by uuid (a MIG slice: its parent's, as DCGM
+        labels a MIG instance's series with its GPU's UUID)."""
+        c = self._claims.get(claim_key)
+        if c is None or not c.allocated:
+            return ()
+        devices = self._devices.get(self._node_of(c), {})
+        out = []
+        for a in c.allocated:
+            d = devices.get(a.device)
+            if d is not None:
+                u = d.uuid if d.kind == DeviceKind.GPU else d.parent_uuid
+                if u and u not in out:
+                    out.append(u)
+        return tuple(out)
 
     def claim(self, namespace: str, name: str) -> ClaimInfo | None:
         return self._claims.get(f"{namespace}/{name}")

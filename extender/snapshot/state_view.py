@@ -122,6 +122,31 @@ class StateView:
         with self._lock:
             return self._dra.device(uuid)
 
+    def dra_device_nodes(self, uuids: Iterable[str]) -> dict[str, str]:
+        """uuid -> the node whose ResourceSlices publish it, for those of uuids that are DRA devices."""
+        with self._lock:
+            return {u: d[0] for u in uuids if (d := self._dra.device(u)) is not None}
+
+    def dra_pod_gpus(self) -> dict[str, tuple[str, ...]]:
+        """"namespace/name" -> the uuids of the GPUs its ResourceClaims hold, for each bound pod that
+        uses claims (the telemetry refresher's per-pod attribution by uuid)."""
+        with self._lock:
+            if not self._dra.has_gpus():
+                return {}
+            out: dict[str, tuple[str, ...]] = {}
+            for p in self._pods.pods():
+                if p.claims and p.node and p.holds_resources:
+                    uuids = tuple(dict.fromkeys(u for c in p.claims
+                                                for u in self._dra.gpu_uuids(f"{p.namespace}/{c}")))
+                    if uuids:
+                        out[p.key] = uuids
+            return out
+
+    def has_dra_gpus(self) -> bool:
+        """Whether any node has DRA GPUs (lets a loop skip its DRA work on a device-plugin cluster)."""
+        with self._lock:
+            return self._dra.has_gpus()
+
     def dra_devices_of(self, node: str) -> tuple[Device, ...]:
         with self._lock:
             return self._dra.devices_of(node)
