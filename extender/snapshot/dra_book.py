@@ -273,6 +273,9 @@ class DraBook:
                     out.append(u)
         return tuple(out)
 
+    def claim_count(self) -> int:
+        return len(self._claims)
+
     def claim(self, namespace: str, name: str) -> ClaimInfo | None:
         return self._claims.get(f"{namespace}/{name}")
 

@@ -105,6 +105,11 @@ class StateView:
         with self._lock:
             return self._dra.demand(namespace, claims)
 
+    def dra_counts(self) -> dict[str, int]:
+        """How many nodes have DRA GPUs and how many ResourceClaims the snapshot holds."""
+        with self._lock:
+            return {"nodes": len(self._dra.nodes()), "claims": self._dra.claim_count()}
+
     def claim(self, namespace: str, name: str) -> ClaimInfo | None:
         with self._lock:
             return self._dra.claim(namespace, name)

@@ -34,7 +34,7 @@ def gpu_device(node: str, index: int, product: str = "NVIDIA A100-SXM4-80GB") ->
 
 def mig_device(node: str, gpu: int, slot: int, profile: str = "1g.10gb") -> dict[str, Any]:
     return {
-        "name": f"gpu-{gpu}-mig-{profile}-{slot}",
+        "name": f"gpu-{gpu}-mig-{profile.replace('.', '-')}-{slot}",  # a DNS label: no dots
         "attributes": {
             "type": {"string": "mig"},
             "uuid": {"string": f"MIG-{gpu_uuid(node, gpu)[4:]}-{slot}"},

@@ -144,7 +144,7 @@ def test_mig_slices_capacity_and_free_profiles() -> None:
     assert n.capacity == 3  # GPU 0 whole, GPUs 1 and 2 partitioned
     assert dict(n.free_mig) == {"1g.10gb": 3, "3g.40gb": 1}
     claim = d.resource_claim("m", device_class_name="mig.nvidia.com", profile="3g.40gb")
-    book.upsert_claim(parse_resource_claim(d.allocated(claim, "n1", ["gpu-2-mig-3g.40gb-0"])))
+    book.upsert_claim(parse_resource_claim(d.allocated(claim, "n1", ["gpu-2-mig-3g-40gb-0"])))
     n = book.node("n1")
     assert dict(n.free_mig) == {"1g.10gb": 3} and n.used == 1
 
