@@ -29,6 +29,7 @@ from extender.snapshot.objects import (
     Resources,
     controller_kind,
     job_key,
+    named_requests,
     pod_claim_names,
     pod_requests,
 )
@@ -135,9 +136,7 @@ def _dra_gpus(reader: StateView, meta: Mapping[str, Any], spec: Mapping[str, Any
         gpus += reader.claim_demand(str(meta.get("namespace") or "default"), claims).gpus
     mapped = reader.dra_extended_resources
     if mapped:
-        for name in mapped:
-            if name != gpu_resource:
-                gpus += pod_requests(spec, name).gpus
+        gpus += named_requests(spec, mapped, skip=gpu_resource)
     return gpus
 
 

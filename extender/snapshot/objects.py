@@ -160,6 +160,27 @@ def pod_claim_names(spec: Mapping[str, Any], status: Mapping[str, Any] | None) -
     return tuple(names)
 
 
+def named_requests(spec: Mapping[str, Any], names: frozenset[str], skip: str = "") -> float:
+    """A pod's effective request of the extended resources `names` (but `skip`), summed, as
+    kube-scheduler computes it: max(sum of containers, each init container); a container with a
+    limit but no request requests the limit. (Overhead never names an extended resource.)"""
+    def of(c: Any) -> float:
+        res = c.get("resources") if isinstance(c, Mapping) else None
+        if not res:
+            return 0.0
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        q = 0.0
+        for n in names:
+            if n in requests and n != skip:
+                q += parse_quantity(requests[n])
+            elif n in limits and n != skip:
+                q += parse_quantity(limits[n])
+        return q
+
+    total = sum(map(of, spec.get("containers") or ()))
+    return max(total, max(map(of, spec.get("initContainers") or ()), default=0.0))
+
+
 @dataclass(frozen=True)
 class MigrationMark:
     origin: str

@@ -180,3 +180,17 @@ def test_uuid_lookup_and_relist() -> None:
     assert node == "n2" and dev.name == "gpu-3"
     assert book.replace_all("resourceslices", [parse_resource_slice(d.gpu_slice("n1"))]) == {"n2"}
     assert book.device(d.gpu_uuid("n2", 3)) is None and book.node("n2") is None
+
+
+def test_named_requests_sum_containers_and_take_the_largest_init_container() -> None:
+    from extender.snapshot.objects import named_requests
+
+    implicit = "deviceclass.resource.kubernetes.io/gpu.nvidia.com"
+    spec = {"containers": [{"resources": {"limits": {implicit: "2", "nvidia.com/gpu": "1"}}},
+                           {"resources": {"requests": {"example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}},
+                           {"name": "no-resources"}],
+            "initContainers": [{"resources": {"limits": {implicit: "4"}}}]}
+    names = frozenset({implicit, "example.com/gpu", "nvidia.com/gpu"})
+    assert named_requests(spec, names, skip="nvidia.com/gpu") == 4.0
+    assert named_requests({"containers": [{"resources": {"limits": {implicit: "1"}}}]}, names) == 1.0
+    assert named_requests({}, names) == 0.0
