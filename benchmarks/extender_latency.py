@@ -60,7 +60,7 @@ def serve(ns: argparse.Namespace) -> int:
     state = ClusterState()
     nodes = openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
     if ns.dra:
-        _publish_through_dra(state, nodes)
+        publish_through_dra(state, nodes)
     state.mark_synced()
     if ns.gc_freeze:
         gc.freeze()
@@ -80,7 +80,7 @@ def serve(ns: argparse.Namespace) -> int:
 DRA_CLAIM = "bench-gpus-{}"  # the unallocated claim of that many GPUs every --dra pod uses
 
 
-def _publish_through_dra(state: Any, nodes: list[openb.OpenbNode]) -> None:
+def publish_through_dra(state: Any, nodes: list[openb.OpenbNode]) -> None:
     """The nodes' GPUs as ResourceSlice devices, not nvidia.com/gpu; one claim per GPU count."""
     from extender.snapshot.dra import parse_device_class, parse_resource_claim, parse_resource_slice
     from extender.snapshot.objects import parse_node
@@ -101,7 +101,7 @@ def _publish_through_dra(state: Any, nodes: list[openb.OpenbNode]) -> None:
                                                    "deviceClassName": drv, "count": count}}]}}}))
 
 
-def _dra_pod(pod: dict[str, Any]) -> dict[str, Any]:
+def dra_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod asking its GPUs through a ResourceClaim instead of nvidia.com/gpu."""
     c = pod["spec"]["containers"][0]
     gpus = int(c["resources"]["limits"].pop("nvidia.com/gpu", 0))
@@ -209,7 +209,7 @@ def client(ns: argparse.Namespace) -> int:
                             p = pods[int(rng.integers(len(pods)))]
                             pod = openb.pod_object(p, f"bench-{r}")
                             if ns.dra:
-                                pod = _dra_pod(pod)
+                                pod = dra_pod(pod)
                             idx = rng.permutation(len(nodes))[:size]
                             body: dict[str, Any]
                             if full_objects is not None:
