@@ -11,9 +11,8 @@ docs/dra.md). No kube-controller-manager runs here, so the test plays the resour
 controller's part for claim templates: it creates the pod's claim and records it in the pod's
 status, as that controller does.
 
-Not here: extended-resource mapping (KEP-5004) needs the DRAExtendedResource feature gate (alpha
-in 1.35, beta in 1.36) on the apiserver and the scheduler; tests/service/http/test_dra_verbs.py
-shows at the extender level that such a pod is no longer rejected on DRA-only nodes.
+Extended-resource mapping (KEP-5004) is alpha in 1.35 (beta in 1.36): its test turns the
+DRAExtendedResource feature gate on in kube-apiserver and kube-scheduler for its own duration.
 """
 
 from __future__ import annotations
@@ -30,8 +29,9 @@ import yaml
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from tests.cluster import dra_objects as d
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.fake_nodes import GPU, gpu_node
 from tests.cluster.flowsched_proc import FlowschedService
-from tests.cluster.kubeapi import JSON, Kube, KubeError, pod_path, pods_path
+from tests.cluster.kubeapi import JSON, Kube, KubeError, node_path, pod_path, pods_path
 from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import wait_until
@@ -139,6 +139,15 @@ def dscenario(kube: Kube, emulator: KubeletEmulator, dra_flowsched: FlowschedSer
         dra.cleanup()
 
 
+def _add_dra_nodes(s: Scenario, *names: str) -> None:
+    """Fake nodes as a DRA driver leaves them: no nvidia.com/gpu in capacity or allocatable."""
+    for name in names:
+        node = gpu_node(name)
+        for key in ("capacity", "allocatable"):
+            del node["status"][key][GPU]
+        s.kube.create(node_path(), node)
+
+
 def _claim_pod(name: str, claims: list[JSON], gated: bool = False) -> JSON:
     """claims: pod.spec.resourceClaims entries; each is used by the one container."""
     spec: JSON = {
@@ -200,7 +209,7 @@ def _allocation_node(claim: JSON) -> str | None:
 def test_claim_template_pod_lands_where_flowsched_scores_best_and_is_allocated_there(
         dscenario: tuple[Scenario, Dra], exporters: dict[str, DcgmExporterEmulator]) -> None:
     s, dra = dscenario
-    s.add_nodes(*DRA_NODES, gpus=0)  # no device plugin: no nvidia.com/gpu at all
+    _add_dra_nodes(s, *DRA_NODES)  # no device plugin: no nvidia.com/gpu at all
     dra.device_class(d.device_class())
     dra.slices(*(d.gpu_slice(n, GPUS) for n in DRA_NODES))
     for n in DRA_NODES:
@@ -238,7 +247,7 @@ def test_claim_template_pod_lands_where_flowsched_scores_best_and_is_allocated_t
 def test_mixed_cluster_places_on_device_plugin_and_dra_nodes(dscenario: tuple[Scenario, Dra]) -> None:
     s, dra = dscenario
     s.add_nodes(*DP_NODES, gpus=GPUS)
-    s.add_nodes("dra-0", "dra-1", gpus=0)
+    _add_dra_nodes(s, "dra-0", "dra-1")
     dra.device_class(d.device_class())
     dra.slices(d.gpu_slice("dra-0", GPUS), d.gpu_slice("dra-1", GPUS))
     for i in range(2):
@@ -263,7 +272,7 @@ def test_mixed_cluster_places_on_device_plugin_and_dra_nodes(dscenario: tuple[Sc
 
 def test_mig_slice_request_fits_only_where_that_profile_is_free(dscenario: tuple[Scenario, Dra]) -> None:
     s, dra = dscenario
-    s.add_nodes("dra-0", "dra-1", gpus=0)
+    _add_dra_nodes(s, "dra-0", "dra-1")
     dra.device_class(d.device_class())
     dra.device_class(d.device_class("mig.nvidia.com", mig=True))
     # dra-0: a whole GPU and two 1g.10gb slices of another; dra-1: one 3g.40gb slice.
@@ -287,3 +296,58 @@ def test_mig_slice_request_fits_only_where_that_profile_is_free(dscenario: tuple
 
     wait_until(unschedulable, 30, what="mig-pod-1 to be unschedulable")
     assert s.node_of("mig-pod-1") is None
+
+
+@pytest.fixture
+def extended_resource_gate(control_plane: ControlPlane, dra_flowsched: FlowschedService) -> Iterator[None]:
+    """DRAExtendedResource (KEP-5004, alpha in 1.35) on in kube-apiserver and kube-scheduler for
+    one test; both restarted without it afterwards (flowsched's watches reconnect on their own)."""
+    sched_config = _config_for_every_pod(dra_flowsched.url, control_plane.kubeconfigs["scheduler"])
+    control_plane.feature_gates = {"DRAExtendedResource": True}
+    try:
+        control_plane.restart_apiserver()
+        control_plane.start_scheduler(sched_config)
+        yield
+    finally:
+        control_plane.feature_gates = {}
+        control_plane.restart_apiserver()
+        control_plane.start_scheduler(sched_config)
+
+
+def test_mapped_extended_resource_pod_is_scheduled_on_dra_only_nodes(
+        extended_resource_gate: None, dscenario: tuple[Scenario, Dra],
+        exporters: dict[str, DcgmExporterEmulator]) -> None:
+    """A pod asking nvidia.com/gpu: 1, on nodes whose GPUs only DRA publishes: flowsched used to
+    reject every node (0 nvidia.com/gpu in its snapshot); now it ranks them by live use."""
+    s, dra = dscenario
+    _add_dra_nodes(s, "dra-0", "dra-1")
+    mapped = d.device_class("gpu-mapped", extended_resource=GPU)
+    dra.device_class(mapped)
+    assert s.kube.get(f"{RESOURCE}/deviceclasses/gpu-mapped")["spec"].get("extendedResourceName") == GPU, \
+        "the apiserver dropped extendedResourceName: DRAExtendedResource is off"
+    dra.slices(d.gpu_slice("dra-0", GPUS), d.gpu_slice("dra-1", GPUS))
+    for g in range(GPUS):
+        exporters["dra-0"].set_gpu(g, 85.0, 60000.0)
+    _pin_cpu_hog(s, "dra-1")
+    s.wait_snapshot(lambda snap: _dra_nodes_seen(snap, ("dra-0", "dra-1"))
+                    and _fresh(snap, {"dra-0": [85.0] * GPUS, "dra-1": [0.0] * GPUS}),
+                    "DRA nodes with telemetry", timeout_s=30)
+
+    s.create_pod("mapped-0", gpus=1)
+    assert s.wait_bound("mapped-0", timeout_s=30) == "dra-1"
+    status: JSON = {}
+
+    def claimed() -> bool:
+        status.update(s.pod("mapped-0").get("status", {}).get("extendedResourceClaimStatus") or {})
+        return bool(status.get("resourceClaimName"))
+
+    wait_until(claimed, 15, what="the pod's extended-resource claim")
+    name = status["resourceClaimName"]
+    dra.created.append(f"{RESOURCE}/namespaces/{s.ns}/resourceclaims/{name}")
+    claim = dra.get_claim(name)
+    assert claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+    assert _allocation_node(claim) == "dra-1"
+    # Counted once: the pod's own nvidia.com/gpu request, not again through kube-scheduler's claim.
+    snap = s.wait_snapshot(lambda snap: snap["dra"]["claims"] >= 1 and snap["nodes"]["dra-1"]["dra"]["used"] == 1,
+                           "the mapped claim", timeout_s=10)
+    assert snap["nodes"]["dra-1"]["gpu_used"] == 1.0
