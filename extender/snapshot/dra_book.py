@@ -54,11 +54,14 @@ class DraBook:
         # resource): a claim kube-scheduler made for it is not counted again.
         self._pod_counted = pod_counted_resource
         self._slices: dict[str, Slice] = {}
+        self._slices_on: dict[str, set[str]] = defaultdict(set)  # node -> its slices' names
         self._classes: dict[str, DeviceClassInfo] = {}
         self._claims: dict[str, ClaimInfo] = {}  # "namespace/name"
         self._pool_node: dict[str, str] = {}  # the GPU driver's pools (one per node)
         self._devices: dict[str, dict[str, Device]] = {}  # node -> device name -> device
         self._claims_on: dict[str, set[str]] = defaultdict(set)  # node -> claim keys allocated there
+        self._claim_node: dict[str, str] = {}  # claim key -> the node it is counted on
+        self._unplaced: set[str] = set()  # allocated claims whose pool no slice has placed yet
         self._nodes: dict[str, DraNode] = {}
         self._uuids: dict[str, tuple[str, Device]] = {}  # device uuid -> (node, device)
         # Replaced, never changed in place: the verbs read it on every call (empty: no mapping).
@@ -67,12 +70,20 @@ class DraBook:
     # ---- writes: each returns the nodes whose DraNode changed ----
     def upsert_slice(self, s: Slice) -> set[str]:
         old = self._slices.get(s.name)
+        if old == s:
+            return set()  # a resync or a status-only change
+        if old is not None:
+            self._slices_on[old.node].discard(s.name)
         self._slices[s.name] = s
+        self._slices_on[s.node].add(s.name)
         return self._reindex_nodes({s.node} | ({old.node} if old else set()))
 
     def delete_slice(self, name: str) -> set[str]:
         old = self._slices.pop(name, None)
-        return self._reindex_nodes({old.node}) if old else set()
+        if old is None:
+            return set()
+        self._slices_on[old.node].discard(name)
+        return self._reindex_nodes({old.node})
 
     def upsert_class(self, c: DeviceClassInfo) -> set[str]:
         if self._classes.get(c.name) == c:
@@ -108,17 +119,17 @@ class DraBook:
 
     def upsert_claim(self, c: ClaimInfo) -> set[str]:
         old = self._claims.get(c.key)
+        if old == c:
+            return set()
         self._claims[c.key] = c
-        touched = self._unplace(old) if old else set()
-        node = self._node_of(c)
-        if node:
-            self._claims_on[node].add(c.key)
-            touched.add(node)
+        touched = self._unplace(c.key)
+        touched |= self._place(c)
         return self._recount(touched)
 
     def delete_claim(self, key: str) -> set[str]:
-        old = self._claims.pop(key, None)
-        return self._recount(self._unplace(old)) if old else set()
+        if self._claims.pop(key, None) is None:
+            return set()
+        return self._recount(self._unplace(key))
 
     def replace_all(self, kind: str, objects: Iterable[object]) -> set[str]:
         """A relist of one kind: the listed objects become the whole truth for it."""
@@ -147,12 +158,25 @@ class DraBook:
                     touched |= self.upsert_claim(c)
         return touched
 
-    def _unplace(self, c: ClaimInfo) -> set[str]:
-        for node, keys in self._claims_on.items():
-            if c.key in keys:
-                keys.discard(c.key)
-                return {node}
-        return set()
+    def _place(self, c: ClaimInfo) -> set[str]:
+        """Count an allocated claim on its node; one whose pool no slice has placed waits."""
+        if not c.allocated and not c.node:
+            return set()
+        node = self._node_of(c)
+        if not node:
+            self._unplaced.add(c.key)
+            return set()
+        self._claims_on[node].add(c.key)
+        self._claim_node[c.key] = node
+        return {node}
+
+    def _unplace(self, key: str) -> set[str]:
+        self._unplaced.discard(key)
+        node = self._claim_node.pop(key, None)
+        if node is None:
+            return set()
+        self._claims_on[node].discard(key)
+        return {node}
 
     def _node_of(self, c: ClaimInfo) -> str:
         """The node holding a claim's devices: its allocation's node selector, else its pool's node."""
@@ -168,25 +192,21 @@ class DraBook:
         nodes.discard("")
         for node in nodes:
             devices: dict[str, Device] = {}
-            for s in self._slices.values():
-                if s.node == node and s.devices:
-                    self._pool_node[s.pool] = node
-                    devices.update((d.name, d) for d in s.devices)
-            for uuid, (n, _d) in list(self._uuids.items()):
-                if n == node:
-                    del self._uuids[uuid]
+            for name in self._slices_on.get(node, ()):
+                sl = self._slices[name]
+                if sl.devices:
+                    self._pool_node[sl.pool] = node
+                    devices.update((d.name, d) for d in sl.devices)
+            for d in self._devices.pop(node, {}).values():
+                if d.uuid and self._uuids.get(d.uuid, ("",))[0] == node:
+                    del self._uuids[d.uuid]
             if devices:
                 self._devices[node] = devices
                 self._uuids.update((d.uuid, (node, d)) for d in devices.values() if d.uuid)
-            else:
-                self._devices.pop(node, None)
-        # A claim read before its slice was placed by its pool: place it now.
-        for c in self._claims.values():
-            if not c.node and c.allocated and not any(c.key in k for k in self._claims_on.values()):
-                node = self._node_of(c)
-                if node:
-                    self._claims_on[node].add(c.key)
-                    nodes.add(node)
+        # A claim read before the slice of its pool: place it now.
+        for key in list(self._unplaced):
+            self._unplaced.discard(key)
+            nodes |= self._place(self._claims[key])
         return self._recount(nodes)
 
     def _recount(self, nodes: set[str]) -> set[str]:
