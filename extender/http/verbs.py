@@ -391,6 +391,9 @@ def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Pol
     """Per node: filter verdict and the score with its terms (for /debug/explain)."""
     view = state.read().view(names, now, policy.stale_after_s)
     demand = _demand(pod)
+    if pod.claims:  # as ask_of reads it: what its unallocated ResourceClaims ask for
+        extra = state.read().claim_demand(pod.namespace, pod.claims).gpus
+        demand = PodDemand(gpus=demand.gpus + extra, cpu=demand.cpu, mem=demand.mem)
     cls = workload_class(pod.workload, pod.owner_kind)
     origin = pod.migrated_from or state.read().migration_origin(pod.job, now)
     rows = iter(explanation(_decide(state, view, demand, cls, policy, Stages.BOTH, origin)))

@@ -82,3 +82,15 @@ def test_device_plugin_pods_and_nodes_unchanged_beside_dra() -> None:
     state.upsert_pod(parse_pod(pod("a", gpus=6, node_name="dp", phase="Running")))
     ans = decide_filter(state, ExtenderArgs(pod("p", gpus=3), ["dp", "d1"], None), POLICY, 0.0)
     assert ans.passed == ["d1"] and set(ans.failed) == {"dp"}
+
+
+def test_explain_reads_a_claim_pod_as_the_verbs_do() -> None:
+    from extender.http.verbs import explain
+
+    state = _dra_state()
+    _add(state, "resourceclaims", d.allocated(d.resource_claim("busy", count=3), "d1", ["gpu-0", "gpu-1", "gpu-2"]))
+    _add(state, "resourceclaims", d.resource_claim("p-gpus-x", count=2))
+    state.upsert_pod(parse_pod(_claim_pod("p", {"gpus": "p-gpus-x"})))
+    (pod,) = [p for p in state.read().pods() if p.name == "p"]
+    rows = {r["node"]: r["filter"] for r in explain(state, pod, ["d1", "d2"], POLICY, 0.0)}
+    assert rows["d2"] == "pass" and rows["d1"] != "pass"

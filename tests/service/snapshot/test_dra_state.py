@@ -126,3 +126,36 @@ def test_dra_kinds_list_and_watch_paths() -> None:
     assert requests.list_objects("resourceslices", limit=500).path == "/apis/resource.k8s.io/v1/resourceslices"
     assert requests.watch_objects("resourceclaims", "5", 60).path == "/apis/resource.k8s.io/v1/resourceclaims"
     assert requests.list_objects("deviceclasses").path == "/apis/resource.k8s.io/v1/deviceclasses"
+
+
+def test_dra_watcher_on_an_apiserver_without_resource_k8s_io() -> None:
+    """404: nothing to watch; what the kind held goes, and it looks again every backoff_max_s."""
+    import orjson
+
+    from extender.kube.responses import Response
+    from extender.metrics import build_metrics
+    from extender.snapshot.watcher import Watcher
+
+    state = ClusterState()
+    _dra_cluster(state, ("d1",))
+    served = {"ok": False}
+
+    def fetch(req: requests.Request, _timeout: float) -> Response:
+        assert req.path == "/apis/resource.k8s.io/v1/resourceslices"
+        if not served["ok"]:
+            return Response(404, b'{"kind":"Status","code":404}')
+        return Response(200, orjson.dumps({"items": [d.gpu_slice("d1", 2)], "metadata": {"resourceVersion": "9"}}))
+
+    def no_watch(*_a: object) -> object:
+        raise ConnectionError("the test lists only")
+
+    w = Watcher("resourceslices", fetch, no_watch, state, build_metrics(), gpu_resource=GPU, resync_s=60,
+                watch_timeout_s=10, backoff_max_s=30, clock=lambda: 0.0)
+    w._session()
+    row = state.read().node_row("d1")
+    assert row is not None and row.gpu_alloc == 0.0
+    assert w.status.extra == {"absent": True} and w._retry_in == 30 and w.status.errors == 0
+    served["ok"] = True  # the cluster was upgraded
+    w._session()
+    row = state.read().node_row("d1")
+    assert row is not None and row.gpu_alloc == 2.0 and "absent" not in w.status.extra
