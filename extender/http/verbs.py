@@ -362,6 +362,7 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     nodes = [n for n in args.victims if not any(
         (p := pods_by_uid.get(uid)) is not None and never_a_victim(workload_class(p.workload, p.owner_kind))
         for uid in args.victims[n].uids)]
+    nodes = _freeing_dra_gpus(state, args, nodes, pods_by_uid)
     if not nodes:
         return {}
     node_ix, ckpt, growing, prio = [], [], [], []
@@ -384,6 +385,36 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     pdb = np.asarray([args.victims[n].pdb_violations for n in nodes], dtype=np.int64)
     keep = preferred_candidates(victims, pdb)
     return {n: args.victims[n] for n, k in zip(nodes, keep.tolist(), strict=True) if k}
+
+
+def _freeing_dra_gpus(state: ClusterState, args: PreemptionArgs, nodes: list[str],
+                      pods_by_uid: Mapping[str, PodInfo]) -> list[str]:
+    """For a preemptor that asks GPUs through ResourceClaims: the candidate nodes whose victims
+    free a GPU. A claim frees its devices only when every pod reserving it goes, so evicting one
+    user of a shared claim frees nothing, and an eviction that frees no device earns no credit.
+    A preemptor without claims (one dict lookup), or a node with a victim the snapshot does not
+    hold (it may lag), keeps every candidate."""
+    spec, status = args.pod.get("spec"), args.pod.get("status")
+    claims = pod_claim_names(spec, status if isinstance(status, Mapping) else None) \
+        if isinstance(spec, Mapping) else None
+    if not claims:
+        return nodes
+    reader = state.read()
+    meta = args.pod.get("metadata") or {}
+    if reader.claim_demand(str(meta.get("namespace") or "default"), claims).gpus <= 0:
+        return nodes
+    kept = []
+    for node in nodes:
+        uids = args.victims[node].uids
+        victims = [pods_by_uid.get(u) for u in uids]
+        if any(v is None for v in victims):
+            kept.append(node)
+            continue
+        known = [v for v in victims if v is not None]
+        held = [f"{v.namespace}/{c}" for v in known for c in v.claims or ()]
+        if any(v.requests.gpus > 0 for v in known) or reader.dra_frees(held, uids).get(node, 0) > 0:
+            kept.append(node)
+    return kept
 
 
 def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Policy, now: float

@@ -94,3 +94,36 @@ def test_explain_reads_a_claim_pod_as_the_verbs_do() -> None:
     (pod,) = [p for p in state.read().pods() if p.name == "p"]
     rows = {r["node"]: r["filter"] for r in explain(state, pod, ["d1", "d2"], POLICY, 0.0)}
     assert rows["d2"] == "pass" and rows["d1"] != "pass"
+
+
+def test_preemption_keeps_only_nodes_whose_victims_free_a_dra_gpu() -> None:
+    from extender.http.verbs import decide_preempt
+    from extender.http.wire import PreemptionArgs, Victims
+
+    state = _dra_state()
+    # d1: one claim of 4 GPUs shared by a and b; d2: one claim of 4 held by c alone.
+    _add(state, "resourceclaims", d.allocated(d.resource_claim("shared", count=4), "d1",
+                                              ["gpu-0", "gpu-1", "gpu-2", "gpu-3"],
+                                              (("a", "uid-default-a"), ("b", "uid-default-b"))))
+    _add(state, "resourceclaims", d.allocated(d.resource_claim("own", count=4), "d2",
+                                              ["gpu-0", "gpu-1", "gpu-2", "gpu-3"], (("c", "uid-default-c"),)))
+    for name, claim, node_name in (("a", "shared", "d1"), ("b", "shared", "d1"), ("c", "own", "d2")):
+        p = pod(name, gpus=0, node_name=node_name, phase="Running")
+        p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim}]
+        state.upsert_pod(parse_pod(p))
+    _add(state, "resourceclaims", d.resource_claim("p-gpus-x", count=2))
+    preemptor = _claim_pod("p", {"gpus": "p-gpus-x"})
+
+    def args(victims: dict[str, list[str]]) -> PreemptionArgs:
+        return PreemptionArgs(preemptor, {n: Victims([f"uid-default-{u}" for u in us], [], 0)
+                                          for n, us in victims.items()}, True)
+
+    # Evicting a alone frees nothing on d1 (b still reserves the claim): only d2 stays.
+    assert set(decide_preempt(state, args({"d1": ["a"], "d2": ["c"]}))) == {"d2"}
+    assert set(decide_preempt(state, args({"d1": ["a"]}))) == set()  # no eviction would help
+    assert set(decide_preempt(state, args({"d1": ["a", "b"]}))) == {"d1"}
+    # A victim the snapshot does not hold: kept (the snapshot may lag).
+    assert set(decide_preempt(state, args({"d1": ["a", "ghost"]}))) == {"d1"}
+    # A device-plugin preemptor: every candidate, as before.
+    plain = PreemptionArgs(pod("q", gpus=1), {"d1": Victims(["uid-default-a"], [], 0)}, True)
+    assert set(decide_preempt(state, plain)) == {"d1"}
