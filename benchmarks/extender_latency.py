@@ -2,13 +2,18 @@
 
     python -m benchmarks.extender_latency [--sizes 100,500,5000] [--requests 300] [--out DIR]
         [--verbs filter,prioritize,filter-ranked] [--client raw|stdlib] [--gc-freeze]
-        [--http flowsched|httptools|h11]
+        [--http flowsched|httptools|h11] [--dra]
 
 Starts `python -m benchmarks.extender_latency serve` (the real service app under uvicorn with
 the service's own protocol unless --http says otherwise, with
 a snapshot of openb nodes replicated to the largest size and --pods pods), then times filter,
 prioritize and filter-ranked calls in names mode (nodeCacheCapable) and full-Node mode. Prints a table and
 writes latency.csv; also prints the server's resident memory (VmRSS) once populated.
+
+--dra: the same cluster with its GPUs published through Dynamic Resource Allocation (docs/dra.md):
+every node's GPUs in a ResourceSlice instead of nvidia.com/gpu, a GPU DeviceClass, and each GPU
+pod sent asking through a ResourceClaim of its GPU count (the running pods keep their requests, as
+pods mapped through KEP-5004 do). Compare its p99 with a run without it on the same machine.
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ def serve(ns: argparse.Namespace) -> int:
     from extender.snapshot.state import ClusterState
 
     state = ClusterState()
-    openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
+    nodes = openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
+    if ns.dra:
+        publish_through_dra(state, nodes)
     state.mark_synced()
     if ns.gc_freeze:
         gc.freeze()
@@ -68,6 +75,40 @@ def serve(ns: argparse.Namespace) -> int:
     uvicorn.run(app, host="127.0.0.1", port=ns.port, loop=ns.loop, http=ns.http, access_log=False,
                 log_level="warning")
     return 0
+
+
+DRA_CLAIM = "bench-gpus-{}"  # the unallocated claim of that many GPUs every --dra pod uses
+
+
+def publish_through_dra(state: Any, nodes: list[openb.OpenbNode]) -> None:
+    """The nodes' GPUs as ResourceSlice devices, not nvidia.com/gpu; one claim per GPU count."""
+    from extender.snapshot.dra import parse_device_class, parse_resource_claim, parse_resource_slice
+    from extender.snapshot.objects import parse_node
+
+    drv = "gpu.nvidia.com"
+    state.upsert_dra(parse_device_class({"metadata": {"name": drv}, "spec": {}}))
+    for n in nodes:
+        obj = openb.node_object(n)
+        for key in ("capacity", "allocatable"):
+            obj["status"][key] = {k: v for k, v in obj["status"][key].items() if k != "nvidia.com/gpu"}
+        state.upsert_node(parse_node(obj))
+        devices = [{"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{n.name}-{i}"}}} for i in range(n.gpus)]
+        state.upsert_dra(parse_resource_slice({"metadata": {"name": f"{n.name}-{drv}"}, "spec": {
+            "driver": drv, "nodeName": n.name, "pool": {"name": n.name}, "devices": devices}}))
+    for count in range(1, 9):
+        state.upsert_dra(parse_resource_claim({"metadata": {"name": DRA_CLAIM.format(count), "namespace": "default"},
+                                               "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                                                   "deviceClassName": drv, "count": count}}]}}}))
+
+
+def dra_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod asking its GPUs through a ResourceClaim instead of nvidia.com/gpu."""
+    c = pod["spec"]["containers"][0]
+    gpus = int(c["resources"]["limits"].pop("nvidia.com/gpu", 0))
+    if gpus:
+        pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": DRA_CLAIM.format(min(gpus, 8))}]
+        c["resources"]["claims"] = [{"name": "gpus"}]
+    return pod
 
 
 class StdlibClient:
@@ -135,7 +176,7 @@ def client(ns: argparse.Namespace) -> int:
     port = _free_port()
     cmd = [sys.executable, "-m", "benchmarks.extender_latency", "serve", "--port", str(port),
            "--nodes", str(max(sizes)), "--pods", str(ns.pods), "--data", ns.data, "--loop", ns.loop, "--http", ns.http,
-           *(["--gc-freeze"] if ns.gc_freeze else [])]
+           *(["--gc-freeze"] if ns.gc_freeze else []), *(["--dra"] if ns.dra else [])]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     rows: list[dict[str, Any]] = []
     try:
@@ -167,6 +208,8 @@ def client(ns: argparse.Namespace) -> int:
                         for r in range(ns.requests + ns.warmup):
                             p = pods[int(rng.integers(len(pods)))]
                             pod = openb.pod_object(p, f"bench-{r}")
+                            if ns.dra:
+                                pod = dra_pod(pod)
                             idx = rng.permutation(len(nodes))[:size]
                             body: dict[str, Any]
                             if full_objects is not None:
@@ -225,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                         "plain uvicorn, every verb through ASGI")
     p.add_argument("--data", default=str(openb.DEFAULT_DIR))
     p.add_argument("--gc-freeze", action="store_true", help="freeze the populated heap (what serve does after a list)")
+    p.add_argument("--dra", action="store_true", help="GPUs through DRA: ResourceSlices and claims (docs/dra.md)")
     p.add_argument("--out", default=os.environ.get("FLOWSCHED_BENCH_OUT", "results/extender"))
     ns = p.parse_args(argv)
     return serve(ns) if ns.mode == "serve" else client(ns)

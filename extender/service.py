@@ -137,6 +137,7 @@ def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
 def build_service(settings: Settings) -> Service:
     """Raises FileNotFoundError with a clear message when no kubeconfig can be found."""
     state = ClusterState(completing_horizon_s=settings.completing_horizon_s, placement=settings.placement,
+                         gpu_resource=settings.gpu_resource,
                          migration_ttl_s=settings.migrator.origin_ttl_s)  # origin scored down (every replica)
     metrics = build_metrics()
     api_client = None

@@ -131,7 +131,16 @@ def _node_entry(state: ClusterState, name: str, now: float, stale_after_s: float
         "telemetry_age_s": age if np.isfinite(age) else None,
         "telemetry": "fresh" if fresh else "unknown",
         "completing_gpus": r.completing_gpus,
+        **_dra_entry(state, name),
     }
+
+
+def _dra_entry(state: ClusterState, name: str) -> dict[str, Any]:
+    """A DRA node's GPUs (their part of gpu_alloc and gpu_used), for docs/dra.md's checks."""
+    d = state.read().dra_node(name)
+    if d is None:
+        return {}
+    return {"dra": {"capacity": d.capacity, "used": d.used, "free_mig": dict(d.free_mig)}}
 
 
 def snapshot_page(state: ClusterState, q: SnapshotQuery, now: float, stale_after_s: float,
@@ -139,7 +148,7 @@ def snapshot_page(state: ClusterState, q: SnapshotQuery, now: float, stale_after
     """One page; `pause` is called every CHUNK entries (extender.http.app passes a DutyCycle)."""
     read = state.read()
     out: dict[str, Any] = {"ready": read.ready, "synced": dict(read.synced()), "version": read.version,
-                           "counts": read.counts()}
+                           "counts": read.counts(), "dra": read.dra_counts()}
     more: dict[str, str] = {}
     if "nodes" in q.kinds:
         names = [q.node] if q.node else list(read.node_names())

@@ -26,11 +26,14 @@ from extender.snapshot.objects import (
     WORKLOAD,
     ObjectError,
     PodInfo,
+    Resources,
     controller_kind,
     job_key,
+    named_requests,
+    pod_claim_names,
     pod_requests,
 )
-from extender.snapshot.state import ClusterState, NodeView
+from extender.snapshot.state import ClusterState, NodeView, StateView
 from scoring.convergence import Phase
 from scoring.nodes import BoolArray, IntArray
 from scoring.pipeline import CandidateNodes, Stages, Verdict, explanation, filter_and_score, needs_demand_mix
@@ -121,12 +124,33 @@ class PodAsk:
         return view, _decide(state, view, self.demand, self.workload, policy, stages, origin)
 
 
-def ask_of(raw: Mapping[str, Any], gpu_resource: str) -> PodAsk:
+def _dra_gpus(reader: StateView, meta: Mapping[str, Any], spec: Mapping[str, Any], status: Any,
+              gpu_resource: str) -> float:
+    """The whole GPUs a pod asks for through DRA: its unallocated ResourceClaims', and (KEP-5004)
+    its requests of extended resources DeviceClasses map onto GPUs, other than gpu_resource (read
+    already). A pod with no claims on a cluster with no GPU DeviceClass costs one dict lookup and
+    one attribute read."""
+    gpus = 0.0
+    claims = pod_claim_names(spec, status if isinstance(status, Mapping) else None)
+    if claims:
+        gpus += reader.claim_demand(str(meta.get("namespace") or "default"), claims).gpus
+    mapped = reader.dra_extended_resources
+    if mapped:
+        gpus += named_requests(spec, mapped, skip=gpu_resource)
+    return gpus
+
+
+def ask_of(raw: Mapping[str, Any], gpu_resource: str, reader: StateView | None = None) -> PodAsk:
+    """reader: the snapshot, to read what the pod asks for through DRA (None: only gpu_resource)."""
     try:
         meta, spec = raw.get("metadata") or {}, raw.get("spec") or {}
         if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
             raise ObjectError("metadata and spec must be objects")
         r = pod_requests(spec, gpu_resource)
+        if reader is not None:
+            dra = _dra_gpus(reader, meta, spec, raw.get("status"), gpu_resource)
+            if dra:
+                r = Resources(r.gpus + dra, r.cpu_m, r.mem)
         annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
         if not isinstance(annotations, Mapping) or not isinstance(labels, Mapping):
             # read later by workload and origin, outside this try: a list here was a 500 there
@@ -237,7 +261,7 @@ def _passed_at(names: Sequence[str], positions: IntArray) -> list[str]:
 
 def decide_filter(state: ClusterState, args: ExtenderArgs, policy: Policy, now: float,
                   memo: ScoreMemo | None = None) -> FilterAnswer:
-    ask = ask_of(args.pod, policy.gpu_resource)
+    ask = ask_of(args.pod, policy.gpu_resource, state.read())
     names = args.names
     key = ScoreMemo.key(args.pod) if memo is not None else None
     # With a memo, the scores too: the prioritize call that follows is answered from it.
@@ -271,7 +295,7 @@ def decide_filter_ranked(state: ClusterState, args: ExtenderArgs, policy: Policy
     candidates), and listing thousands of names cost both sides more than the ranking did.
     When none passes, every rejection is listed, exactly as decide_filter lists it.
     """
-    ask = ask_of(args.pod, policy.gpu_resource)
+    ask = ask_of(args.pod, policy.gpu_resource, state.read())
     names = args.names
     # Only the feasible rows are scored (at 5,000 names about 40 % of them: 10 % less time).
     view, verdict = ask.verdict(state, names, policy, now, Stages.RANK)
@@ -320,7 +344,7 @@ def decide_prioritize(state: ClusterState, args: ExtenderArgs, policy: Policy, n
         if remembered is not None:
             # Unknown candidates are counted and logged on every prioritize call, memo or not.
             return ScoreAnswer(names, remembered, state.read().count_unknown(names))
-    view, verdict = ask_of(args.pod, policy.gpu_resource).verdict(state, names, policy, now, Stages.SCORE)
+    view, verdict = ask_of(args.pod, policy.gpu_resource, state.read()).verdict(state, names, policy, now, Stages.SCORE)
     assert verdict.terms is not None  # Stages.SCORE always scores
     scores = np.full(len(names), NEUTRAL_SCORE, dtype=np.int64)
     known = view.idx >= 0
@@ -338,6 +362,7 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     nodes = [n for n in args.victims if not any(
         (p := pods_by_uid.get(uid)) is not None and never_a_victim(workload_class(p.workload, p.owner_kind))
         for uid in args.victims[n].uids)]
+    nodes = _freeing_dra_gpus(state, args, nodes, pods_by_uid)
     if not nodes:
         return {}
     node_ix, ckpt, growing, prio = [], [], [], []
@@ -362,11 +387,44 @@ def decide_preempt(state: ClusterState, args: PreemptionArgs) -> dict[str, Victi
     return {n: args.victims[n] for n, k in zip(nodes, keep.tolist(), strict=True) if k}
 
 
+def _freeing_dra_gpus(state: ClusterState, args: PreemptionArgs, nodes: list[str],
+                      pods_by_uid: Mapping[str, PodInfo]) -> list[str]:
+    """For a preemptor that asks GPUs through ResourceClaims: the candidate nodes whose victims
+    free a GPU. A claim frees its devices only when every pod reserving it goes, so evicting one
+    user of a shared claim frees nothing, and an eviction that frees no device earns no credit.
+    A preemptor without claims (one dict lookup), or a node with a victim the snapshot does not
+    hold (it may lag), keeps every candidate."""
+    spec, status = args.pod.get("spec"), args.pod.get("status")
+    claims = pod_claim_names(spec, status if isinstance(status, Mapping) else None) \
+        if isinstance(spec, Mapping) else None
+    if not claims:
+        return nodes
+    reader = state.read()
+    meta = args.pod.get("metadata") or {}
+    if reader.claim_demand(str(meta.get("namespace") or "default"), claims).gpus <= 0:
+        return nodes
+    kept = []
+    for node in nodes:
+        uids = args.victims[node].uids
+        victims = [pods_by_uid.get(u) for u in uids]
+        if any(v is None for v in victims):
+            kept.append(node)
+            continue
+        known = [v for v in victims if v is not None]
+        held = [f"{v.namespace}/{c}" for v in known for c in v.claims or ()]
+        if any(v.requests.gpus > 0 for v in known) or reader.dra_frees(held, uids).get(node, 0) > 0:
+            kept.append(node)
+    return kept
+
+
 def explain(state: ClusterState, pod: PodInfo, names: Sequence[str], policy: Policy, now: float
             ) -> list[dict[str, Any]]:
     """Per node: filter verdict and the score with its terms (for /debug/explain)."""
     view = state.read().view(names, now, policy.stale_after_s)
     demand = _demand(pod)
+    if pod.claims:  # as ask_of reads it: what its unallocated ResourceClaims ask for
+        extra = state.read().claim_demand(pod.namespace, pod.claims).gpus
+        demand = PodDemand(gpus=demand.gpus + extra, cpu=demand.cpu, mem=demand.mem)
     cls = workload_class(pod.workload, pod.owner_kind)
     origin = pod.migrated_from or state.read().migration_origin(pod.job, now)
     rows = iter(explanation(_decide(state, view, demand, cls, policy, Stages.BOTH, origin)))

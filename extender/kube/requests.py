@@ -103,24 +103,36 @@ def follow_pod_log(namespace: str, pod: str, container: str, since: str | None =
     return Request("GET", _pod(namespace, pod) + "/log", tuple(query), accept="*/*")
 
 
-# ---- list + watch (nodes, pods) ----
+# ---- list + watch (nodes, pods, and DRA's resource.k8s.io/v1 kinds) ----
+# Every kind the snapshot watches, cluster-wide: DRA's (Kubernetes 1.34+) beside the core two.
+WATCHED = {
+    "nodes": "/api/v1/nodes",
+    "pods": "/api/v1/pods",
+    "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
+    "deviceclasses": "/apis/resource.k8s.io/v1/deviceclasses",
+    "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+}
+
+
 def list_objects(kind: str, *, limit: int | None = None, continue_: str | None = None) -> Request:
-    """A page of every node or pod ("nodes" | "pods"), cluster-wide."""
-    return Request("GET", f"/api/v1/{_kind(kind)}", _list_query(None, None, limit, continue_))
+    """A page of every object of a watched kind (WATCHED: "nodes", "pods", "resourceslices", ...),
+    cluster-wide."""
+    return Request("GET", _path(kind), _list_query(None, None, limit, continue_))
 
 
 def watch_objects(kind: str, resource_version: str, timeout_s: int) -> Request:
-    """A watch of every node or pod from resource_version, with bookmarks; the server ends it
-    after timeout_s."""
-    return Request("GET", f"/api/v1/{_kind(kind)}", (
+    """A watch of every object of a watched kind from resource_version, with bookmarks; the server
+    ends it after timeout_s."""
+    return Request("GET", _path(kind), (
         ("allowWatchBookmarks", "true"), ("resourceVersion", resource_version),
         ("timeoutSeconds", str(int(timeout_s))), ("watch", "true")))
 
 
-def _kind(kind: str) -> str:
-    if kind not in ("nodes", "pods"):
-        raise ValueError(f"kind must be nodes or pods, not {kind!r}")
-    return kind
+def _path(kind: str) -> str:
+    path = WATCHED.get(kind)
+    if path is None:
+        raise ValueError(f"kind must be one of {', '.join(WATCHED)}, not {kind!r}")
+    return path
 
 
 def _list_query(label_selector: str | None, field_selector: str | None, limit: int | None,

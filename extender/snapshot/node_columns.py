@@ -99,6 +99,9 @@ class NodeColumns:
         # never changed in place, so a reader may hold the mapping it was given (it changes
         # only when a node's sharing does, not on every node update).
         self._shared: dict[str, NodeSharing] = {}
+        # node -> (capacity, used) of its DRA GPUs (dra_book.py), added to the device-plugin GPUs
+        # of its row; kept for nodes not seen yet (a slice may come before its Node).
+        self._dra: dict[str, tuple[float, float]] = {}
         self._slot: dict[str, int] = {}
         self._free_slots: list[int] = []
         self._cap = 0
@@ -129,15 +132,17 @@ class NodeColumns:
         """Store the node and its allocatable; True if it is new (its pods are then unaccounted)."""
         i = self._slot.get(node.name)
         new = i is None
+        dra_capacity, dra_used = self._dra.get(node.name, (0.0, 0.0))
         if i is None:
             i = self._new_slot()
             self._slot[node.name] = i
             self._clear_slot(i)
+            self._cols[i, _GPU_USED] = dra_used
         self.nodes[node.name] = node
         a, row = node.allocatable, self._cols[i]
         # An unready or cordoned node offers nothing to new pods.
         usable = node.ready and not node.unschedulable
-        row[_GPU_ALLOC] = a.gpus if usable else 0.0
+        row[_GPU_ALLOC] = a.gpus + dra_capacity if usable else 0.0
         row[_CPU_ALLOC] = a.cpu_m if usable else 0.0
         row[_MEM_ALLOC] = a.mem if usable else 0.0
         sharing = node_sharing(node)
@@ -147,6 +152,26 @@ class NodeColumns:
         elif node.name in self._shared:
             self._shared = {k: v for k, v in self._shared.items() if k != node.name}
         return new
+
+    def set_dra(self, name: str, capacity: float, used: float) -> None:
+        """The node's DRA GPUs: whole GPUs in its slices, and those its claims hold (beside the
+        pods' device-plugin requests that account() adds)."""
+        old_capacity, old_used = self._dra.get(name, (0.0, 0.0))
+        if capacity or used:
+            self._dra[name] = (capacity, used)
+        else:
+            self._dra.pop(name, None)
+        i, node = self._slot.get(name), self.nodes.get(name)
+        if i is None or node is None:
+            return
+        row = self._cols[i]
+        row[_GPU_USED] += used - old_used
+        if node.ready and not node.unschedulable:
+            row[_GPU_ALLOC] += capacity - old_capacity
+
+    def dra_gpus(self, name: str) -> float:
+        """The node's DRA GPU capacity (0: a device-plugin node, or none)."""
+        return self._dra.get(name, (0.0, 0.0))[0]
 
     def delete(self, name: str) -> None:
         i = self._slot.pop(name, None)

@@ -135,6 +135,52 @@ def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> R
                      max(mem, init_mem) + over.mem)
 
 
+def pod_claim_names(spec: Mapping[str, Any], status: Mapping[str, Any] | None) -> tuple[str, ...] | None:
+    """The ResourceClaims a pod uses, by name in its namespace; None when it names none (the
+    device-plugin path: one dict lookup). A claim from a template is known once the resourceclaim
+    controller has written `status.resourceClaimStatuses` (kube-scheduler waits for that too);
+    before then it is left out."""
+    entries = spec.get("resourceClaims")
+    if not entries:
+        return None
+    generated: dict[str, str] = {}
+    st = status or {}
+    for s in st.get("resourceClaimStatuses") or ():
+        if isinstance(s, Mapping) and isinstance(s.get("resourceClaimName"), str):
+            generated[str(s.get("name"))] = s["resourceClaimName"]
+    names: list[str] = []
+    for e in entries if isinstance(entries, list) else ():
+        if not isinstance(e, Mapping):
+            continue
+        claim = e.get("resourceClaimName")
+        if isinstance(claim, str) and claim:
+            names.append(claim)
+        elif str(e.get("name")) in generated:
+            names.append(generated[str(e.get("name"))])
+    return tuple(names)
+
+
+def named_requests(spec: Mapping[str, Any], names: frozenset[str], skip: str = "") -> float:
+    """A pod's effective request of the extended resources `names` (but `skip`), summed, as
+    kube-scheduler computes it: max(sum of containers, each init container); a container with a
+    limit but no request requests the limit. (Overhead never names an extended resource.)"""
+    def of(c: Any) -> float:
+        res = c.get("resources") if isinstance(c, Mapping) else None
+        if not res:
+            return 0.0
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        q = 0.0
+        for n in names:
+            if n in requests and n != skip:
+                q += parse_quantity(requests[n])
+            elif n in limits and n != skip:
+                q += parse_quantity(limits[n])
+        return q
+
+    total = sum(map(of, spec.get("containers") or ()))
+    return max(total, max(map(of, spec.get("initContainers") or ()), default=0.0))
+
+
 @dataclass(frozen=True)
 class MigrationMark:
     origin: str
@@ -205,6 +251,9 @@ class PodInfo:
     progress: ProgressSpec | None = None  # flowsched.io/progress: logs | prometheus (issue 17)
     owner_kind: str = ""  # kind of the controlling ownerReference ("" none): workload class default
     reclaim_idle: str | None = None  # flowsched.io/reclaim-idle (annotation, else label), raw
+    # The ResourceClaims it uses (DRA; extender/snapshot/dra.py), by name in its namespace; None
+    # when its spec names none. Their GPUs are counted from the claims, not from `requests`.
+    claims: tuple[str, ...] | None = None
 
     @property
     def elastic_resized_at(self) -> float | None:
@@ -278,6 +327,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         progress=parse_progress_spec(meta, spec, status),
         owner_kind=controller_kind(meta),
         reclaim_idle=_text(ann.get(RECLAIM_IDLE) or labels.get(RECLAIM_IDLE)),
+        claims=pod_claim_names(spec, status),
     )
 
 

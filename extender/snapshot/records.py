@@ -130,4 +130,5 @@ class SyncStatus:
 
     def __init__(self) -> None:
         self.synced: dict[str, bool] = {"nodes": False, "pods": False}
+        self.dra_synced: dict[str, bool] = {}  # DRA kinds listed (optional: not in readiness)
         self.version = 0

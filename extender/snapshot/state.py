@@ -16,8 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from extender.snapshot.demand import DemandBook
+from extender.snapshot.dra import DRA_KINDS, ClaimInfo, DeviceClassInfo, Slice
+from extender.snapshot.dra_book import DraBook
 from extender.snapshot.node_columns import GPU_SLOTS, NodeColumns, NodeRow, NodeView
-from extender.snapshot.objects import NodeInfo, PodInfo, Resources
+from extender.snapshot.objects import GPU_RESOURCE, NodeInfo, PodInfo, Resources
 from extender.snapshot.pod_index import PodIndex
 from extender.snapshot.records import (
     ConvergenceBook,
@@ -37,7 +39,8 @@ __all__ = ["GPU_SLOTS", "ClusterState", "JobConvergence", "MigrationRecord", "No
 
 class ClusterState:
     def __init__(self, completing_horizon_s: float = 600.0, initial_capacity: int = 64,
-                 placement: PlacementSettings | None = None, migration_ttl_s: float = 3600.0) -> None:
+                 placement: PlacementSettings | None = None, migration_ttl_s: float = 3600.0,
+                 gpu_resource: str = GPU_RESOURCE) -> None:
         self._lock = threading.RLock()
         self._columns = NodeColumns(initial_capacity)
         self._pods = PodIndex()
@@ -46,9 +49,10 @@ class ClusterState:
         self._pod_util = PodGpuUtil()
         self._demand = DemandBook(placement or PlacementSettings())
         self._sync = SyncStatus()
+        self._dra = DraBook(gpu_resource)
         self._view = StateView(self._lock, columns=self._columns, pods=self._pods, convergence=self._convergence,
                                migrations=self._migrations, pod_util=self._pod_util, demand=self._demand,
-                               sync=self._sync)
+                               sync=self._sync, dra=self._dra)
 
     def read(self) -> StateView:
         """The read-only view (one per state; cheap to call on every request)."""
@@ -91,9 +95,45 @@ class ClusterState:
             if old is not None:
                 self._account(old, -1.0)
 
+    # ---- DRA: ResourceSlices, DeviceClasses, ResourceClaims (dra_book.py) ----
+    def _dra_changed(self, nodes: Iterable[str]) -> None:
+        for name in nodes:
+            n = self._dra.node(name)
+            capacity, counted = (n.capacity, n.counted) if n is not None else (0, 0)
+            self._columns.set_dra(name, float(capacity), float(counted))
+
+    def upsert_dra(self, obj: Slice | DeviceClassInfo | ClaimInfo) -> None:
+        with self._lock:
+            self._sync.version += 1
+            if isinstance(obj, Slice):
+                changed = self._dra.upsert_slice(obj)
+            elif isinstance(obj, DeviceClassInfo):
+                changed = self._dra.upsert_class(obj)
+            else:
+                changed = self._dra.upsert_claim(obj)
+            self._dra_changed(changed)
+
+    def delete_dra(self, kind: str, key: str) -> None:
+        """key: a slice's or class's name, a claim's "namespace/name"."""
+        with self._lock:
+            self._sync.version += 1
+            if kind == "resourceslices":
+                changed = self._dra.delete_slice(key)
+            elif kind == "deviceclasses":
+                changed = self._dra.delete_class(key)
+            else:
+                changed = self._dra.delete_claim(key)
+            self._dra_changed(changed)
+
     def replace_all(self, kind: str, objects: Iterable[Any]) -> None:
         """A relist: the listed objects become the whole truth for that kind."""
         with self._lock:
+            if kind in DRA_KINDS:
+                self._sync.version += 1
+                self._dra_changed(self._dra.replace_all(kind, objects))
+                # Not part of readiness: a cluster without resource.k8s.io/v1 never lists them.
+                self._sync.dra_synced[kind] = True
+                return
             if kind == "nodes":
                 nodes = list(objects)
                 keep = {n.name for n in nodes}

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from extender.snapshot.demand import DemandBook
+from extender.snapshot.dra import ClaimInfo, Device
+from extender.snapshot.dra_book import ClaimDemand, DraBook, DraNode
 from extender.snapshot.node_columns import NodeColumns, NodeRow, NodeView, node_view
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from extender.snapshot.pod_index import PodIndex
@@ -29,8 +31,10 @@ from scoring.fragmentation import DemandMix, PodKind
 
 class StateView:
     def __init__(self, lock: threading.RLock, *, columns: NodeColumns, pods: PodIndex, convergence: ConvergenceBook,
-                 migrations: MigrationBook, pod_util: PodGpuUtil, demand: DemandBook, sync: SyncStatus) -> None:
+                 migrations: MigrationBook, pod_util: PodGpuUtil, demand: DemandBook, sync: SyncStatus,
+                 dra: DraBook) -> None:
         self._lock = lock
+        self._dra = dra
         self._columns, self._pods, self._convergence = columns, pods, convergence
         self._migrations, self._pod_util, self._demand, self._sync = migrations, pod_util, demand, sync
 
@@ -87,6 +91,76 @@ class StateView:
         """The node the job was last migrated away from, within the migration TTL."""
         with self._lock:
             return self._migrations.origin(job, now)
+
+    # ---- DRA (dra_book.py) ----
+    @property
+    def dra_extended_resources(self) -> frozenset[str]:
+        """The extended resources DeviceClasses map onto GPUs (KEP-5004); empty on a cluster without
+        DRA GPU classes. Read without the lock: the book replaces the set, never changes it, and
+        the verbs read it on every call."""
+        return self._dra.extended_resources
+
+    def claim_demand(self, namespace: str, claims: Iterable[str]) -> ClaimDemand:
+        """What a pod's unallocated ResourceClaims ask for."""
+        with self._lock:
+            return self._dra.demand(namespace, claims)
+
+    def dra_counts(self) -> dict[str, int]:
+        """How many nodes have DRA GPUs and how many ResourceClaims the snapshot holds."""
+        with self._lock:
+            return {"nodes": len(self._dra.nodes()), "claims": self._dra.claim_count()}
+
+    def claim(self, namespace: str, name: str) -> ClaimInfo | None:
+        with self._lock:
+            return self._dra.claim(namespace, name)
+
+    def dra_node(self, name: str) -> DraNode | None:
+        with self._lock:
+            return self._dra.node(name)
+
+    def dra_nodes(self) -> Mapping[str, DraNode]:
+        with self._lock:
+            return self._dra.nodes()
+
+    def dra_device(self, uuid: str) -> tuple[str, Device] | None:
+        """(node, device) of a DRA device uuid (DCGM exporter's UUID label)."""
+        with self._lock:
+            return self._dra.device(uuid)
+
+    def dra_device_nodes(self, uuids: Iterable[str]) -> dict[str, str]:
+        """uuid -> the node whose ResourceSlices publish it, for those of uuids that are DRA devices."""
+        with self._lock:
+            return {u: d[0] for u in uuids if (d := self._dra.device(u)) is not None}
+
+    def dra_pod_gpus(self) -> dict[str, tuple[str, ...]]:
+        """"namespace/name" -> the uuids of the GPUs its ResourceClaims hold, for each bound pod that
+        uses claims (the telemetry refresher's per-pod attribution by uuid)."""
+        with self._lock:
+            if not self._dra.has_gpus():
+                return {}
+            out: dict[str, tuple[str, ...]] = {}
+            for p in self._pods.pods():
+                if p.claims and p.node and p.holds_resources:
+                    uuids = tuple(dict.fromkeys(u for c in p.claims
+                                                for u in self._dra.gpu_uuids(f"{p.namespace}/{c}")))
+                    if uuids:
+                        out[p.key] = uuids
+            return out
+
+    def has_dra_gpus(self) -> bool:
+        """Whether any node has DRA GPUs (lets a loop skip its DRA work on a device-plugin cluster)."""
+        with self._lock:
+            return self._dra.has_gpus()
+
+    def dra_devices_of(self, node: str) -> tuple[Device, ...]:
+        with self._lock:
+            return self._dra.devices_of(node)
+
+    def dra_frees(self, claims: Iterable[str], leaving: Iterable[str]) -> dict[str, int]:
+        """node -> whole GPUs freed if the pods (uids) leaving go: claims ("namespace/name") free
+        their devices only when every pod reserving them leaves."""
+        with self._lock:
+            return self._dra.frees(claims, set(leaving))
 
     # ---- sync status and counts ----
     @property
@@ -177,7 +251,8 @@ class StateView:
     def count_telemetry_unknown(self, now: float, stale_after_s: float) -> int:
         """GPU nodes without a fresh sample, as the request path would see them right now."""
         with self._lock:
-            names = [n for n, info in self._columns.nodes.items() if info.allocatable.gpus > 0]
+            names = [n for n, info in self._columns.nodes.items()
+                     if info.allocatable.gpus > 0 or self._columns.dra_gpus(n) > 0]
         if not names:
             return 0
         util = self.view(names, now, stale_after_s).arrays.gpu_util
@@ -223,5 +298,5 @@ class StateView:
                     "phase": c.phase.name.lower() if c else "unknown",
                     "remaining_s": None if c is None or not np.isfinite(c.remaining_s) else c.remaining_s,
                 }
-            return {"ready": all(self._sync.synced.values()), "synced": dict(self._sync.synced),
+            return {"ready": all(self._sync.synced.values()), "synced": {**self._sync.synced, **self._sync.dra_synced},
                     "version": self._sync.version, "nodes": nodes, "pods": pods, "jobs": jobs}

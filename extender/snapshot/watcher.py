@@ -1,4 +1,5 @@
-"""List+watch of Nodes and Pods into ClusterState.
+"""List+watch of Nodes and Pods (and DRA's ResourceSlices, DeviceClasses, ResourceClaims) into
+ClusterState.
 
 `apply_event` is the pure part (one decoded watch event in, state changed, new
 resourceVersion out); `Watcher` is the thin shell: list (paginated), watch from the list's
@@ -20,10 +21,12 @@ from typing import Any
 import orjson
 
 from extender.kube import client, requests
+from extender.kube.errors import ApiError
 from extender.kube.requests import Request
 from extender.kube.responses import Response, checked
 from extender.metrics import Metrics
 from extender.periodic import PeriodicRunner
+from extender.snapshot.dra import DRA_KINDS, parse_device_class, parse_resource_claim, parse_resource_slice
 from extender.snapshot.objects import ObjectError, parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 
@@ -32,6 +35,27 @@ log = logging.getLogger("flowsched.watch")
 
 class WatchExpired(Exception):
     """The server no longer has our resourceVersion (410 Gone): relist."""
+
+
+def parse_object(kind: str, obj: Any, gpu_resource: str) -> Any:
+    """One listed or watched object of kind, parsed for ClusterState."""
+    if kind == "nodes":
+        return parse_node(obj, gpu_resource)
+    if kind == "pods":
+        return parse_pod(obj, gpu_resource)
+    if kind == "resourceslices":
+        return parse_resource_slice(obj)
+    if kind == "deviceclasses":
+        return parse_device_class(obj)
+    if kind == "resourceclaims":
+        return parse_resource_claim(obj)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def _delete_key(kind: str, meta: dict[str, Any]) -> str:
+    if kind == "resourceclaims":
+        return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+    return str(meta["name"])
 
 
 def apply_event(state: ClusterState, kind: str, event: dict[str, Any], gpu_resource: str) -> str | None:
@@ -45,7 +69,12 @@ def apply_event(state: ClusterState, kind: str, event: dict[str, Any], gpu_resou
     if etype == "BOOKMARK":
         return rv
     try:
-        if kind == "nodes":
+        if kind in DRA_KINDS:
+            if etype == "DELETED":
+                state.delete_dra(kind, _delete_key(kind, obj["metadata"]))
+            else:
+                state.upsert_dra(parse_object(kind, obj, gpu_resource))
+        elif kind == "nodes":
             if etype == "DELETED":
                 state.delete_node(obj["metadata"]["name"])
             else:
@@ -93,7 +122,7 @@ class WatchStatus:
 class Watcher:
     def __init__(
         self,
-        kind: str,  # "nodes" or "pods"
+        kind: str,  # "nodes", "pods", or one of DRA_KINDS
         fetch: Fetch,
         open_stream: OpenStream,
         state: ClusterState,
@@ -127,7 +156,6 @@ class Watcher:
                                       os_thread_name=True, clock=clock)
 
     def relist(self) -> str:
-        parse = parse_node if self.kind == "nodes" else parse_pod
         items: list[Any] = []
         cont: str | None = None
         while True:
@@ -135,7 +163,7 @@ class Watcher:
             body = orjson.loads(checked(req, self.fetch(req, 60)).body)
             for obj in body.get("items") or []:
                 try:
-                    items.append(parse(obj, self.gpu_resource))
+                    items.append(parse_object(self.kind, obj, self.gpu_resource))
                 except (ObjectError, KeyError, TypeError, ValueError) as e:
                     log.warning("skipping malformed %s in list: %s", self.kind[:-1], e)
             meta = body.get("metadata") or {}
@@ -150,6 +178,7 @@ class Watcher:
         gc.freeze()
         self.status.listed_at = time.time()
         self.status.relists += 1
+        self.status.extra.pop("absent", None)
         log.info("listed %d %s at resourceVersion %s", len(items), self.kind, rv)
         return rv
 
@@ -189,6 +218,21 @@ class Watcher:
                 self._next_resync = self.clock() + self.resync_s
             self._rv = self._watch(self._rv, self._next_resync)
             self._backoff = 0.5
+        except ApiError as e:
+            if self._runner.stopping:
+                return
+            if self.kind in DRA_KINDS and e.status == 404:
+                # No resource.k8s.io/v1 (Kubernetes before 1.34, or DRA turned off): nothing to
+                # watch; look again now and then, quietly (the cluster may be upgraded).
+                if not self.status.extra.get("absent"):
+                    log.info("%s: not served by this apiserver (no DRA); checking again every %.0fs",
+                             self.kind, self.backoff_max_s)
+                self.status.extra["absent"] = True
+                self.state.replace_all(self.kind, [])  # served no more: what it held has gone
+                self._rv = None
+                self._retry_in = self.backoff_max_s
+                return
+            self._failed(e)
         except WatchExpired as e:
             log.info("%s watch expired (%s); relisting", self.kind, e)
             self.metrics.watch_restarts.labels(self.kind, "expired").inc()
@@ -196,13 +240,16 @@ class Watcher:
         except Exception as e:
             if self._runner.stopping:
                 return
-            self.status.errors += 1
-            self.status.last_error = f"{type(e).__name__}: {e}"[:300]
-            self.metrics.watch_restarts.labels(self.kind, "error").inc()
-            self._retry_in = self._backoff * (1 + random.random() / 2)
-            log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, self.status.last_error, self._retry_in)
-            self._backoff = min(self._backoff * 2, self.backoff_max_s)
-            # Keep _rv: a reconnect resumes the watch; if it is too old the server says 410.
+            self._failed(e)
+
+    def _failed(self, e: Exception) -> None:
+        self.status.errors += 1
+        self.status.last_error = f"{type(e).__name__}: {e}"[:300]
+        self.metrics.watch_restarts.labels(self.kind, "error").inc()
+        self._retry_in = self._backoff * (1 + random.random() / 2)
+        log.warning("%s watch failed (%s); retrying in %.1fs", self.kind, self.status.last_error, self._retry_in)
+        self._backoff = min(self._backoff * 2, self.backoff_max_s)
+        # Keep _rv: a reconnect resumes the watch; if it is too old the server says 410.
 
     def start(self) -> None:
         self._runner.start()
@@ -218,7 +265,10 @@ class Watcher:
 
 def start_watchers(api_client: Any, state: ClusterState, metrics: Metrics, *, gpu_resource: str,
                    resync_s: float, watch_timeout_s: int, backoff_max_s: float,
-                   quiet: Callable[[float], None] | None = None) -> list[Watcher]:
+                   quiet: Callable[[float], None] | None = None,
+                   kinds: tuple[str, ...] = ("nodes", "pods", *DRA_KINDS)) -> list[Watcher]:
+    """One watcher per kind, started. The DRA kinds are watched on every cluster: where the API is
+    not served they cost one list every backoff_max_s (see Watcher._session)."""
     def fetch(request: Request, timeout_s: float) -> Response:
         return client.send(api_client, request, timeout_s=timeout_s)
 
@@ -228,7 +278,7 @@ def start_watchers(api_client: Any, state: ClusterState, metrics: Metrics, *, gp
 
     watchers = [Watcher(kind, fetch, open_stream, state, metrics, gpu_resource=gpu_resource, resync_s=resync_s,
                         watch_timeout_s=watch_timeout_s, backoff_max_s=backoff_max_s, quiet=quiet)
-                for kind in ("nodes", "pods")]
+                for kind in kinds]
     for w in watchers:
         w.start()
     return watchers

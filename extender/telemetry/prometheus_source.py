@@ -76,7 +76,8 @@ def parse_query_response(status: int, body: bytes, cfg: TelemetryConfig) -> Tele
             newest = max(newest, ts)
         if count:
             rows.append(GpuSeries(node=node, gpu=gpu, metric=metric, value=total / count, sampled_at=newest,
-                                  pod=pod_key(labels), instance=labels.get("GPU_I_ID", "")))
+                                  pod=pod_key(labels), instance=labels.get("GPU_I_ID", ""),
+                                  uuid=labels.get("UUID", "")))
     return assemble(rows, bad)
 
 

@@ -27,6 +27,7 @@ from extender.periodic import PeriodicRunner, fixed_rate
 from extender.prometheus.client import TelemetryError
 from extender.prometheus.config import TelemetryConfig
 from extender.snapshot.state import ClusterState
+from extender.telemetry.dra_join import join_by_uuid
 from extender.telemetry.source import TelemetryReading, TelemetrySource
 
 log = logging.getLogger("flowsched.telemetry")
@@ -93,7 +94,10 @@ class TelemetryRefresher:
 
     def _apply(self, reading: TelemetryReading) -> None:
         st = self.status
-        known = set(self.state.read().node_names())
+        reader = self.state.read()
+        known = set(reader.node_names())
+        if reading.uuids and reader.has_dra_gpus():  # DRA devices: join by uuid (dra_join.py)
+            reading = join_by_uuid(reading, known, reader.dra_device_nodes(reading.uuids), reader.dra_pod_gpus())
         for name in known:
             t = reading.nodes.get(name)
             if t is not None:

@@ -72,7 +72,8 @@ def parse_exposition(text: str, scraped_at: float, node: str, node_label: str,
                 bad["malformed"] += 1
                 continue
             rows.append(GpuSeries(node=n, gpu=gpu, metric=fam.name, value=float(s.value), sampled_at=ts,
-                                  pod=pod_key(s.labels), instance=s.labels.get("GPU_I_ID", "")))
+                                  pod=pod_key(s.labels), instance=s.labels.get("GPU_I_ID", ""),
+                                  uuid=s.labels.get("UUID", "")))
     return rows
 
 

@@ -34,6 +34,7 @@ class GpuSeries:
     sampled_at: float  # unix seconds of the newest sample behind `value`
     pod: str = ""  # "namespace/name" when the exporter maps the GPU to a pod
     instance: str = ""  # MIG GPU instance id ("" for a whole GPU)
+    uuid: str = ""  # DCGM's UUID label: the physical GPU's (a MIG instance's parent's), "" when absent
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class TelemetryReading:
     failed_nodes: frozenset[str] = frozenset()  # nodes whose read failed: keep their last samples
     errors: tuple[str, ...] = ()  # partial failures, for status
     series: int = 0
+    uuids: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # GPU uuid -> (node, gpu index)
 
 
 class TelemetrySource(Protocol):
@@ -112,10 +114,13 @@ def assemble(series: Iterable[GpuSeries], bad: Counter[str] | None = None, *,
     fb: dict[str, dict[str, dict[int, dict[str, float]]]] = {FB_FREE: {}, FB_USED: {}}
     newest: dict[tuple[str, int], float] = {}
     pods: dict[str, set[tuple[str, int]]] = {}
+    uuids: dict[str, tuple[str, int]] = {}
     n = 0
     for s in series:
         n += 1
         key = (s.node, s.gpu)
+        if s.uuid:
+            uuids[s.uuid] = key
         newest[key] = max(newest.get(key, -math.inf), s.sampled_at)
         if s.metric == GPU_UTIL:
             per = util.setdefault(s.node, {})
@@ -146,5 +151,5 @@ def assemble(series: Iterable[GpuSeries], bad: Counter[str] | None = None, *,
         pod_util[pod] = sum(vals) / len(vals)
     return TelemetryReading(
         nodes=nodes, pods={p: tuple(sorted(w)) for p, w in pods.items()}, pod_util=pod_util,
-        bad_samples=dict(bad or {}), failed_nodes=failed_nodes, errors=errors, series=n,
+        bad_samples=dict(bad or {}), failed_nodes=failed_nodes, errors=errors, series=n, uuids=uuids,
     )

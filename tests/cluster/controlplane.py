@@ -127,6 +127,14 @@ class ControlPlane:
     etcd: ManagedProcess | None = None
     apiserver: ManagedProcess | None = None
     scheduler: ManagedProcess | None = None
+    # --feature-gates of kube-apiserver and kube-scheduler from their next start (a test module
+    # turning an alpha feature on sets it, restarts both, and clears it when done).
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+
+    def _gates(self) -> list[str]:
+        if not self.feature_gates:
+            return []
+        return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))]
 
     # ---- paths ----
     @property
@@ -228,6 +236,7 @@ class ControlPlane:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *self._gates(),
         ]
         self.apiserver = ManagedProcess("kube-apiserver", argv, self.workdir / "kube-apiserver.log").start()
         self._write_kubeconfigs()
@@ -265,6 +274,7 @@ class ControlPlane:
             # reads the Go CPU profile without a token (kube-scheduler's own defaults plus pprof).
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*",
             "--v=2",
+            *self._gates(),
         ]
         self.scheduler = ManagedProcess("kube-scheduler", argv, self.workdir / "kube-scheduler.log").start()
         self._wait(
