@@ -12,26 +12,53 @@ out each action. After the optimizer's rescales and admission's releases, kube-s
 engine's policy) binds what now fits before the next loop's World is built: a real kube-scheduler
 binds new pods within seconds, not a round later. Nothing here decides anything: an action the
 engine refuses is reported SKIPPED, as the service reports a refused eviction.
+
+What the engine does not model comes from the scenario (benchmarks/sim/world.py WorldSources):
+the jobs' diagnoses, which every loop's World carries (the remedies plan from them), and the GPU
+pods' utilisation samples, workload class and reclaim opt-in (the idle loop's World). Without
+them, as in every benchmark, the idle loop finds no idle pod and the remedies none to remedy.
+The notices (IdleReport, IdleWarn and the remedies, Events in the service) are counted as the
+service's recorder delivers them, with the service's outcome label; Reclaim evicts the opted-in
+notebook's job through engine.evict (the engine accepts only a checkpointable one: its pod is
+recreated and waits again, as a notebook's controller recreates it).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.resizer import SimResizer
-from benchmarks.sim.world import SimWorldBuilder, changes_batch_live, job_key
-from scoring.actions import ControlAction, Evict, Preempt, Release, Resize, Scale
-from scoring.kernel import DONE, LOOP_ORDER, PREEMPT_BUDGET, SKIPPED, Memory, Round, plan_loop, run_round
+from benchmarks.sim.world import SimWorldBuilder, WorldSources, changes_batch_live, job_key, pod_name
+from scoring.actions import (
+    AddPs,
+    Consolidate,
+    ControlAction,
+    Evict,
+    GiveCpu,
+    IdleReport,
+    IdleWarn,
+    MoveReplica,
+    Preempt,
+    Reclaim,
+    Release,
+    Resize,
+    Scale,
+)
+from scoring.idle import parse_duration_s
+from scoring.kernel import DONE, GONE, LOOP_ORDER, PREEMPT_BUDGET, SKIPPED, Memory, Round, plan_loop, run_round
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
-from scoring.world import World
+from scoring.world import ResizeNode, World
 
-# The loops the simulator can carry out (idle reclamation and the remedies act on notebooks and
-# parameter servers, which this engine does not model).
-SIM_LOOPS = ("elastic", "admission", "migrator", "resizer")
+SIM_LOOPS = ("elastic", "admission", "migrator", "resizer", "idle", "remedies")  # scoring.kernel.LOOP_ORDER
+
+# The service's outcome labels for a notice it told (extender/control/idle.py: an Event recorded;
+# extender/control/remedies.py: a remedy recommended).
+RECORDED, RECOMMENDED = "recorded", "recommended"
+REMEDY_INTERVAL_S = 30.0  # the service plans remedies as often as it diagnoses (diagnosis.interval_s)
 
 
 @dataclass
@@ -46,6 +73,8 @@ class ControlStats:
     admitted: int = 0
     preempted: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # safety rule -> jobs x rounds it kept out
+    notices: dict[str, int] = field(default_factory=dict)  # action kind (idle_event, give-cpu, ...) -> told
+    reclaimed: int = 0  # idle notebooks evicted
 
 
 @dataclass
@@ -53,6 +82,8 @@ class SimControl:
     settings: CoreSettings
     loops: tuple[str, ...]
     resizer: SimResizer = field(default_factory=SimResizer)  # the pods' CPU, opt-ins and cpu_model
+    sources: WorldSources = field(default_factory=WorldSources)  # what the engine does not model
+    remedies_interval_s: float = REMEDY_INTERVAL_S
     builder: SimWorldBuilder = field(init=False)
     budgets: dict[str, Budget] = field(init=False)
     memory: Memory = field(default_factory=Memory)
@@ -66,9 +97,11 @@ class SimControl:
         unknown = [x for x in self.loops if x not in SIM_LOOPS]
         if unknown:
             raise ValueError(f"unknown control loops {unknown}; known: {', '.join(SIM_LOOPS)}")
-        self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence))
+        self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence),
+                                       sources=self.sources)
+        # The remedies have no budget of their own, as in the service (scoring.kernel).
         self.budgets = {n: Budget(self.settings.loop(n).max_per_interval, self.settings.loop(n).max_per_hour)
-                        for n in self.loops}
+                        for n in self.loops if n != "remedies"}
         a = self.settings.admission
         self.budgets[PREEMPT_BUDGET] = Budget(a.max_preemptions_per_interval, a.max_preemptions_per_hour)
 
@@ -83,7 +116,7 @@ class SimControl:
 
     def __call__(self, engine: Engine, now: float) -> None:
         due = [n for n in LOOP_ORDER if n in self.loops
-               and now - self._last.get(n, -math.inf) >= self.settings.loop(n).interval_s - 1e-9]
+               and now - self._last.get(n, -math.inf) >= self._interval_s(n) - 1e-9]
         for n in due:
             self._last[n] = now
             self.stats.plans[n] = self.stats.plans.get(n, 0) + 1
@@ -91,9 +124,9 @@ class SimControl:
         def world(loop: str) -> World:
             self._bound(engine, now)
             if loop == "resizer":  # what the service's resizer reads: its nodes' pods only
-                return World(now, (), (), (), resize_nodes=self.resizer.nodes(
-                    engine, now, lambda j: self.builder.estimate(engine, j), self.builder.namespace_labels,
-                    self.settings.safety))
+                return World(now, (), (), (), resize_nodes=self._resize_nodes(engine, now))
+            if loop == "idle":
+                return self.builder.idle_world(engine, now)
             return self.builder.build(engine, now)
 
         if "resizer" in self.loops:
@@ -108,6 +141,17 @@ class SimControl:
         for p in done.plans.values():
             for why in p.refusals.values():
                 self.stats.refused[why] = self.stats.refused.get(why, 0) + 1
+
+    def _interval_s(self, loop: str) -> float:
+        return self.remedies_interval_s if loop == "remedies" else self.settings.loop(loop).interval_s
+
+    def _resize_nodes(self, engine: Engine, now: float) -> tuple[ResizeNode, ...]:
+        nodes = self.resizer.nodes(engine, now, lambda j: self.builder.estimate(engine, j),
+                                   self.builder.namespace_labels, self.settings.safety)
+        if self.sources.diagnoses is None:
+            return nodes
+        d = self.sources.diagnoses(engine, now)  # on each row, as the service's resizer reads them
+        return tuple(replace(n, rows=tuple(replace(r, diagnosis=d.get(r.job)) for r in n.rows)) for n in nodes)
 
     def _bound(self, engine: Engine, now: float) -> None:
         if self._bind:
@@ -141,7 +185,32 @@ class SimControl:
             return DONE
         if isinstance(a, Resize):
             return self.resizer.carry_out(engine, a, now)
+        if isinstance(a, IdleReport | IdleWarn):
+            return self._told(a, RECORDED)  # a warning counts from now (the kernel notes its delivery)
+        if isinstance(a, GiveCpu | Consolidate | AddPs | MoveReplica):
+            if not self._job(engine, a.job).placement:
+                return GONE  # no bound pod to tell it on
+            return self._told(a, RECOMMENDED)
+        if isinstance(a, Reclaim):
+            return self._reclaim(engine, a)
         raise ValueError(f"the simulator cannot carry out {a.kind} ({type(a).__name__})")
+
+    def _told(self, a: ControlAction, outcome: str) -> str:
+        self.stats.notices[a.kind] = self.stats.notices.get(a.kind, 0) + 1
+        return outcome
+
+    def _reclaim(self, engine: Engine, a: Reclaim) -> str:
+        job = next((j for j in engine.active.values() if j.completion is None
+                    and any(pod_name(j, i) == a.pod for i in range(len(j.placement)))), None)
+        if job is None:
+            return GONE
+        # The last line of defence, as the service's: the pod as it is now is an opted-in notebook.
+        if self.sources.workload_of(job) != "notebook" or parse_duration_s(self.sources.reclaim_of(job)) is None:
+            return SKIPPED
+        if not engine.evict(job):  # the engine evicts only a checkpointable job
+            return SKIPPED
+        self.stats.reclaimed += 1
+        return DONE
 
     def _scale(self, engine: Engine, a: Scale, now: float) -> str:
         job = self._job(engine, a.job)

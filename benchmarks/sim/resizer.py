@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks.sim.cpu_model import DEFAULT_SENSITIVITY, CpuSensitivity, cpu_speed, sensitivity_of
 from benchmarks.sim.engine import Engine, SimJob
-from benchmarks.sim.world import job_key, node_name
+from benchmarks.sim.world import job_key, node_name, pod_name
 from scoring.actions import Resize
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.kernel import DONE, GONE
@@ -43,11 +43,6 @@ CONTAINER = "main"  # the simulated pods' one container
 
 def _everyone(_job: SimJob) -> bool:
     return True
-
-
-def pod_name(job: SimJob, i: int) -> str:
-    """namespace/name of the job's i-th pod (its placement's i-th entry), as the World names pods."""
-    return f"{job_key(job)}-{i}"
 
 
 def pod_uid(job: SimJob, i: int) -> str:

@@ -12,6 +12,11 @@ batch size live (`batch_live`), as the artifact's AdaptDL jobs do between epochs
 remaining time: the core derives that from what it attained and the steps left
 (JobState.remaining_gpu_s).
 
+What the engine does not model comes from the scenario (WorldSources, each optional; without
+them the World is what it always was): each job's bottleneck diagnosis (what the service's
+diagnoser puts on JobState.diagnosis), and for the idle loop the GPU utilisation of each of its
+pods (DCGM attributed to the pod), its workload class and its flowsched.io/reclaim-idle opt-in.
+
 Step times: the engine's profile (the Pollux artifact's measured placements) at the core's
 candidate batches, i.e. what the job measures once it has run at a size (Pollux's agent fits
 the same). The service has only the sizes a job actually ran at and a prior for the others.
@@ -20,6 +25,7 @@ the same). The service has only the sizes a job actually ran at and a prior for 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,18 +33,48 @@ import numpy as np
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import AppModel
 from benchmarks.sim.policies import pod_sizes
+from scoring.bottleneck import Diagnosis
 from scoring.control import batch_grid
 from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
+from scoring.remedy import with_diagnoses
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
-from scoring.world import JobState, NodeState, PendingPod, Throughput, World
+from scoring.workload import WorkloadClass
+from scoring.world import IdlePod, JobState, NodeState, PendingPod, Throughput, World
 
 NAMESPACE = "sim"
 
 
 def job_key(job: SimJob) -> str:
     return f"{job.spec.namespace}/{job.spec.name}"
+
+
+def pod_name(job: SimJob, i: int) -> str:
+    """namespace/name of the job's i-th pod (its placement's i-th entry), as the World names pods."""
+    return f"{job_key(job)}-{i}"
+
+
+Diagnoses = Callable[[Engine, float], Mapping[str, Diagnosis]]  # job key -> its latest diagnosis now
+PodSamples = Callable[[SimJob, int, float], Sequence[float]]  # utilisation % of the job's i-th pod's GPUs now
+
+
+@dataclass(frozen=True)
+class WorldSources:
+    """What the engine does not model, given by a scenario. Each None: the World has none of it
+    (no diagnosis, no utilisation samples: no pod is ever idle), every job a training job that
+    has not opted in to idle reclamation, as every workload the benchmarks run."""
+
+    diagnoses: Diagnoses | None = None
+    gpu_samples: PodSamples | None = None
+    workload: Callable[[SimJob], WorkloadClass] | None = None  # its pods' scoring/workload.py class
+    reclaim_idle: Callable[[SimJob], str | None] | None = None  # its pods' flowsched.io/reclaim-idle value, raw
+
+    def workload_of(self, job: SimJob) -> WorkloadClass:
+        return self.workload(job) if self.workload is not None else WorkloadClass.TRAINING
+
+    def reclaim_of(self, job: SimJob) -> str | None:
+        return self.reclaim_idle(job) if self.reclaim_idle is not None else None
 
 
 @dataclass
@@ -68,6 +104,7 @@ class SimWorldBuilder:
     tracker: ConvergenceTracker
     marks: Marks = field(default_factory=Marks)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    sources: WorldSources = field(default_factory=WorldSources)
     _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
 
     def estimate(self, engine: Engine, job: SimJob) -> ConvergenceEstimate | None:
@@ -107,7 +144,24 @@ class SimWorldBuilder:
             for i, g in enumerate(pod_sizes(j.replicas, per_node)):
                 pending.append(PendingPod(f"{job_key(j)}-{i}", job_key(j), float(g), waited))
         jobs = tuple(sorted((self._job(engine, j, now) for j in active), key=lambda s: s.key))
-        return World(now, nodes, jobs, tuple(pending), self.namespace_labels)
+        world = World(now, nodes, jobs, tuple(pending), self.namespace_labels)
+        diagnoses = self.sources.diagnoses
+        return with_diagnoses(world, diagnoses(engine, now)) if diagnoses is not None else world
+
+    def idle_world(self, engine: Engine, now: float) -> World:
+        """What the service's idle loop reads (extender/control/idle.py world()): the pods holding
+        GPUs with their utilisation samples, workload class and reclaim opt-in, how many GPU pods
+        wait (kube-scheduler's queue and flowsched's gate), the namespaces' labels."""
+        src = self.sources
+        active = [j for j in engine.active.values() if j.completion is None]
+        pods = tuple(
+            IdlePod(key=pod_name(j, i), namespace=j.spec.namespace, workload=src.workload_of(j), gpus=float(g),
+                    reclaim=src.reclaim_of(j),
+                    samples=tuple(src.gpu_samples(j, i, now)) if src.gpu_samples is not None else ())
+            for j in sorted(active, key=job_key) for i, (_node, g) in enumerate(j.placement))
+        per_node = engine.cluster.settings.gpus_per_node
+        waiting = sum(len(pod_sizes(j.replicas, per_node)) for j in active if not j.placement)
+        return World(now, (), (), (), self.namespace_labels, gpu_pods=pods, gpu_pods_waiting=waiting)
 
     def _job(self, engine: Engine, j: SimJob, now: float) -> JobState:
         s = j.spec
@@ -151,6 +205,7 @@ class SimWorldBuilder:
             wait_s=math.nan if placed else now - engine.queue_time(j),
             pod_chunk=engine.cluster.settings.gpus_per_node,
             planned_steps=float(engine.profiles.apps[s.app].max_epochs),
+            workload=self.sources.workload_of(j),
         )
 
 
