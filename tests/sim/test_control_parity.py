@@ -2,12 +2,14 @@
 state for the simulator shell, gives the same World and the same plans, action for action, for
 all six loops, dry run included (both shells run scoring.kernel.run_round).
 
-The migrator, the elastic optimizer, admission and the resizer are compared end to end: each
-shell builds its own World from its own state; the resizer's actions are also carried out by
-both (the engine's pod CPU and job speed; the service's resize subresource). The engine models no
-notebooks with DCGM samples and no diagnoses, so for the idle loop and the remedies the simulator
-shell plans from the World the service built (benchmarks/sim/control.py cannot carry those kinds
-out: SIM_LOOPS), and the dry run is checked in the service's rounds runner.
+The migrator, the elastic optimizer, admission, the resizer, the idle loop and the remedies are
+compared end to end: each shell builds its own World from its own state; the resizer's, the idle
+loop's and the remedies' actions are also carried out by both, round after round (the engine's
+pod CPU and job speed, its eviction of an idle notebook, notices counted; the service's resize
+subresource, its evictions and Events). What the engine does not model (the jobs' diagnoses, the
+GPU pods' utilisation samples, the notebook class and its reclaim opt-in) the simulator shell
+takes from the scenario (benchmarks/sim/world.py WorldSources), as the service takes it from its
+diagnoser, its telemetry and the pods' annotations.
 
 The scenario: 4 nodes x 4 GPUs; a slow (completing) checkpointable job, a growing one, a
 completing one in an excluded namespace, a completing one in a namespace labelled
@@ -37,7 +39,7 @@ from benchmarks.sim.generator import calibrated_profiles
 from benchmarks.sim.policies import make_policy, pod_sizes
 from benchmarks.sim.variants import core_settings
 from benchmarks.sim.workload import JobSpec
-from benchmarks.sim.world import node_name
+from benchmarks.sim.world import WorldSources, node_name, pod_name
 from extender.control.elastic import Elastic
 from extender.control.events import LogRecorder
 from extender.control.migrator import Migrator
@@ -98,24 +100,26 @@ SCENARIO: list[dict[str, Any]] = [
 
 
 # -- the simulator side -------------------------------------------------------------------
-def sim_side(loops: tuple[str, ...], gated: tuple[str, ...] = ()) -> tuple[SimControl, Engine]:
-    """`gated`: waiting jobs whose pods carry flowsched's admission gate (released by admission)."""
+def sim_side(loops: tuple[str, ...], gated: tuple[str, ...] = (), *, scenario: list[dict[str, Any]] = SCENARIO,
+             nodes: int = 4, sources: WorldSources | None = None) -> tuple[SimControl, Engine]:
+    """`gated`: waiting jobs whose pods carry flowsched's admission gate (released by admission);
+    `sources`: what the engine does not model (diagnoses, utilisation samples, workload class)."""
     specs = [JobSpec(j["name"], j.get("arrival", 0.0), APP, j["gpus"], 320, namespace=j["ns"],
                      checkpointable=j["ns"] != "team-x",
                      elastic_min=j["elastic"][0] if "elastic" in j else 0,
-                     elastic_max=j["elastic"][1] if "elastic" in j else 0) for j in SCENARIO]
-    eng = Engine(specs, PROFILES, make_policy("flowsched"), EngineSettings(cluster=ClusterSettings(nodes=4)))
-    control = SimControl(core_settings(eng.settings), loops)
+                     elastic_max=j["elastic"][1] if "elastic" in j else 0) for j in scenario]
+    eng = Engine(specs, PROFILES, make_policy("flowsched"), EngineSettings(cluster=ClusterSettings(nodes=nodes)))
+    control = SimControl(core_settings(eng.settings), loops, sources=sources or WorldSources())
     control.builder.namespace_labels = LABELS
     by_name = {j.spec.name: j for j in eng.jobs}
-    for j in SCENARIO:
+    for j in scenario:
         job: SimJob = by_name[j["name"]]
         eng.active[job.idx] = job
         eng.policy.on_arrival(job, job.spec.arrival)
         if j["on"]:
             eng.now = j["start"]
             eng.start(job, j["on"])
-            job.series = list(j["series"])
+            job.series = list(j.get("series", ()))
             job.synced_at = NOW  # the engine adds no points of its own: the scenario's are the job's posts
         if "migrated" in j:
             control.builder.marks.migrated_at[job.idx], control.builder.marks.migrations[job.idx] = j["migrated"]
@@ -133,13 +137,18 @@ def service_side(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = ()) 
     return Migrator(ctx), Elastic(ctx, ctx.core.elastic)
 
 
-def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = ()) -> Any:
+def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (), *,
+                    scenario: list[dict[str, Any]] = SCENARIO, nodes: int = 4, actions: Any = None) -> Any:
     state = ClusterState()
-    for k in range(4):
+    for k in range(nodes):
         state.upsert_node(parse_node(node(node_name(k), gpus=4, cpu="64", memory="256Gi")))
     store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "progress.sqlite"), max_idle_s=1e9))
-    for j in SCENARIO:
+    for j in scenario:
         ann: dict[str, str] = {"flowsched.io/checkpointable": "true"}
+        if "workload" in j:
+            ann["flowsched.io/workload"] = j["workload"]
+        if "reclaim" in j:
+            ann["flowsched.io/reclaim-idle"] = j["reclaim"]
         if "elastic" in j:
             ann["flowsched.io/elastic"] = f"{j['elastic'][0]}-{j['elastic'][1]}"
         if "migrated" in j:
@@ -165,7 +174,8 @@ def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (
     settings = Settings(kube=False, controllers=loops)
     tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW)
     tracker.refresh_once()
-    return make_context(state, tracker, FakeActions(), LogRecorder(), settings=settings, namespace_labels=LABELS)
+    return make_context(state, tracker, actions if actions is not None else FakeActions(), LogRecorder(),
+                        settings=settings, namespace_labels=LABELS)
 
 
 def _n(x: float) -> float | None:
@@ -341,67 +351,6 @@ def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_ru
     assert [o.outcome for o in tick.outcomes] == [o.outcome for o in sim_round.outcomes["admission"]]
 
 
-def _same_plan_from_the_service_world(tmp_path: Path, loop: str, controller: Any, now: float) -> tuple[Any, Any]:
-    """The service shell's plan for `loop` (its World from Kubernetes objects) and the simulator
-    shell's (SimControl.plan) from that same World: the engine models no notebooks and no
-    diagnoses, so it cannot build these parts of the World itself, nor carry their actions out
-    (benchmarks/sim/control.py SIM_LOOPS)."""
-    from scoring.kernel import Memory
-
-    control, _ = sim_side(("migrator",))
-    control.memory = controller.__dict__.get("_test_memory", Memory())  # the memory both plan on
-    world = controller.world(now)
-    assert world is not None
-    sim = control.plan(loop, control.memory.applied(world), budget_left=4)
-    svc = plan_at(controller, now, budget_left=4)
-    return [a.plan for a in svc], list(sim)
-
-
-def _dry_loop(controller: Any, clock: Any) -> OneLoop:
-    """The service's rounds runner over this one loop, in a dry run."""
-    from prometheus_client import CollectorRegistry
-
-    from extender.control.leader import AlwaysLeader
-    from extender.control.loop import ControlLoop, ControlMetrics
-
-    lp = ControlLoop(controller, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60,
-                     dry_run=True, per_interval=4, per_hour=60, clock=clock)
-    return OneLoop(lp)
-
-
-def _dry_round(controller: Any, now: float) -> Any:
-    return _dry_loop(controller, lambda: now).run_once()
-
-
-def test_idle_plans_the_same_in_both_shells_and_a_dry_run_sends_nothing(tmp_path: Path) -> None:
-    from extender.control.idle import IdleLoop
-    from extender.snapshot.objects import parse_pod as parse
-
-    ctx = service_context(tmp_path, ["idle"])
-    # An opted-in idle notebook on node 2 and its DCGM samples: idle for the whole window.
-    ctx.state.upsert_pod(parse(pod("nb", gpus=1, node_name=node_name(2), namespace="team-a", phase="Running",
-                                   annotations={"flowsched.io/workload": "notebook",
-                                                "flowsched.io/reclaim-idle": "1m"})))
-    t = T0 + NOW
-    idle = IdleLoop(ctx)
-    kinds: list[str] = []
-    for k in range(0, 7200, 300):  # the samples as the telemetry refresher writes them
-        ctx.state.set_pod_gpu_util({"team-a/nb": [0.0]}, t + k)
-        svc, sim = _same_plan_from_the_service_world(tmp_path, "idle", idle, t + k)
-        assert svc == sim
-        kinds += [a.kind for a in svc]
-    assert "idle_event" in kinds and "idle_warn" in kinds  # the scenario holds: reported, then warned
-    # A dry run over the same samples: planned, nothing sent (no Event recorded, nothing evicted).
-    clock = [t]
-    dry = _dry_loop(idle, lambda: clock[0])
-    outcomes = []
-    for k in range(0, 7200, 300):
-        clock[0] = t + k
-        ctx.state.set_pod_gpu_util({"team-a/nb": [0.0]}, t + k)
-        outcomes += [o.outcome for o in dry.run_once().outcomes]
-    assert outcomes and set(outcomes) == {"dry_run"} and ctx.recorder.events == []
-
-
 # Opted in to in-place CPU resize (and to shrinking): every running job, the ones in namespaces the
 # safety rules refuse included (their pods are skipped and count as the node's other requests).
 RESIZABLE_JOBS = ("slow", "fresh", "sys", "optout", "moved", "el", "el2")
@@ -526,19 +475,162 @@ def test_the_resizer_is_carried_out_action_for_action_in_both_shells(tmp_path: P
     assert {why[a.pod] for a in done} == {"COOLDOWN"}
 
 
-def test_remedies_plan_the_same_in_both_shells_and_a_dry_run_tells_nothing(tmp_path: Path) -> None:
-    from extender.control.remedies import Remedies
-    from scoring.bottleneck import Bottleneck, Diagnosis, JobShape
 
+# -- the idle loop and the remedies: what the engine does not model, from the scenario -------
+class EvictingActions(FakeActions):
+    """The service's Kubernetes writes, recorded: every eviction is accepted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.evicted: list[str] = []
+
+    def evict(self, ns: str, name: str, uid: str = "") -> str:
+        self.evicted.append(f"{ns}/{name}")
+        return "evicted"
+
+
+def _service_rounds(controller: Any, clock: list[float], dry_run: bool, *, budgeted: bool = True) -> OneLoop:
+    """The service's rounds runner over this one loop, with the loop's own budget (none for the remedies)."""
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import ControlLoop, ControlMetrics
+
+    core = controller.ctx.core
+    budget = {"per_interval": core.idle.max_per_interval, "per_hour": core.idle.max_per_hour} if budgeted \
+        else {"budgeted": False}
+    lp = ControlLoop(controller, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60,
+                     dry_run=dry_run, clock=lambda: clock[0], **budget)
+    return OneLoop(lp)
+
+
+# The service's label for a done eviction; the simulator's shell reports it as the kernel's DONE.
+AS_SIM = {"evicted": "done"}
+
+# An opted-in notebook on a fifth node, idle from the start; every other pod busy.
+NOTEBOOK = {"name": "nb", "ns": "team-a", "gpus": 1, "on": [(4, 1)], "start": 19_000.0, "workload": "notebook",
+            "reclaim": "1h"}
+IDLE_SCENARIO = [*SCENARIO, NOTEBOOK]
+
+
+def _util(pod_key: str) -> float:
+    return 0.0 if pod_key == "team-a/nb-0" else 90.0
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_idle_loop_runs_the_same_rounds_in_both_shells(tmp_path: Path, dry_run: bool) -> None:
+    # Each shell builds the idle loop's World from its own state (the engine's placements and the
+    # scenario's samples; the pods the snapshot holds and the samples the telemetry refresher
+    # writes) and carries out its own rounds, every 5 minutes for two hours: the notebook is
+    # reported and warned at the idle window, and evicted warning_s after the delivered warning,
+    # GPU pods waiting. A dry run tells and evicts nothing in either, so it is warned every round.
+    from extender.control.idle import IdleLoop
+    from scoring.actions import IdleReport, IdleWarn, Reclaim
+    from scoring.workload import WorkloadClass
+
+    sources = WorldSources(
+        gpu_samples=lambda job, i, _now: (_util(pod_name(job, i)),),
+        workload=lambda j: WorkloadClass.NOTEBOOK if j.spec.name == "nb" else WorkloadClass.TRAINING,
+        reclaim_idle=lambda j: NOTEBOOK["reclaim"] if j.spec.name == "nb" else None)
+    control, eng = sim_side(("idle",), scenario=IDLE_SCENARIO, nodes=5, sources=sources)
+    control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=dry_run))
+    actions = EvictingActions()
+    ctx = service_context(tmp_path, ["idle"], scenario=IDLE_SCENARIO, nodes=5, actions=actions)
+    idle = IdleLoop(ctx)
+    clock = [T0 + NOW]
+    service = _service_rounds(idle, clock, dry_run)
+    nb = next(j for j in eng.jobs if j.spec.name == "nb")
+    told: list[tuple[str, str]] = []
+    for k in range(0, 7200, 300):
+        t = NOW + k
+        eng.now, clock[0] = t, T0 + t
+        holding = [p.key for p in ctx.state.read().control_view()[0] if p.node and p.requests.gpus > 0]
+        ctx.state.set_pod_gpu_util({key: [_util(key)] for key in holding}, T0 + t)
+        sim_world, svc_world = control.builder.idle_world(eng, t), idle.world(T0 + t)
+        assert svc_world is not None
+        assert sorted(svc_world.gpu_pods, key=lambda p: p.key) == sorted(sim_world.gpu_pods, key=lambda p: p.key)
+        assert svc_world.gpu_pods_waiting == sim_world.gpu_pods_waiting == 3  # wait6's two pods, wait2's one
+
+        control(eng, t)
+        tick = service.run_once()
+        sim_done = control.last_round.outcomes["idle"] if control.last_round is not None else ()
+        assert [o.action.plan for o in tick.outcomes] == [o.action for o in sim_done]  # field for field
+        assert [AS_SIM.get(o.outcome, o.outcome) for o in tick.outcomes] == [o.outcome for o in sim_done]
+        told += [(o.action.kind, o.outcome) for o in sim_done]
+        if any(isinstance(o.action, Reclaim) and o.outcome == "done" for o in sim_done):
+            break  # evicted in both: the notebook's pod is recreated, each shell in its own way
+    assert control.budgets["idle"].remaining(eng.now) == service.loop.budget.remaining(clock[0])
+    if dry_run:  # planned as if told, nothing told: the warning is never delivered, nothing evicted
+        assert {o for _, o in told} == {"dry_run"}
+        assert ("idle_event", "dry_run") in told and told.count(("idle_warn", "dry_run")) > 1
+        assert "evict" not in {kind for kind, _ in told}
+        assert ctx.recorder.events == [] and actions.evicted == []
+        assert control.stats.notices == {} and control.stats.reclaimed == 0 and nb.placement
+        return
+    assert told == [("idle_event", "recorded"), ("idle_warn", "recorded"), ("evict", "done")]
+    assert isinstance(control.last_round.plans["idle"].actions[0], Reclaim)  # type: ignore[union-attr]
+    assert control.stats.notices == {IdleReport.kind: 1, IdleWarn.kind: 1} and control.stats.reclaimed == 1
+    assert actions.evicted == ["team-a/nb-0"] and not nb.placement  # its GPU given back in both
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_remedies_run_the_same_rounds_in_both_shells(tmp_path: Path, dry_run: bool) -> None:
+    # The same diagnoses in both shells (the service's diagnoser; the scenario's source for the
+    # simulator): each builds its World with them, plans and tells the same remedies, round after
+    # round. A dry run tells nothing in either.
+    from extender.control.remedies import Remedies
+    from scoring.bottleneck import PS, Bottleneck, Diagnosis, JobShape
+
+    one = JobShape(workers=1, ps=0, nodes=1)
+    diagnoses = {
+        "team-a/slow": Diagnosis("team-a/slow", Bottleneck.INPUT, 0.95, ("cpu at its limit",), one),
+        "team-a/fresh": Diagnosis("team-a/fresh", Bottleneck.STRAGGLER, 0.9, ("step time 2x the median",), one,
+                                  where=node_name(1), slow_pods=("team-a/fresh-0",)),
+        "team-b/el": Diagnosis("team-b/el", Bottleneck.COMMUNICATION, 0.9, ("ps link saturated",),
+                               JobShape(workers=2, ps=1, nodes=1, ps_range=(1, 4)), where=PS),
+        # Refused or not running: no remedy, in both shells.
+        "kube-system/sys": Diagnosis("kube-system/sys", Bottleneck.INPUT, 0.95, ("cpu at its limit",), one),
+        "team-a/wait2": Diagnosis("team-a/wait2", Bottleneck.INPUT, 0.95, ("cpu at its limit",), one),
+    }
+    control, eng = sim_side(("remedies",), sources=WorldSources(diagnoses=lambda _eng, _now: diagnoses))
+    control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=dry_run))
     ctx = service_context(tmp_path, ["remedies"])
-    # The slow job is diagnosed input-bound (CPU): the remedy is more CPU.
-    d = Diagnosis("team-a/slow", Bottleneck.INPUT, 0.95, ("cpu at its limit",), JobShape(workers=1, ps=0, nodes=1))
-    ctx.world.diagnoses = lambda: {"team-a/slow": d}
+    ctx.world.diagnoses = lambda: diagnoses
     remedies = Remedies(ctx)
-    svc, sim = _same_plan_from_the_service_world(tmp_path, "remedies", remedies, T0 + NOW)
-    assert svc == sim
-    tick = _dry_round(remedies, T0 + NOW)
-    assert [o.action.plan for o in tick.outcomes] == svc
-    assert all(o.outcome == "dry_run" for o in tick.outcomes)
-    assert [(a.kind, a.job) for a in svc] == [("give-cpu", "team-a/slow")]
-    assert ctx.recorder.events == []
+    clock = [T0 + NOW]
+    service = _service_rounds(remedies, clock, dry_run, budgeted=False)
+    assert "remedies" not in control.budgets  # no budget of its own, as in the service
+
+    rounds = []
+    for t in (NOW, NOW + control.remedies_interval_s):
+        eng.now, clock[0] = t, T0 + t
+        for j in eng.jobs:
+            j.synced_at = max(j.synced_at, t)  # no new points: the same estimates
+        control(eng, t)
+        tick = service.run_once()
+        sim_done = control.last_round.outcomes.get("remedies", ()) if control.last_round is not None else ()
+        assert [o.action.plan for o in tick.outcomes] == [o.action for o in sim_done]  # field for field
+        assert [o.outcome for o in tick.outcomes] == [o.outcome for o in sim_done]
+        rounds.append([(o.action.kind, o.action.key, o.outcome) for o in sim_done])
+    told = "dry_run" if dry_run else "recommended"
+    # Told again the next round, in both: a told remedy changes no job, and only a job a loop
+    # rescaled or moved is held (scoring.remedy._held; the kernel's Memory notes no remedy).
+    assert rounds == [[("move-replica", "team-a/fresh", told), ("give-cpu", "team-a/slow", told),
+                       ("add-ps", "team-b/el", told)]] * 2
+    if dry_run:
+        assert ctx.recorder.events == [] and control.stats.notices == {}
+    else:
+        assert len(ctx.recorder.events) == 6
+        assert control.stats.notices == {"give-cpu": 2, "move-replica": 2, "add-ps": 2}
+
+
+def test_without_sources_the_simulators_idle_loop_and_remedies_find_nothing() -> None:
+    # What every benchmark runs: no samples (no pod is ever idle), no diagnosis, training only.
+    control, eng = sim_side(("idle", "remedies"))
+    control(eng, NOW)
+    done = control.last_round
+    assert done is not None and set(done.plans) == {"idle", "remedies"}
+    assert done.actions("idle") == () and done.actions("remedies") == ()
+    pods = control.builder.idle_world(eng, NOW).gpu_pods
+    assert pods and all(p.samples == () and p.workload == "training" and p.reclaim is None for p in pods)
+    assert all(j.diagnosis is None for j in control.builder.build(eng, NOW).jobs)
