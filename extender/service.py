@@ -155,7 +155,8 @@ def build_service(settings: Settings) -> Service:
         svc = holder["svc"]
         svc.start()
         started = time.monotonic()
-        log.info("flowsched extender up on %s:%d%s", settings.host, settings.port, settings.prefix)
+        log.info("flowsched extender up: verbs on %s:%d%s, API on port %d", settings.host, settings.port,
+                 settings.prefix, settings.api_port)
         try:
             yield
         finally:

@@ -127,7 +127,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
     host: str = "0.0.0.0"
-    port: int = Field(8888, ge=0, le=65535)
+    port: int = Field(8888, ge=0, le=65535)  # the verbs, for kube-scheduler alone (DESIGN.md §12)
+    # The progress API, job status, webhook, /metrics, UI, docs and debug: every training pod's
+    # listener, on a loop and limits of its own so nothing a tenant does reaches the verbs.
+    api_port: int = Field(8889, ge=0, le=65535)
     url_prefix: str = ""  # e.g. "/scheduler": the verbs are then /scheduler/filter, ...
     # The verbs' body limit in names mode (nodeCacheCapable: true): 10,000 nodes of 253-character
     # names plus a large pod is under 3 MiB. Full-Node mode sends whole Node objects (~30 MB at
@@ -178,8 +181,13 @@ class Settings(BaseSettings):
     # ---- limits against slow, idle or hostile clients (docs/hardening.md) ----
     full_node_mode: bool = False  # kube-scheduler sends full Node objects (nodeCacheCapable: false)
     full_node_max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # the verbs' limit in that mode
-    max_concurrent_requests: int = Field(64, ge=1)  # in flight at once; more get 503 (probes exempt)
-    max_connections: int = Field(1024, ge=16)  # lowered to fit RLIMIT_NOFILE; longest-idle closed at the cap
+    max_concurrent_requests: int = Field(64, ge=1)  # in flight at once per port; more get 503 (probes exempt)
+    # The API port's open connections: lowered to fit RLIMIT_NOFILE less the verbs' own cap;
+    # the longest idle is closed at the cap.
+    max_connections: int = Field(1024, ge=16)
+    # The verbs port's: kube-scheduler keeps a few per replica (one per parallel call at most,
+    # `parallelism` 16); its files are set aside first, so no tenant connection can take them.
+    verbs_max_connections: int = Field(128, ge=16)
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
     body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
     keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this
@@ -208,6 +216,12 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+    @model_validator(mode="after")
+    def _two_ports(self) -> Settings:
+        if self.api_port == self.port and self.port != 0:
+            raise ValueError(f"api_port must differ from port ({self.port}): the verbs get a listener of their own")
         return self
 
     def core(self) -> CoreSettings:

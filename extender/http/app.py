@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -335,6 +335,10 @@ Reply = tuple[int, bytes, Sequence[tuple[bytes, bytes]]]  # status, body, header
 
 _PROBES = frozenset({"/healthz", "/readyz"})  # never refused for load: a refused probe restarts the pod
 
+# Which paths a listener answers (DESIGN.md §12): "verbs" is kube-scheduler's port (the verbs and
+# the probes), "api" every tenant's (all the rest and the probes), "all" both (in-process clients).
+Serves = Literal["all", "verbs", "api"]
+
 
 def is_loopback(client: Any) -> bool:
     """Whether an ASGI scope's client address is 127.0.0.0/8 or ::1."""
@@ -342,6 +346,40 @@ def is_loopback(client: Any) -> bool:
         return ipaddress.ip_address(str(client[0])).is_loopback
     except (TypeError, ValueError, IndexError):
         return False
+
+
+class VerbActivity:
+    """The verbs being answered, for the watch threads' wait_quiet; one per app, shared by its
+    listeners (the verbs are answered on one event loop only)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._quiet = threading.Event()  # set when the last verb in flight is answered, if waited for
+        self._quiet_wanted = False
+
+    def begin(self) -> None:
+        self.in_flight += 1
+
+    def done(self) -> None:
+        self.in_flight -= 1
+        if self._quiet_wanted and not self.in_flight:
+            self._quiet_wanted = False
+            self._quiet.set()
+
+    def wait_quiet(self, timeout_s: float) -> None:
+        if not self.in_flight:
+            return
+        self._quiet.clear()
+        self._quiet_wanted = True
+        if self.in_flight:  # not answered between the first check and the flag
+            self._quiet.wait(timeout_s)
+        self._quiet_wanted = False
+
+
+_ELSEWHERE = {
+    "verbs": b'{"error":"this port serves kube-scheduler\'s verbs only; the API is on api_port"}',
+    "api": b'{"error":"the extender verbs are served on port, for kube-scheduler alone"}',
+}
 
 
 class ExtenderApp:
@@ -353,23 +391,48 @@ class ExtenderApp:
 
     Two guards sit in front of everything: at most max_in_flight requests at once (more get 503
     at once, so a flood of large bodies cannot take the memory), and the debug class of paths
-    (extender.http.debug_gate: /debug/*, /ui, /docs) only from loopback unless debug_access is "open"."""
+    (extender.http.debug_gate: /debug/*, /ui, /docs) only from loopback unless debug_access is "open".
+
+    `flowsched serve` runs two listeners, each on a view of its own (listener()): the same
+    routes and answers, its own in-flight count, and only the paths its port serves."""
 
     def __init__(self, fastapi: FastAPI, verbs: Mapping[str, Verb],
                  answer: Callable[[str, bytes, Callable[[Any], Any], Callable[[Any], Any]], tuple[int, bytes]],
-                 limit: int, metrics: Metrics, *, max_in_flight: int = 64, debug_access: str = "loopback") -> None:
+                 limit: int, metrics: Metrics, *, max_in_flight: int = 64, debug_access: str = "loopback",
+                 serves: Serves = "all", activity: VerbActivity | None = None) -> None:
         self.fastapi, self.verbs, self.answer, self.limit, self.metrics = fastapi, verbs, answer, limit, metrics
         self.max_in_flight, self.debug_open = max_in_flight, debug_access == "open"
-        self.in_flight = 0
-        self.verbs_in_flight = 0  # of which verbs (the watches defer their events meanwhile)
-        self._quiet = threading.Event()  # set when the last verb in flight is answered, if waited for
-        self._quiet_wanted = False
+        self.serves: Serves = serves
+        self.in_flight = 0  # this listener's alone: another port's clients cannot take its slots
+        self.activity = activity if activity is not None else VerbActivity()
+
+    def listener(self, serves: Serves, max_in_flight: int | None = None) -> ExtenderApp:
+        """A view for one port: the same app, its own in-flight cap, only the paths `serves` names."""
+        return ExtenderApp(self.fastapi, self.verbs, self.answer, self.limit,
+                           self.metrics, max_in_flight=max_in_flight or self.max_in_flight,
+                           debug_access="open" if self.debug_open else "loopback", serves=serves,
+                           activity=self.activity)
+
+    @property
+    def verbs_in_flight(self) -> int:
+        return self.activity.in_flight
+
+    def _elsewhere(self, path: str) -> bool:
+        """A path this listener does not serve (another port does)."""
+        if self.serves == "all" or path in _PROBES:
+            return False
+        if self.serves == "verbs":
+            return path not in self.verbs
+        return path in self.verbs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.fastapi(scope, receive, send)
+            await self.fastapi(scope, receive, send)  # lifespan (the listener that runs it)
             return
         path = scope.get("path", "")
+        if self._elsewhere(path):
+            await self._send(send, 404, _ELSEWHERE[self.serves])
+            return
         if not self.debug_open and is_debug_path(path) and not is_loopback(scope.get("client")):
             await self._send(send, 403, orjson.dumps(
                 {"error": "/debug/*, /ui and /docs answer only on loopback (kubectl port-forward); "
@@ -394,7 +457,7 @@ class ExtenderApp:
         if scope["method"] != "POST":
             await self._send(send, 405, orjson.dumps({"error": "use POST"}))
             return
-        self.verbs_in_flight += 1
+        self.activity.begin()
         try:
             try:
                 raw = await receive_body(scope.get("headers", ()), receive, self.limit)
@@ -412,28 +475,19 @@ class ExtenderApp:
         return 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}), _HEADERS
 
     def _verb_done(self) -> None:
-        self.verbs_in_flight -= 1
-        if self._quiet_wanted and not self.verbs_in_flight:
-            self._quiet_wanted = False
-            self._quiet.set()
+        self.activity.done()
 
     def wait_quiet(self, timeout_s: float) -> None:
         """For the watch threads: return once no verb is being answered, or after timeout_s.
         The event loop wakes the waiter when it answers (no polling); with no verb in flight
         this returns at once."""
-        if not self.verbs_in_flight:
-            return
-        self._quiet.clear()
-        self._quiet_wanted = True
-        if self.verbs_in_flight:  # not answered between the first check and the flag
-            self._quiet.wait(timeout_s)
-        self._quiet_wanted = False
+        self.activity.wait_quiet(timeout_s)
 
     # ---- the direct path (extender.http.server.DirectApp): the verbs answered from the HTTP
     # protocol itself, without an ASGI cycle; the same guards, answers and metrics as above.
     @property
     def direct_paths(self) -> frozenset[str]:
-        return frozenset(self.verbs)
+        return frozenset() if self.serves == "api" else frozenset(self.verbs)
 
     @property
     def direct_max_body(self) -> int:
@@ -449,7 +503,7 @@ class ExtenderApp:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 return self._too_large(self.verbs[path])
         self.in_flight += 1
-        self.verbs_in_flight += 1
+        self.activity.begin()
         return None
 
     def direct_answer(self, path: str, body: bytes) -> Reply:

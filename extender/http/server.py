@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httptools
 import uvicorn
@@ -58,12 +58,13 @@ class _RateLimitedLog:
             log.warning(message + " (%d so far)", *args, self.counts[kind])
 
 
-def effective_max_connections(wanted: int) -> int:
-    """wanted, lowered so that connections cannot exhaust the process's open-file limit."""
+def effective_max_connections(wanted: int, reserved: int = 0) -> int:
+    """wanted, lowered so that connections cannot exhaust the process's open-file limit;
+    `reserved` files are another listener's (its own cap)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(16, min(wanted, soft - FD_RESERVE))
+    return max(16, min(wanted, soft - FD_RESERVE - reserved))
 
 
 class OneSendPerTurn:
@@ -172,6 +173,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             self._direct_size = 0
             self._direct_drop = False  # answered early: the rest of this request's body is dropped
             self._direct_last = False  # shutting down: close once the request being read is answered
+            self._upgrade_refused = False
             self._due: float | None = None  # the connection's deadline (loop time), None: none
             self._due_kind = "header_timeout"
             self._body_due: float | None = None  # a body deadline, armed if the body is still out
@@ -246,6 +248,9 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
+            if self.parser.should_upgrade():
+                self._refuse_upgrade()
+                return
             if direct is not None and self._takes_direct():
                 path = self.scope["path"]
                 self.scope["method"] = "POST"
@@ -265,8 +270,30 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             once the bytes at hand are parsed."""
             self._due, self._body_due = None, self.loop.time() + body_s
 
+        def _refuse_upgrade(self) -> None:
+            """No protocol switch (WebSocket, h2c): a switched connection would be out of reach
+            of every deadline here (issue 33: pinned for good). 400, then closed."""
+            if self._upgrade_refused:
+                return
+            self._upgrade_refused = True
+            events.note("upgrade_refused", "refused an Upgrade request (client %s)", self.client)
+            self._direct_drop = True
+            self._reply((400, b'{"error":"no protocol upgrade here"}',
+                         [(b"content-type", b"application/json"), (b"connection", b"close")]))
+
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
+            if self._upgrade_refused:
+                return
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:
+                events.note("bad_request", "invalid HTTP request (client %s)", self.client)
+                self.send_400_response("Invalid HTTP request received.")
+                return
+            except httptools.HttpParserUpgrade:
+                self._refuse_upgrade()
+                return
             due = self._body_due
             if due is not None:
                 self._body_due = None
@@ -379,14 +406,15 @@ class FlowschedServer(uvicorn.Server):
 
 def server_config(app: Any, *, host: str, port: int, limits: ServerLimits, log_level: str,
                   ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
-                  loop: str = "auto") -> uvicorn.Config:
-    cap = effective_max_connections(limits.max_connections)
+                  loop: str = "auto", lifespan: Literal["on", "off"] = "on", reserved_fds: int = 0) -> uvicorn.Config:
+    cap = effective_max_connections(limits.max_connections, reserved_fds)
     if cap < limits.max_connections:
         log.info("max_connections %d lowered to %d to fit the open-file limit", limits.max_connections, cap)
     direct = app if isinstance(app, DirectApp) else None
     return uvicorn.Config(
         app, host=host, port=port, loop=loop, http=guarded_protocol(limits, cap, direct),
-        access_log=False, log_level=log_level, lifespan="on",
+        access_log=False, log_level=log_level, lifespan=lifespan,
+        ws="none",  # no WebSocket protocol at all: an upgrade is refused (GuardedProtocol)
         timeout_keep_alive=limits.keep_alive_s, timeout_graceful_shutdown=limits.graceful_shutdown_s,
         proxy_headers=False,  # the peer address gates /debug/*; no header may claim another
         ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
