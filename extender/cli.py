@@ -48,14 +48,17 @@ def _serve(ns: argparse.Namespace) -> int:
         pass
     limits = ServerLimits(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
                           keep_alive_s=settings.keep_alive_s, max_connections=settings.max_connections,
-                          graceful_shutdown_s=settings.shutdown_timeout_s)
+                          graceful_shutdown_s=settings.shutdown_timeout_s, max_url_bytes=settings.max_url_bytes,
+                          max_header_count=settings.max_header_count, max_head_bytes=settings.max_head_bytes,
+                          write_timeout_s=settings.write_timeout_s)
     verbs_limits = dataclasses.replace(limits, max_connections=settings.verbs_max_connections)
     verbs_cap = effective_max_connections(settings.verbs_max_connections)
     tls: dict[str, Any] = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
     # Two listeners (DESIGN.md §12): kube-scheduler's verbs, and everything tenants call.
     verbs = server_config(service.app.listener("verbs"), host=settings.host, port=settings.port, limits=verbs_limits,
                           log_level=settings.log_level.lower(), loop=loop, **tls)
-    api = server_config(service.app.listener("api"), host=settings.host, port=settings.api_port, limits=limits,
+    api_app = service.app.listener("api", per_client=settings.max_in_flight_per_client)
+    api = server_config(api_app, host=settings.host, port=settings.api_port, limits=limits,
                         log_level=settings.log_level.lower(), loop=loop, lifespan="off",
                         reserved_fds=verbs_cap, **tls)
     return serve_listeners(verbs, api)

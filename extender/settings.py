@@ -188,6 +188,13 @@ class Settings(BaseSettings):
     # The verbs port's: kube-scheduler keeps a few per replica (one per parallel call at most,
     # `parallelism` 16); its files are set aside first, so no tenant connection can take them.
     verbs_max_connections: int = Field(128, ge=16)
+    # Of the API port's slots, one peer address may hold at most this many (kube-scheduler's port
+    # has no such cap: it has one client). Above it: 503 + Retry-After.
+    max_in_flight_per_client: int = Field(16, ge=1)
+    max_url_bytes: int = Field(8 * 1024, ge=256)  # longer request targets get 414 and a close
+    max_header_count: int = Field(100, ge=8)  # more header lines get 431 and a close
+    max_head_bytes: int = Field(64 * 1024, ge=1024)  # request line + headers; more get 431 and a close
+    write_timeout_s: float = Field(30.0, gt=0)  # replies left unread this long: connection closed
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
     body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
     keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this

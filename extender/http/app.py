@@ -173,6 +173,10 @@ def build_app(
         try:
             reply = work(decoded)
             outcome = "200"
+        except wire.WireTooLarge as e:  # more than kube-scheduler sends: refused before the work
+            metrics.bad_requests.labels(verb, "too_large").inc()
+            metrics.requests.labels(verb, "413").inc()
+            return 413, orjson.dumps({"error": str(e)})
         except wire.WireError as e:
             metrics.bad_requests.labels(verb, "shape").inc()
             metrics.requests.labels(verb, "400").inc()
@@ -376,6 +380,7 @@ class VerbActivity:
         self._quiet_wanted = False
 
 
+_CLIENT_BUSY = b'{"error":"too many requests in flight from this client; retry"}'
 _ELSEWHERE = {
     "verbs": b'{"error":"this port serves kube-scheduler\'s verbs only; the API is on api_port"}',
     "api": b'{"error":"the extender verbs are served on port, for kube-scheduler alone"}',
@@ -404,14 +409,20 @@ class ExtenderApp:
         self.max_in_flight, self.debug_open = max_in_flight, debug_access == "open"
         self.serves: Serves = serves
         self.in_flight = 0  # this listener's alone: another port's clients cannot take its slots
+        self.per_client: int | None = None  # the most slots one peer address may hold
+        self._by_client: dict[str, int] = {}  # peer address -> its requests in flight (per_client set)
         self.activity = activity if activity is not None else VerbActivity()
 
-    def listener(self, serves: Serves, max_in_flight: int | None = None) -> ExtenderApp:
-        """A view for one port: the same app, its own in-flight cap, only the paths `serves` names."""
-        return ExtenderApp(self.fastapi, self.verbs, self.answer, self.limit,
+    def listener(self, serves: Serves, max_in_flight: int | None = None, per_client: int | None = None
+                 ) -> ExtenderApp:
+        """A view for one port: the same app, its own in-flight cap, only the paths `serves` names;
+        per_client: the most of its slots one peer address may hold (None: no such cap)."""
+        view = ExtenderApp(self.fastapi, self.verbs, self.answer, self.limit,
                            self.metrics, max_in_flight=max_in_flight or self.max_in_flight,
                            debug_access="open" if self.debug_open else "loopback", serves=serves,
                            activity=self.activity)
+        view.per_client = per_client
+        return view
 
     @property
     def verbs_in_flight(self) -> int:
@@ -443,11 +454,27 @@ class ExtenderApp:
             await self._send(send, 503, orjson.dumps({"error": "too many requests in flight; retry"}),
                              _BUSY_HEADERS[1:])
             return
+        peer = ""
+        if self.per_client is not None and path not in _PROBES:
+            client = scope.get("client")
+            peer = str(client[0]) if client else "?"
+            held = self._by_client.get(peer, 0)
+            if held >= self.per_client:  # a few clients' slow connections cannot take every slot
+                self.metrics.requests.labels("any", "503").inc()
+                await self._send(send, 503, _CLIENT_BUSY, _BUSY_HEADERS[1:])
+                return
+            self._by_client[peer] = held + 1
         self.in_flight += 1
         try:
             await self._route(path, scope, receive, send)
         finally:
             self.in_flight -= 1
+            if peer:
+                left = self._by_client[peer] - 1
+                if left:
+                    self._by_client[peer] = left
+                else:
+                    del self._by_client[peer]
 
     async def _route(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         verb = self.verbs.get(path)

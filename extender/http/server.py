@@ -42,6 +42,14 @@ class ServerLimits:
     keep_alive_s: int = 30  # > kube-scheduler's idle reuse of a connection is not needed; Go re-dials
     max_connections: int = 2048
     graceful_shutdown_s: int = 10
+    # The request line and headers (issue 33, finding 2: httptools keeps every header line and grows
+    # a value by copying, so 233 MiB of them took 2 GiB): past these, 414 or 431 and a close.
+    max_url_bytes: int = 8 * 1024
+    max_header_count: int = 100
+    max_head_bytes: int = 64 * 1024  # request line + headers (+ at most one read, see data_received)
+    # A reply the client does not read (finding 3): reading stops while the send buffer is over
+    # the transport's high-water mark, and the connection is closed if it stays so this long.
+    write_timeout_s: float = 30.0
 
 
 class _RateLimitedLog:
@@ -152,6 +160,9 @@ class DirectApp(Protocol):
 
 _INTERNAL_ERROR: Reply = (500, b"Internal Server Error",
                          [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
+_CLOSE = [(b"content-type", b"application/json"), (b"connection", b"close")]
+_URL_TOO_LONG: Reply = (414, b'{"error":"request line too long"}', _CLOSE)
+_HEAD_TOO_LARGE: Reply = (431, b'{"error":"request header fields too large or too many"}', _CLOSE)
 
 
 def guarded_protocol(limits: ServerLimits, max_connections: int,
@@ -173,7 +184,12 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             self._direct_size = 0
             self._direct_drop = False  # answered early: the rest of this request's body is dropped
             self._direct_last = False  # shutting down: close once the request being read is answered
-            self._upgrade_refused = False
+            self._refused = False  # answered 400/414/431 and closing: nothing more is read
+            self._in_head = True  # the request line and headers are being read
+            self._head_began = False  # a request began in the read being parsed
+            self._head_bytes = 0
+            self._header_count = 0
+            self._write_timer: asyncio.TimerHandle | None = None
             self._due: float | None = None  # the connection's deadline (loop time), None: none
             self._due_kind = "header_timeout"
             self._body_due: float | None = None  # a body deadline, armed if the body is still out
@@ -245,9 +261,40 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
 
         def on_message_begin(self) -> None:
             self._direct_drop = False
+            self._in_head, self._header_count, self._head_began = True, 0, True
             super().on_message_begin()
 
+        def on_url(self, url: bytes) -> None:
+            if self._refused:
+                return
+            if len(self.url) + len(url) > limits.max_url_bytes:
+                self._refuse("url_too_long", _URL_TOO_LONG)
+                return
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            if self._refused:
+                return
+            self._header_count += 1
+            if self._header_count > limits.max_header_count:
+                self._refuse("headers_too_large", _HEAD_TOO_LARGE)
+                return
+            super().on_header(name, value)
+
+        def _refuse(self, kind: str, reply: Reply) -> None:
+            """A request refused before its headers are in: the answer, then the connection closed;
+            nothing it sends after is parsed."""
+            if self._refused:
+                return
+            self._refused = True
+            events.note(kind, "refused a request: %s (client %s)", kind, self.client)
+            self._direct_drop = True
+            self._reply(reply)
+
         def on_headers_complete(self) -> None:
+            self._in_head, self._head_bytes = False, 0
+            if self._refused:
+                return
             if self.parser.should_upgrade():
                 self._refuse_upgrade()
                 return
@@ -273,27 +320,33 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
         def _refuse_upgrade(self) -> None:
             """No protocol switch (WebSocket, h2c): a switched connection would be out of reach
             of every deadline here (issue 33: pinned for good). 400, then closed."""
-            if self._upgrade_refused:
-                return
-            self._upgrade_refused = True
-            events.note("upgrade_refused", "refused an Upgrade request (client %s)", self.client)
-            self._direct_drop = True
-            self._reply((400, b'{"error":"no protocol upgrade here"}',
-                         [(b"content-type", b"application/json"), (b"connection", b"close")]))
+            self._refuse("upgrade_refused", (400, b'{"error":"no protocol upgrade here"}', _CLOSE))
 
         def data_received(self, data: bytes) -> None:
-            if self._upgrade_refused:
+            if self._refused:
                 return
             self._unset_keepalive_if_required()
+            self._head_began = False
             try:
                 self.parser.feed_data(data)
             except httptools.HttpParserError:
-                events.note("bad_request", "invalid HTTP request (client %s)", self.client)
-                self.send_400_response("Invalid HTTP request received.")
+                if not self._refused:
+                    self._refused = True
+                    events.note("bad_request", "invalid HTTP request (client %s)", self.client)
+                    self.send_400_response("Invalid HTTP request received.")
                 return
             except httptools.HttpParserUpgrade:
                 self._refuse_upgrade()
                 return
+            if self._in_head and not self._refused:
+                # Still in the request line or headers after this read: what they have taken so
+                # far is bounded here, before httptools copies a never-ending value again. A read
+                # in which the request began is not counted (its head is only a part of it), so the
+                # bound is max_head_bytes plus one read.
+                self._head_bytes = 0 if self._head_began else self._head_bytes + len(data)
+                if self._head_bytes > limits.max_head_bytes:
+                    self._refuse("headers_too_large", _HEAD_TOO_LARGE)
+                    return
             due = self._body_due
             if due is not None:
                 self._body_due = None
@@ -368,8 +421,34 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
                 self.transport.close()
             self.on_response_complete()
 
+        def pause_writing(self) -> None:
+            """The send buffer passed its high-water mark: the client is not reading its replies.
+            Stop reading its requests (a pipelining client would otherwise grow the buffer
+            without bound), and close it if the buffer stays full write_timeout_s."""
+            super().pause_writing()
+            self.flow.pause_reading()
+            if self._write_timer is None:
+                self._write_timer = self.loop.call_later(limits.write_timeout_s, self._abort_unread)
+
+        def _abort_unread(self) -> None:
+            """Aborted, not closed: a close would wait to flush what the client does not read."""
+            self._write_timer = None
+            events.note("write_timeout", "aborted a connection whose replies were not read for %.0fs (client %s)",
+                        limits.write_timeout_s, self.client)
+            self.transport.abort()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+            if self.cycle is None or self.cycle.response_complete:  # else uvicorn resumes when it completes
+                self.flow.resume_reading()
+
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            super().on_response_complete()  # resumes reading ...
+            if self.flow.write_paused and not self.transport.is_closing():
+                self.flow.pause_reading()  # ... not while the replies are not being read
             self._since = time.monotonic()
             # uvicorn has started the next pipelined request, if any: its deadlines are its own.
             if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
@@ -383,6 +462,9 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
             if self._deadline is not None:  # not left pinning the protocol until it fires
                 self._deadline.cancel()
                 self._deadline = None
