@@ -179,7 +179,8 @@ def build_service(settings: Settings) -> Service:
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
-                            max_body_bytes=settings.progress_max_body_bytes),
+                            max_body_bytes=settings.progress_max_body_bytes,
+                            prune_slack_s=tracker.prune_every_s),
         ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.read().plan_of,
         diagnosis=diagnoser.get if diagnoser is not None else None,
     )

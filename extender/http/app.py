@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender.http import wire
 from extender.http.debug import DebugQueryError, DutyCycle, SnapshotQuery, explain_page, snapshot_page
 from extender.http.debug_gate import is_debug_path
+from extender.http.ratelog import RateLimitedLog
 from extender.http.verbs import (
     NEUTRAL_SCORE,
     Policy,
@@ -87,6 +88,17 @@ def _clip(text: str, limit: int = LOG_FIELD_CHARS) -> str:
     return shown if len(text) <= limit else f"{shown[:limit]}…(+{len(text) - limit} chars)"
 
 
+def _first_unknown(state: ClusterState, names: list[str], most: int = 5) -> list[str]:
+    view = state.read()
+    out: list[str] = []
+    for n in names:
+        if view.slot_of(n) < 0:
+            out.append(_clip(n))
+            if len(out) == most:
+                break
+    return out
+
+
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status, media_type=JSON)
 
@@ -147,12 +159,13 @@ def build_app(
             metrics.bad_requests.labels(verb, "json").inc()
             return _error(400, f"malformed JSON: {e}")
 
+    unknown_log = RateLimitedLog(log)  # the client names them: one line per verb every 10 s
+
     def note_unknown(verb: str, count: int, names: list[str]) -> None:
         if count:
             metrics.unknown_nodes.labels(verb).inc(count)
-            unknown = [_clip(n) for n in names if state.read().slot_of(n) < 0][:5]
-            log.warning("%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
-                        verb, count, ", ".join(unknown))
+            unknown_log.note(verb, "%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
+                             verb, count, ", ".join(_first_unknown(state, names)))
 
     # The metric children the verbs update on every call, looked up once (labels() builds a key
     # and takes a lock each time; with the caches cold, as between kube-scheduler's calls, the

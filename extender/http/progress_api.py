@@ -32,10 +32,12 @@ import math
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 from fastapi import APIRouter, Header, Request, Response
 from prometheus_client import CollectorRegistry, Counter
@@ -75,6 +77,10 @@ class ProgressApiSettings:
     # A point stamped further ahead than this is rejected: a job whose last timestamp lies far in
     # the future would never be pruned as idle (a clock this far off is a bug, not skew).
     max_future_skew_s: float = 3600.0
+    # The prune runs this often (ConvergenceTracker.prune_every_s): a point is accepted only if it
+    # is still inside the idle window when the next prune can come, else it would be acknowledged
+    # and then deleted (issue 33, finding 11). 0: checked against the window itself.
+    prune_slack_s: float = 0.0
 
 
 def _utf8(text: str) -> str:
@@ -258,6 +264,16 @@ def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: i
     }
 
 
+def writer_restarts(writers: Mapping[str, tuple[npt.NDArray[np.int64], Any]], points: int, merged: int) -> int:
+    """Restarts counted per writer (pod), not across writers: 32 data-parallel pods interleaving
+    their steps made the merged series go back 480 times (issue 33, finding 12). A job restart
+    sends every writer back at once, so it is the most any one writer went back. `merged` (the
+    count over the merged series) stands when some points name no pod."""
+    if not writers or sum(int(steps.size) for steps, _ in writers.values()) != points:
+        return merged
+    return max(int(np.count_nonzero(np.diff(steps) < 0)) for steps, _ in writers.values())
+
+
 PlanOf = Callable[[str], dict[str, Any] | None]  # "namespace/job" -> its elastic plan
 
 
@@ -313,7 +329,8 @@ def build_progress_router(
                 report.training.batch_min > report.training.batch_max:
             return reply("progress", _error(400, "training: batch_min is above batch_max"))
         now = clock()
-        kept, reasons = split_points(report, now, settings.max_future_skew_s, store.max_idle_s)
+        kept, reasons = split_points(report, now, settings.max_future_skew_s,
+                                     max(0.0, store.max_idle_s - settings.prune_slack_s))
         try:
             stored = await asyncio.to_thread(
                 store.add_points, report.namespace, report.job, kept, report.higher_is_better
@@ -363,6 +380,11 @@ def build_progress_router(
         max_steps = training.max_steps if training is not None else None
         target = training.target_metric if training is not None else None
         summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps, target)
+        try:
+            writers = await asyncio.to_thread(store.pod_steps, namespace, job, -math.inf)
+        except sqlite3.Error:
+            writers = {}
+        summary["restarts"] = writer_restarts(writers, history.count, summary["restarts"])
         summary["training"] = training.as_dict() if training is not None else None
         summary["plan"] = plan(key)
         if diagnosis is not None:

@@ -30,6 +30,8 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from extender.http.ratelog import RateLimitedLog
+
 log = logging.getLogger("flowsched.http")
 
 FD_RESERVE = 128  # files kept free for SQLite, the apiserver watches, Prometheus, logs
@@ -50,20 +52,6 @@ class ServerLimits:
     # A reply the client does not read (finding 3): reading stops while the send buffer is over
     # the transport's high-water mark, and the connection is closed if it stays so this long.
     write_timeout_s: float = 30.0
-
-
-class _RateLimitedLog:
-    def __init__(self, every_s: float = 10.0) -> None:
-        self.every_s = every_s
-        self.last: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-
-    def note(self, kind: str, message: str, *args: Any) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        now = time.monotonic()
-        if now - self.last.get(kind, -1e9) >= self.every_s:
-            self.last[kind] = now
-            log.warning(message + " (%d so far)", *args, self.counts[kind])
 
 
 def effective_max_connections(wanted: int, reserved: int = 0) -> int:
@@ -171,7 +159,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
     direct.direct_paths are answered by `direct` without the ASGI machinery (about 0.05 ms of
     CPU a call less, an eighth of a filter-ranked call: uvicorn's cycle, its task, the ASGI
     messages, the call_soon flush)."""
-    events = _RateLimitedLog()
+    events = RateLimitedLog(log)
     header_s, body_s = limits.header_timeout_s, limits.body_timeout_s
     direct_paths = direct.direct_paths if direct is not None else frozenset()
 
