@@ -116,7 +116,7 @@ class Service:
 class _NoTokenReview:
     """Without a cluster there is nobody to verify a service-account token."""
 
-    async def authenticate(self, token: str) -> Identity:
+    async def authenticate(self, token: str, peer: str = "") -> Identity:
         raise AuthError(503, "TokenReview needs a cluster; configure progress_auth=static to report without one")
 
 
@@ -131,7 +131,8 @@ def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
         kubernetes_token_reviewer(api_client, timeout_s=settings.token_review_timeout_s),
         ReviewLimits(timeout_s=settings.token_review_timeout_s, threads=settings.token_review_threads,
                      negative_ttl_s=settings.token_review_negative_ttl_s,
-                     rate_per_s=settings.token_review_rate_per_s))
+                     rate_per_s=settings.token_review_rate_per_s,
+                     per_client_rate_per_s=settings.token_review_rate_per_client_s))
 
 
 def build_service(settings: Settings) -> Service:

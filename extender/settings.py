@@ -209,6 +209,9 @@ class Settings(BaseSettings):
     token_review_threads: int = Field(4, ge=1)  # its own pool: a slow apiserver never holds SQLite's
     token_review_negative_ttl_s: float = Field(10.0, ge=0)  # a rejected token is not re-reviewed within this
     token_review_rate_per_s: float = Field(20.0, gt=0)  # new TokenReviews per second (burst 2x); more get 503
+    # ... of which one peer address may start this many (burst 2x): one client's random tokens
+    # cannot use up the budget new pods' first reports need.
+    token_review_rate_per_client_s: float = Field(2.0, gt=0)
 
     @property
     def verb_max_body_bytes(self) -> int:

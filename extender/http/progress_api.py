@@ -292,9 +292,10 @@ def build_progress_router(
     def plan(key: str) -> dict[str, Any] | None:
         return plan_of(key) if plan_of is not None else None
 
-    async def identify(authorization: str | None) -> Identity | Response:
+    async def identify(authorization: str | None, request: Request) -> Identity | Response:
+        peer = request.client.host if request.client is not None else ""
         try:
-            return await authenticator.authenticate(bearer_token(authorization))
+            return await authenticator.authenticate(bearer_token(authorization), peer)
         except AuthError as e:
             headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
             return _error(e.status, e.message, headers)
@@ -307,7 +308,7 @@ def build_progress_router(
     async def post_progress(
         request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> Response:
-        who = await identify(authorization)
+        who = await identify(authorization, request)
         if isinstance(who, Response):
             return reply("progress", who)
         try:
@@ -358,9 +359,9 @@ def build_progress_router(
 
     @router.get("/v1/jobs/{namespace}/{job}")
     async def get_job(
-        namespace: str, job: str, authorization: Annotated[str | None, Header()] = None
+        namespace: str, job: str, request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> Response:
-        who = await identify(authorization)
+        who = await identify(authorization, request)
         if isinstance(who, Response):
             return reply("job", who)
         if not (_NAMESPACE_RE.match(namespace) and len(namespace) <= 63

@@ -106,3 +106,42 @@ def test_12_restarts_are_counted_per_writer_not_across_interleaved_writers(tmp_p
                headers=AUTH)
     assert c.get("/v1/jobs/a/dp", headers=AUTH).json()["restarts"] == 1
     store.close()
+
+
+def test_6_one_clients_random_tokens_cannot_starve_new_legitimate_tokens() -> None:
+    """At 25 random tokens/s from one address, 20 of 40 first reports of new legitimate tokens got
+    503: the review budget was global only. Now each peer address has a budget of its own too."""
+    import asyncio
+
+    from extender.http.auth import AuthError, ReviewLimits, ReviewResult, TokenReviewAuthenticator
+
+    def reviewer(token: str) -> ReviewResult:
+        if token.startswith("pod-"):
+            return ReviewResult(authenticated=True, username=f"system:serviceaccount:team-a:{token}", error="")
+        return ReviewResult(authenticated=False, username="", error="invalid")
+
+    now = [0.0]
+    auth = TokenReviewAuthenticator(reviewer, ReviewLimits(rate_per_s=20.0, per_client_rate_per_s=2.0),
+                                    clock=lambda: now[0])
+
+    async def go() -> tuple[dict[int, int], dict[str, int]]:
+        attacker: dict[int, int] = {}
+        legit: dict[str, int] = {}
+        for second in range(2):
+            now[0] = float(second)
+            for i in range(25):  # the flood, all from one address
+                try:
+                    await auth.authenticate(f"random-{second}-{i}", peer="10.0.0.66")
+                except AuthError as e:
+                    attacker[e.status] = attacker.get(e.status, 0) + 1
+            for i in range(20):  # new pods' first reports, each from its own address
+                try:
+                    await auth.authenticate(f"pod-{second}-{i}", peer=f"10.1.{second}.{i}")
+                    legit["ok"] = legit.get("ok", 0) + 1
+                except AuthError as e:
+                    legit[str(e.status)] = legit.get(str(e.status), 0) + 1
+        return attacker, legit
+
+    attacker, legit = asyncio.run(go())
+    assert legit == {"ok": 40}, legit
+    assert attacker.get(503, 0) >= 40  # the flood got its own budget (4 + 2) and no more
