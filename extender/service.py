@@ -30,6 +30,7 @@ from extender.http.ui import build_ui_router
 from extender.http.webhook import build_webhook_router
 from extender.kube.client import load_api_client
 from extender.metrics import Metrics, build_metrics, watch_status
+from extender.periodic import PeriodicRunner
 from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
 from extender.progress.sources import ProgressSources, build_progress_store, start_progress_sources
@@ -40,6 +41,8 @@ from extender.snapshot.watcher import Watcher, start_watchers
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 
 log = logging.getLogger("flowsched.service")
+
+STORE_PROBE_S = 5.0  # the progress store's write probe: /readyz is at most this late
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Service:
     control: Controllers | None = None  # the enabled control loops and their leader elector
     sources: ProgressSources | None = None  # progress from logs / Prometheus gauges (issue 17)
     diagnoser: BottleneckDiagnoser | None = None  # per-job bottleneck diagnosis (settings.diagnosis)
+    store_probe: PeriodicRunner | None = None  # writes to the store every few seconds, for /readyz
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
@@ -70,6 +74,10 @@ class Service:
         return out
 
     def start(self) -> None:
+        # /readyz says not ready whenever a write would fail (a full disk, a file made read-only),
+        # which only a write shows; probed off the event loops.
+        self.store_probe = PeriodicRunner("progress-store-probe", self.store.probe_write, STORE_PROBE_S)
+        self.store_probe.start()
         self.tracker.start()
         if self.diagnoser is not None:
             self.diagnoser.start()
@@ -110,6 +118,8 @@ class Service:
         if self.diagnoser is not None:
             self.diagnoser.stop()
         self.tracker.stop()
+        if self.store_probe is not None:
+            self.store_probe.stop(join_s=5.0)
         self.store.close()
 
 

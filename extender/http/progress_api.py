@@ -56,7 +56,7 @@ from pydantic import (
 from extender.http.app import BodyTooLarge, read_body
 from extender.http.auth import Authenticator, AuthError, Identity, bearer_token
 from extender.progress.reports import JobReportBook, TrainingReport
-from extender.progress.store import JobHistory, ProgressPoint, ProgressStore
+from extender.progress.store import JobHistory, ProgressPoint, ProgressStore, QuotaExceeded
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
 from scoring.remaining import evidence_weight
@@ -274,6 +274,8 @@ def writer_restarts(writers: Mapping[str, tuple[npt.NDArray[np.int64], Any]], po
     return max(int(np.count_nonzero(np.diff(steps) < 0)) for steps, _ in writers.values())
 
 
+QUOTA_RETRY_AFTER_S = 3600  # the prune's interval: the earliest a namespace's idle jobs free room
+
 PlanOf = Callable[[str], dict[str, Any] | None]  # "namespace/job" -> its elastic plan
 
 
@@ -332,10 +334,15 @@ def build_progress_router(
         now = clock()
         kept, reasons = split_points(report, now, settings.max_future_skew_s,
                                      max(0.0, store.max_idle_s - settings.prune_slack_s))
+        def admit_and_add() -> int:
+            store.admit(report.namespace, report.job, kept)  # the namespace's quotas (finding 7)
+            return store.add_points(report.namespace, report.job, kept, report.higher_is_better)
+
         try:
-            stored = await asyncio.to_thread(
-                store.add_points, report.namespace, report.job, kept, report.higher_is_better
-            )
+            stored = await asyncio.to_thread(admit_and_add)
+        except QuotaExceeded as e:
+            # Room comes back only as jobs go idle and are pruned (hourly) or thin out.
+            return reply("progress", _error(429, str(e), {"Retry-After": str(QUOTA_RETRY_AFTER_S)}))
         except sqlite3.Error as e:
             log.error("progress store write failed for %s/%s: %s", report.namespace, report.job, e)
             return reply("progress", _error(503, "progress store unavailable; retry later"))
