@@ -61,7 +61,7 @@ def _serve(ns: argparse.Namespace) -> int:
     api = server_config(api_app, host=settings.host, port=settings.api_port, limits=limits,
                         log_level=settings.log_level.lower(), loop=loop, lifespan="off",
                         reserved_fds=verbs_cap, **tls)
-    return serve_listeners(verbs, api)
+    return serve_listeners(verbs, api, settings.gil_switch_interval_s)
 
 
 def _controllers(ns: argparse.Namespace) -> list[str] | None:

@@ -195,6 +195,9 @@ class Settings(BaseSettings):
     max_header_count: int = Field(100, ge=8)  # more header lines get 431 and a close
     max_head_bytes: int = Field(64 * 1024, ge=1024)  # request line + headers; more get 431 and a close
     write_timeout_s: float = Field(30.0, gt=0)  # replies left unread this long: connection closed
+    # The GIL switch interval under `serve` (Python's default is 5 ms): the API's thread, busy with a
+    # tenant's flood, hands the GIL to the verbs' loop within this (docs/hardening.md, figures).
+    gil_switch_interval_s: float = Field(0.0005, gt=0, le=0.1)
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
     body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
     keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this

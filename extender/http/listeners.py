@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import threading
 import time
 from types import FrameType
@@ -95,8 +96,14 @@ class VerbsServer(FlowschedServer):
         await super().shutdown(sockets)
 
 
-def serve_listeners(verbs: uvicorn.Config, api: uvicorn.Config) -> int:
-    """Run both listeners until SIGTERM; the exit status (2 when the API listener cannot start)."""
+def serve_listeners(verbs: uvicorn.Config, api: uvicorn.Config, switch_interval_s: float | None = None) -> int:
+    """Run both listeners until SIGTERM; the exit status (2 when the API listener cannot start).
+
+    switch_interval_s: the interpreter's GIL switch interval while they run. A busy API thread
+    keeps the GIL for the whole interval whenever the verbs' loop wakes for a call (5 ms by
+    default: the verbs' p50 under a tenant flood was that interval, docs/hardening.md)."""
+    if switch_interval_s is not None:
+        sys.setswitchinterval(switch_interval_s)
     listener = ApiListener(api)
     if not listener.start():
         log.error("the API listener on %s:%d did not start", api.host, api.port)

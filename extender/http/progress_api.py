@@ -32,7 +32,9 @@ import math
 import re
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
@@ -274,6 +276,23 @@ def writer_restarts(writers: Mapping[str, tuple[npt.NDArray[np.int64], Any]], po
     return max(int(np.count_nonzero(np.diff(steps) < 0)) for steps, _ in writers.values())
 
 
+class SummaryCache:
+    """Job summaries by the job's state (points, newest timestamp, reported bounds): a reader
+    looping on an unchanged job gets the same fit without refitting. Bounded, oldest out."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+
+    def get(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        return self._items.get(key)
+
+    def put(self, key: tuple[Any, ...], summary: dict[str, Any]) -> None:
+        self._items[key] = summary
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+
 QUOTA_RETRY_AFTER_S = 3600  # the prune's interval: the earliest a namespace's idle jobs free room
 
 PlanOf = Callable[[str], dict[str, Any] | None]  # "namespace/job" -> its elastic plan
@@ -293,6 +312,18 @@ def build_progress_router(
 
     def plan(key: str) -> dict[str, Any] | None:
         return plan_of(key) if plan_of is not None else None
+
+    fit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowsched-job-fit")
+    summaries = SummaryCache()
+
+    def fitted_summary(history: JobHistory, max_steps: int | None, target: float | None) -> dict[str, Any]:
+        summary = job_summary(history, settings.convergence, max_steps, target)
+        try:
+            writers = store.pod_steps(history.namespace, history.job, -math.inf)
+        except sqlite3.Error:
+            writers = {}
+        summary["restarts"] = writer_restarts(writers, history.count, summary["restarts"])
+        return summary
 
     async def identify(authorization: str | None, request: Request) -> Identity | Response:
         peer = request.client.host if request.client is not None else ""
@@ -387,12 +418,16 @@ def build_progress_router(
         training = reports.get(key) if reports is not None else None
         max_steps = training.max_steps if training is not None else None
         target = training.target_metric if training is not None else None
-        summary = await asyncio.to_thread(job_summary, history, settings.convergence, max_steps, target)
-        try:
-            writers = await asyncio.to_thread(store.pod_steps, namespace, job, -math.inf)
-        except sqlite3.Error:
-            writers = {}
-        summary["restarts"] = writer_restarts(writers, history.count, summary["restarts"])
+        # One fit per job's state (its points and the bounds it reported), on one thread: 16
+        # readers looping on a 4,000-point job took the verbs from 1,698 to 601 req/s (finding 13).
+        last_ts = float(history.timestamps[-1]) if history.count else 0.0
+        fit_key = (namespace, job, history.count, last_ts, max_steps, target)
+        summary = summaries.get(fit_key)
+        if summary is None:
+            summary = await asyncio.get_running_loop().run_in_executor(
+                fit_pool, fitted_summary, history, max_steps, target)
+            summaries.put(fit_key, summary)
+        summary = dict(summary)
         summary["training"] = training.as_dict() if training is not None else None
         summary["plan"] = plan(key)
         if diagnosis is not None:

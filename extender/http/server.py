@@ -149,6 +149,13 @@ class DirectApp(Protocol):
 _INTERNAL_ERROR: Reply = (500, b"Internal Server Error",
                          [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
 _CLOSE = [(b"content-type", b"application/json"), (b"connection", b"close")]
+MAX_PIPELINED = 16  # requests queued behind the one being answered on a connection; more: aborted
+
+
+class _StopParsing(Exception):
+    """Raised from a parser callback to stop httptools at once (it surfaces as a
+    HttpParserCallbackError): after a refusal, the rest of a 256 KiB read would otherwise still
+    cost a Python call per header line."""
 _URL_TOO_LONG: Reply = (414, b'{"error":"request line too long"}', _CLOSE)
 _HEAD_TOO_LARGE: Reply = (431, b'{"error":"request header fields too large or too many"}', _CLOSE)
 
@@ -257,7 +264,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
                 return
             if len(self.url) + len(url) > limits.max_url_bytes:
                 self._refuse("url_too_long", _URL_TOO_LONG)
-                return
+                raise _StopParsing
             super().on_url(url)
 
         def on_header(self, name: bytes, value: bytes) -> None:
@@ -266,7 +273,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             self._header_count += 1
             if self._header_count > limits.max_header_count:
                 self._refuse("headers_too_large", _HEAD_TOO_LARGE)
-                return
+                raise _StopParsing
             super().on_header(name, value)
 
         def _refuse(self, kind: str, reply: Reply) -> None:
@@ -285,7 +292,15 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
                 return
             if self.parser.should_upgrade():
                 self._refuse_upgrade()
-                return
+                raise _StopParsing
+            if self.cycle is not None and not self.cycle.response_complete and len(self.pipeline) >= MAX_PIPELINED:
+                # uvicorn queues every request of a read behind the one being answered; a client
+                # pipelining thousands and reading nothing grew RSS past 2 GiB (finding 3).
+                self._refused = True
+                events.note("pipeline_too_deep", "aborted a connection pipelining more than %d requests (client %s)",
+                            MAX_PIPELINED, self.client)
+                self.transport.abort()
+                raise _StopParsing
             if direct is not None and self._takes_direct():
                 path = self.scope["path"]
                 self.scope["method"] = "POST"
@@ -317,7 +332,7 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             self._head_began = False
             try:
                 self.parser.feed_data(data)
-            except httptools.HttpParserError:
+            except httptools.HttpParserError:  # _StopParsing included (a callback error)
                 if not self._refused:
                     self._refused = True
                     events.note("bad_request", "invalid HTTP request (client %s)", self.client)
@@ -434,9 +449,11 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
                 self.flow.resume_reading()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()  # resumes reading ...
-            if self.flow.write_paused and not self.transport.is_closing():
-                self.flow.pause_reading()  # ... not while the replies are not being read
+            super().on_response_complete()  # resumes reading, and starts the next queued request ...
+            if (self.flow.write_paused or self.pipeline) and not self.transport.is_closing():
+                # ... not while the replies are not being read, nor while requests are still
+                # queued: uvicorn read (and queued) another read's worth after every response.
+                self.flow.pause_reading()
             self._since = time.monotonic()
             # uvicorn has started the next pipelined request, if any: its deadlines are its own.
             if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):

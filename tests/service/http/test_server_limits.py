@@ -161,3 +161,25 @@ def test_verb_bodies_past_what_kube_scheduler_sends_get_413_before_any_work() ->
     assert _asgi(app, "POST", "/filter", names) == 413
     ok = orjson.dumps({"Pod": pod("p"), "NodeNames": [f"n{i}" for i in range(wire.MAX_CANDIDATE_NODES)]})
     assert _asgi(app, "POST", "/prioritize", ok) == 200
+
+
+def test_a_connection_pipelining_past_the_queue_bound_is_aborted(caplog: pytest.LogCaptureFixture) -> None:
+    """Finding 3, the ASGI side: uvicorn queued every request of a read behind the one being
+    answered, and read on after each response: thousands of cycles queued per connection."""
+    from extender.http.server import MAX_PIPELINED
+
+    with serving(FAST) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * (MAX_PIPELINED + 40))
+        got = b""
+        with contextlib.suppress(ConnectionResetError, TimeoutError):
+            while chunk := s.recv(65536):
+                got += chunk
+        assert got.count(b"HTTP/1.1 200") <= MAX_PIPELINED + 1
+        # a client that pipelines a few is served in full
+    with serving(FAST) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 4 + b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                  b"Connection: close\r\n\r\n")
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        assert got.count(b"HTTP/1.1 200") == 5
