@@ -83,6 +83,9 @@ class ProgressApiSettings:
     # is still inside the idle window when the next prune can come, else it would be acknowledged
     # and then deleted (issue 33, finding 11). 0: checked against the window itself.
     prune_slack_s: float = 0.0
+    # GET /v1/jobs answers from a reply at most this old (a POST to the job drops it): readers
+    # looping on a job cost an auth check and a lookup, not a read and encoding of its history.
+    job_reply_ttl_s: float = 1.0
 
 
 def _utf8(text: str) -> str:
@@ -293,6 +296,7 @@ class SummaryCache:
             self._items.popitem(last=False)
 
 
+MAX_CACHED_REPLIES = 1024
 QUOTA_RETRY_AFTER_S = 3600  # the prune's interval: the earliest a namespace's idle jobs free room
 
 PlanOf = Callable[[str], dict[str, Any] | None]  # "namespace/job" -> its elastic plan
@@ -315,6 +319,7 @@ def build_progress_router(
 
     fit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowsched-job-fit")
     summaries = SummaryCache()
+    replies: dict[str, tuple[float, bytes]] = {}  # "namespace/job" -> (until, the GET's body)
 
     def fitted_summary(history: JobHistory, max_steps: int | None, target: float | None) -> dict[str, Any]:
         summary = job_summary(history, settings.convergence, max_steps, target)
@@ -392,6 +397,7 @@ def build_progress_router(
                                             None if t.grad_var is None else float(t.grad_var), t.max_steps, now,
                                             t.batch_live,
                                             None if t.target_metric is None else float(t.target_metric)))
+        replies.pop(key, None)
         body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
         return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
 
@@ -407,6 +413,10 @@ def build_progress_router(
             return reply("job", _error(400, "namespace or job: not a valid name"))
         if not who.may_write(namespace):
             return reply("job", _error(403, f"{who.username} may not read namespace {namespace}"))
+        key = f"{namespace}/{job}"
+        recent = replies.get(key)
+        if recent is not None and recent[0] > time.monotonic():
+            return reply("job", Response(recent[1], media_type="application/json"))
         try:
             history = await asyncio.to_thread(store.history, namespace, job)
         except sqlite3.Error as e:
@@ -414,7 +424,6 @@ def build_progress_router(
             return reply("job", _error(503, "progress store unavailable; retry later"))
         if history is None:
             return reply("job", _error(404, f"no progress for job {namespace}/{job}"))
-        key = f"{namespace}/{job}"
         training = reports.get(key) if reports is not None else None
         max_steps = training.max_steps if training is not None else None
         target = training.target_metric if training is not None else None
@@ -433,6 +442,11 @@ def build_progress_router(
         if diagnosis is not None:
             d = diagnosis(key)
             summary["bottleneck"] = d.as_dict() if d is not None else None
-        return reply("job", Response(orjson.dumps(summary), media_type="application/json"))
+        out = orjson.dumps(summary)
+        if settings.job_reply_ttl_s > 0:
+            if len(replies) >= MAX_CACHED_REPLIES:
+                replies.clear()  # bounded; refilled by the next reads
+            replies[key] = (time.monotonic() + settings.job_reply_ttl_s, out)
+        return reply("job", Response(out, media_type="application/json"))
 
     return router
