@@ -57,7 +57,8 @@ def _serve(ns: argparse.Namespace) -> int:
     # Two listeners (DESIGN.md §12): kube-scheduler's verbs, and everything tenants call.
     verbs = server_config(service.app.listener("verbs"), host=settings.host, port=settings.port, limits=verbs_limits,
                           log_level=settings.log_level.lower(), loop=loop, **tls)
-    api_app = service.app.listener("api", per_client=settings.max_in_flight_per_client)
+    api_app = service.app.listener("api", per_client=settings.max_in_flight_per_client,
+                                   rate_per_client_s=settings.api_rate_per_client_s)
     api = server_config(api_app, host=settings.host, port=settings.api_port, limits=limits,
                         log_level=settings.log_level.lower(), loop=loop, lifespan="off",
                         reserved_fds=verbs_cap, **tls)

@@ -191,6 +191,9 @@ class Settings(BaseSettings):
     # Of the API port's slots, one peer address may hold at most this many (kube-scheduler's port
     # has no such cap: it has one client). Above it: 503 + Retry-After.
     max_in_flight_per_client: int = Field(16, ge=1)
+    # ... and send at most this many requests a second (bursts of 2x; probes and /webhook/gate,
+    # whose caller is the apiserver, exempt); more get 429 + Retry-After: 1.
+    api_rate_per_client_s: float = Field(50.0, gt=0)
     max_url_bytes: int = Field(8 * 1024, ge=256)  # longer request targets get 414 and a close
     max_header_count: int = Field(100, ge=8)  # more header lines get 431 and a close
     max_head_bytes: int = Field(64 * 1024, ge=1024)  # request line + headers; more get 431 and a close

@@ -394,6 +394,27 @@ class VerbActivity:
 
 
 _CLIENT_BUSY = b'{"error":"too many requests in flight from this client; retry"}'
+_CLIENT_RATE = b'{"error":"too many requests from this client; retry"}'
+_UNRATED = frozenset({"/healthz", "/readyz", "/webhook/gate"})  # probes; the apiserver's pod creations
+
+
+class PeerRate:
+    """A token bucket per peer address: `rate_per_s` requests a second, bursts of twice that.
+    A closed loop of cheap tenant requests otherwise takes as much of the process's CPU (and GIL)
+    as it can, which the verbs' loop then waits for (issue 33, figures in docs/hardening.md)."""
+
+    def __init__(self, rate_per_s: float, peers: int = 4096) -> None:
+        self.rate, self.burst, self.peers = rate_per_s, 2.0 * rate_per_s, peers
+        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, refilled)
+
+    def take(self, peer: str, now: float) -> bool:
+        tokens, refilled = self._buckets.get(peer, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - refilled) * self.rate)
+        if len(self._buckets) >= self.peers and peer not in self._buckets:
+            self._buckets.clear()
+        took = tokens >= 1.0
+        self._buckets[peer] = (tokens - 1.0 if took else tokens, now)
+        return took
 _ELSEWHERE = {
     "verbs": b'{"error":"this port serves kube-scheduler\'s verbs only; the API is on api_port"}',
     "api": b'{"error":"the extender verbs are served on port, for kube-scheduler alone"}',
@@ -423,18 +444,21 @@ class ExtenderApp:
         self.serves: Serves = serves
         self.in_flight = 0  # this listener's alone: another port's clients cannot take its slots
         self.per_client: int | None = None  # the most slots one peer address may hold
+        self.rate: PeerRate | None = None  # requests a second per peer address
         self._by_client: dict[str, int] = {}  # peer address -> its requests in flight (per_client set)
         self.activity = activity if activity is not None else VerbActivity()
 
-    def listener(self, serves: Serves, max_in_flight: int | None = None, per_client: int | None = None
-                 ) -> ExtenderApp:
+    def listener(self, serves: Serves, max_in_flight: int | None = None, per_client: int | None = None,
+                 rate_per_client_s: float | None = None) -> ExtenderApp:
         """A view for one port: the same app, its own in-flight cap, only the paths `serves` names;
-        per_client: the most of its slots one peer address may hold (None: no such cap)."""
+        per_client: the most of its slots one peer address may hold, rate_per_client_s the
+        requests a second it may send (None: no such cap)."""
         view = ExtenderApp(self.fastapi, self.verbs, self.answer, self.limit,
                            self.metrics, max_in_flight=max_in_flight or self.max_in_flight,
                            debug_access="open" if self.debug_open else "loopback", serves=serves,
                            activity=self.activity)
         view.per_client = per_client
+        view.rate = PeerRate(rate_per_client_s) if rate_per_client_s else None
         return view
 
     @property
@@ -468,6 +492,12 @@ class ExtenderApp:
                              _BUSY_HEADERS[1:])
             return
         peer = ""
+        if self.rate is not None and path not in _UNRATED:
+            client = scope.get("client")
+            if not self.rate.take(str(client[0]) if client else "?", time.monotonic()):
+                self.metrics.requests.labels("any", "429").inc()
+                await self._send(send, 429, _CLIENT_RATE, [(b"retry-after", b"1")])
+                return
         if self.per_client is not None and path not in _PROBES:
             client = scope.get("client")
             peer = str(client[0]) if client else "?"

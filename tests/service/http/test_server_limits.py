@@ -183,3 +183,30 @@ def test_a_connection_pipelining_past_the_queue_bound_is_aborted(caplog: pytest.
         while chunk := s.recv(65536):
             got += chunk
         assert got.count(b"HTTP/1.1 200") == 5
+
+
+def test_a_peer_refused_again_and_again_is_dropped_as_it_connects_others_are_not() -> None:
+    """A header flood reconnected ~11,000 times in 6 s, each connection parsed to the head bound."""
+    with serving(FAST) as port:
+        for _ in range(21):
+            got = _reply_to(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+            assert got.startswith(b"HTTP/1.1 400")
+        assert _reply_to(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", wait_s=1.0) == b""  # dropped unread
+        with socket.socket() as other:  # another peer address is served as ever
+            other.bind(("127.0.0.2", 0))
+            other.settimeout(5)
+            other.connect(("127.0.0.1", port))
+            other.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert other.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_one_peer_sends_at_most_its_rate_on_the_api_port() -> None:
+    """Findings 13 and 7: a closed loop of cheap tenant requests took the CPU the verbs wait for."""
+    app = build_app(Settings(kube=False), small_cluster(), build_metrics())
+    api = app.listener("api", rate_per_client_s=5.0)
+    codes = [_asgi(api, "GET", "/metrics", b"", client="10.0.0.1") for _ in range(12)]
+    assert codes.count(200) == 10 and codes[-1] == 429  # a burst of 2 x 5, then refused
+    assert _asgi(api, "GET", "/healthz", b"", client="10.0.0.1") == 200  # probes exempt
+    assert _asgi(api, "GET", "/metrics", b"", client="10.0.0.2") == 200  # another peer has its own
+    verbs = app.listener("verbs")
+    assert all(_asgi(verbs, "POST", "/prioritize", PRIORITIZE, client="10.0.0.1") == 200 for _ in range(12))
