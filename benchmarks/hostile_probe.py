@@ -139,9 +139,9 @@ def attack_slowbody(port: int, stop: Any, out: Any) -> None:
         except OSError:
             pass
     codes: dict[int, int] = {}
-    for _ in range(50):  # what another tenant gets meanwhile
+    for _ in range(50):  # what another tenant (another address) gets meanwhile
         try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2, source_address=("127.0.0.2", 0))
             c.request("GET", "/metrics")
             r = c.getresponse()
             r.read()
