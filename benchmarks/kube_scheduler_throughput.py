@@ -142,7 +142,7 @@ def run_variant(cp: ControlPlane, kube: Kube, services: dict[str, FlowschedServi
     cpu_before = _cpu_s(flowsched)
     threads_before = _thread_cpu_s(flowsched)
     # The admin identity: the benchmark measures scheduling, not the RBAC the e2e tests check.
-    cp.start_scheduler(scheduler_config(flowsched.url, cp.kubeconfigs["admin"], variant))
+    cp.start_scheduler(scheduler_config(flowsched.verbs_url, cp.kubeconfigs["admin"], variant))
     sampler = CpuSampler({"kube-scheduler": cp.scheduler.pid if cp.scheduler else None,
                           "apiserver": cp.apiserver.pid if cp.apiserver else None,
                           "etcd": cp.etcd.pid if cp.etcd else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -16,14 +17,15 @@ log = logging.getLogger("flowsched")
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from extender.http.server import FlowschedServer, ServerLimits, server_config
+    from extender.http.listeners import serve_listeners
+    from extender.http.server import ServerLimits, effective_max_connections, server_config
     from extender.progress.store import StoreError
     from extender.service import build_service
 
     try:
         settings = build_settings(
             Path(ns.config) if ns.config else None,
-            host=ns.host, port=ns.port, kubeconfig=ns.kubeconfig, url_prefix=ns.url_prefix,
+            host=ns.host, port=ns.port, api_port=ns.api_port, kubeconfig=ns.kubeconfig, url_prefix=ns.url_prefix,
             kube=False if ns.no_kube else None,
             debug_telemetry_injection=True if ns.debug_telemetry_injection else None,
             controllers=_controllers(ns), control={"dry_run": False} if ns.act else None,
@@ -46,12 +48,21 @@ def _serve(ns: argparse.Namespace) -> int:
         pass
     limits = ServerLimits(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
                           keep_alive_s=settings.keep_alive_s, max_connections=settings.max_connections,
-                          graceful_shutdown_s=settings.shutdown_timeout_s)
-    config = server_config(service.app, host=settings.host, port=settings.port, limits=limits,
-                           log_level=settings.log_level.lower(), loop=loop,
-                           ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)
-    FlowschedServer(config).run()
-    return 0
+                          graceful_shutdown_s=settings.shutdown_timeout_s, max_url_bytes=settings.max_url_bytes,
+                          max_header_count=settings.max_header_count, max_head_bytes=settings.max_head_bytes,
+                          write_timeout_s=settings.write_timeout_s)
+    verbs_limits = dataclasses.replace(limits, max_connections=settings.verbs_max_connections)
+    verbs_cap = effective_max_connections(settings.verbs_max_connections)
+    tls: dict[str, Any] = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
+    # Two listeners (DESIGN.md §12): kube-scheduler's verbs, and everything tenants call.
+    verbs = server_config(service.app.listener("verbs"), host=settings.host, port=settings.port, limits=verbs_limits,
+                          log_level=settings.log_level.lower(), loop=loop, **tls)
+    api_app = service.app.listener("api", per_client=settings.max_in_flight_per_client,
+                                   rate_per_client_s=settings.api_rate_per_client_s)
+    api = server_config(api_app, host=settings.host, port=settings.api_port, limits=limits,
+                        log_level=settings.log_level.lower(), loop=loop, lifespan="off",
+                        reserved_fds=verbs_cap, **tls)
+    return serve_listeners(verbs, api, settings.gil_switch_interval_s)
 
 
 def _controllers(ns: argparse.Namespace) -> list[str] | None:
@@ -71,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "Settings come from FLOWSCHED_* variables, --config, then these flags.")
     serve.add_argument("--config", help="YAML or TOML settings file")
     serve.add_argument("--host", help="listen address (default 0.0.0.0)")
-    serve.add_argument("--port", type=int, help="listen port (default 8888)")
+    serve.add_argument("--port", type=int, help="the verbs' port, for kube-scheduler alone (default 8888)")
+    serve.add_argument("--api-port", type=int,
+                       help="the port of the progress API, webhook, /metrics, UI, docs, debug (default 8889)")
     serve.add_argument("--url-prefix", help="path prefix of the verbs, e.g. /scheduler")
     serve.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
     serve.add_argument("--no-kube", action="store_true", help="run without a cluster: every node is unknown")

@@ -30,6 +30,7 @@ from extender.http.ui import build_ui_router
 from extender.http.webhook import build_webhook_router
 from extender.kube.client import load_api_client
 from extender.metrics import Metrics, build_metrics, watch_status
+from extender.periodic import PeriodicRunner
 from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
 from extender.progress.sources import ProgressSources, build_progress_store, start_progress_sources
@@ -40,6 +41,8 @@ from extender.snapshot.watcher import Watcher, start_watchers
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 
 log = logging.getLogger("flowsched.service")
+
+STORE_PROBE_S = 5.0  # the progress store's write probe: /readyz is at most this late
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Service:
     control: Controllers | None = None  # the enabled control loops and their leader elector
     sources: ProgressSources | None = None  # progress from logs / Prometheus gauges (issue 17)
     diagnoser: BottleneckDiagnoser | None = None  # per-job bottleneck diagnosis (settings.diagnosis)
+    store_probe: PeriodicRunner | None = None  # writes to the store every few seconds, for /readyz
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
@@ -70,6 +74,10 @@ class Service:
         return out
 
     def start(self) -> None:
+        # /readyz says not ready whenever a write would fail (a full disk, a file made read-only),
+        # which only a write shows; probed off the event loops.
+        self.store_probe = PeriodicRunner("progress-store-probe", self.store.probe_write, STORE_PROBE_S)
+        self.store_probe.start()
         self.tracker.start()
         if self.diagnoser is not None:
             self.diagnoser.start()
@@ -110,13 +118,15 @@ class Service:
         if self.diagnoser is not None:
             self.diagnoser.stop()
         self.tracker.stop()
+        if self.store_probe is not None:
+            self.store_probe.stop(join_s=5.0)
         self.store.close()
 
 
 class _NoTokenReview:
     """Without a cluster there is nobody to verify a service-account token."""
 
-    async def authenticate(self, token: str) -> Identity:
+    async def authenticate(self, token: str, peer: str = "") -> Identity:
         raise AuthError(503, "TokenReview needs a cluster; configure progress_auth=static to report without one")
 
 
@@ -131,7 +141,8 @@ def _authenticator(settings: Settings, api_client: Any) -> Authenticator:
         kubernetes_token_reviewer(api_client, timeout_s=settings.token_review_timeout_s),
         ReviewLimits(timeout_s=settings.token_review_timeout_s, threads=settings.token_review_threads,
                      negative_ttl_s=settings.token_review_negative_ttl_s,
-                     rate_per_s=settings.token_review_rate_per_s))
+                     rate_per_s=settings.token_review_rate_per_s,
+                     per_client_rate_per_s=settings.token_review_rate_per_client_s))
 
 
 def build_service(settings: Settings) -> Service:
@@ -156,7 +167,8 @@ def build_service(settings: Settings) -> Service:
         svc = holder["svc"]
         svc.start()
         started = time.monotonic()
-        log.info("flowsched extender up on %s:%d%s", settings.host, settings.port, settings.prefix)
+        log.info("flowsched extender up: verbs on %s:%d%s, API on port %d", settings.host, settings.port,
+                 settings.prefix, settings.api_port)
         try:
             yield
         finally:
@@ -179,7 +191,8 @@ def build_service(settings: Settings) -> Service:
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
-                            max_body_bytes=settings.progress_max_body_bytes),
+                            max_body_bytes=settings.progress_max_body_bytes,
+                            prune_slack_s=tracker.prune_every_s),
         ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.read().plan_of,
         diagnosis=diagnoser.get if diagnoser is not None else None,
     )

@@ -127,7 +127,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
     host: str = "0.0.0.0"
-    port: int = Field(8888, ge=0, le=65535)
+    port: int = Field(8888, ge=0, le=65535)  # the verbs, for kube-scheduler alone (DESIGN.md §12)
+    # The progress API, job status, webhook, /metrics, UI, docs and debug: every training pod's
+    # listener, on a loop and limits of its own so nothing a tenant does reaches the verbs.
+    api_port: int = Field(8889, ge=0, le=65535)
     url_prefix: str = ""  # e.g. "/scheduler": the verbs are then /scheduler/filter, ...
     # The verbs' body limit in names mode (nodeCacheCapable: true): 10,000 nodes of 253-character
     # names plus a large pod is under 3 MiB. Full-Node mode sends whole Node objects (~30 MB at
@@ -178,8 +181,26 @@ class Settings(BaseSettings):
     # ---- limits against slow, idle or hostile clients (docs/hardening.md) ----
     full_node_mode: bool = False  # kube-scheduler sends full Node objects (nodeCacheCapable: false)
     full_node_max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # the verbs' limit in that mode
-    max_concurrent_requests: int = Field(64, ge=1)  # in flight at once; more get 503 (probes exempt)
-    max_connections: int = Field(1024, ge=16)  # lowered to fit RLIMIT_NOFILE; longest-idle closed at the cap
+    max_concurrent_requests: int = Field(64, ge=1)  # in flight at once per port; more get 503 (probes exempt)
+    # The API port's open connections: lowered to fit RLIMIT_NOFILE less the verbs' own cap;
+    # the longest idle is closed at the cap.
+    max_connections: int = Field(1024, ge=16)
+    # The verbs port's: kube-scheduler keeps a few per replica (one per parallel call at most,
+    # `parallelism` 16); its files are set aside first, so no tenant connection can take them.
+    verbs_max_connections: int = Field(128, ge=16)
+    # Of the API port's slots, one peer address may hold at most this many (kube-scheduler's port
+    # has no such cap: it has one client). Above it: 503 + Retry-After.
+    max_in_flight_per_client: int = Field(16, ge=1)
+    # ... and send at most this many requests a second (bursts of 2x; probes and /webhook/gate,
+    # whose caller is the apiserver, exempt); more get 429 + Retry-After: 1.
+    api_rate_per_client_s: float = Field(50.0, gt=0)
+    max_url_bytes: int = Field(8 * 1024, ge=256)  # longer request targets get 414 and a close
+    max_header_count: int = Field(100, ge=8)  # more header lines get 431 and a close
+    max_head_bytes: int = Field(64 * 1024, ge=1024)  # request line + headers; more get 431 and a close
+    write_timeout_s: float = Field(30.0, gt=0)  # replies left unread this long: connection closed
+    # The GIL switch interval under `serve` (Python's default is 5 ms): the API's thread, busy with a
+    # tenant's flood, hands the GIL to the verbs' loop within this (docs/hardening.md, figures).
+    gil_switch_interval_s: float = Field(0.0005, gt=0, le=0.1)
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
     body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
     keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this
@@ -194,6 +215,9 @@ class Settings(BaseSettings):
     token_review_threads: int = Field(4, ge=1)  # its own pool: a slow apiserver never holds SQLite's
     token_review_negative_ttl_s: float = Field(10.0, ge=0)  # a rejected token is not re-reviewed within this
     token_review_rate_per_s: float = Field(20.0, gt=0)  # new TokenReviews per second (burst 2x); more get 503
+    # ... of which one peer address may start this many (burst 2x): one client's random tokens
+    # cannot use up the budget new pods' first reports need.
+    token_review_rate_per_client_s: float = Field(2.0, gt=0)
 
     @property
     def verb_max_body_bytes(self) -> int:
@@ -208,6 +232,12 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together")
+        return self
+
+    @model_validator(mode="after")
+    def _two_ports(self) -> Settings:
+        if self.api_port == self.port and self.port != 0:
+            raise ValueError(f"api_port must differ from port ({self.port}): the verbs get a listener of their own")
         return self
 
     def core(self) -> CoreSettings:

@@ -133,7 +133,7 @@ def flowsched(control_plane: ControlPlane, deploy_rbac: None) -> Iterator[Flowsc
 @pytest.fixture(scope="session")
 def scheduler(control_plane: ControlPlane, flowsched: FlowschedService, deploy_rbac: None) -> Path:
     """kube-scheduler on deploy/base/scheduler-config.yaml, pointed at the test's flowsched."""
-    cfg = scheduler_config_for_tests(flowsched.url, control_plane.kubeconfigs["scheduler"])
+    cfg = scheduler_config_for_tests(flowsched.verbs_url, control_plane.kubeconfigs["scheduler"])
     try:
         control_plane.start_scheduler(cfg)
     except ClusterUnavailable as e:

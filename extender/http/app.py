@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, FastAPI, Request, Response
@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender.http import wire
 from extender.http.debug import DebugQueryError, DutyCycle, SnapshotQuery, explain_page, snapshot_page
 from extender.http.debug_gate import is_debug_path
+from extender.http.ratelog import RateLimitedLog
 from extender.http.verbs import (
     NEUTRAL_SCORE,
     Policy,
@@ -87,6 +88,17 @@ def _clip(text: str, limit: int = LOG_FIELD_CHARS) -> str:
     return shown if len(text) <= limit else f"{shown[:limit]}…(+{len(text) - limit} chars)"
 
 
+def _first_unknown(state: ClusterState, names: list[str], most: int = 5) -> list[str]:
+    view = state.read()
+    out: list[str] = []
+    for n in names:
+        if view.slot_of(n) < 0:
+            out.append(_clip(n))
+            if len(out) == most:
+                break
+    return out
+
+
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status, media_type=JSON)
 
@@ -147,12 +159,13 @@ def build_app(
             metrics.bad_requests.labels(verb, "json").inc()
             return _error(400, f"malformed JSON: {e}")
 
+    unknown_log = RateLimitedLog(log)  # the client names them: one line per verb every 10 s
+
     def note_unknown(verb: str, count: int, names: list[str]) -> None:
         if count:
             metrics.unknown_nodes.labels(verb).inc(count)
-            unknown = [_clip(n) for n in names if state.read().slot_of(n) < 0][:5]
-            log.warning("%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
-                        verb, count, ", ".join(unknown))
+            unknown_log.note(verb, "%s: %d candidate node(s) not in the snapshot, treated as neutral: %s",
+                             verb, count, ", ".join(_first_unknown(state, names)))
 
     # The metric children the verbs update on every call, looked up once (labels() builds a key
     # and takes a lock each time; with the caches cold, as between kube-scheduler's calls, the
@@ -173,6 +186,10 @@ def build_app(
         try:
             reply = work(decoded)
             outcome = "200"
+        except wire.WireTooLarge as e:  # more than kube-scheduler sends: refused before the work
+            metrics.bad_requests.labels(verb, "too_large").inc()
+            metrics.requests.labels(verb, "413").inc()
+            return 413, orjson.dumps({"error": str(e)})
         except wire.WireError as e:
             metrics.bad_requests.labels(verb, "shape").inc()
             metrics.requests.labels(verb, "400").inc()
@@ -335,6 +352,10 @@ Reply = tuple[int, bytes, Sequence[tuple[bytes, bytes]]]  # status, body, header
 
 _PROBES = frozenset({"/healthz", "/readyz"})  # never refused for load: a refused probe restarts the pod
 
+# Which paths a listener answers (DESIGN.md §12): "verbs" is kube-scheduler's port (the verbs and
+# the probes), "api" every tenant's (all the rest and the probes), "all" both (in-process clients).
+Serves = Literal["all", "verbs", "api"]
+
 
 def is_loopback(client: Any) -> bool:
     """Whether an ASGI scope's client address is 127.0.0.0/8 or ::1."""
@@ -342,6 +363,62 @@ def is_loopback(client: Any) -> bool:
         return ipaddress.ip_address(str(client[0])).is_loopback
     except (TypeError, ValueError, IndexError):
         return False
+
+
+class VerbActivity:
+    """The verbs being answered, for the watch threads' wait_quiet; one per app, shared by its
+    listeners (the verbs are answered on one event loop only)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._quiet = threading.Event()  # set when the last verb in flight is answered, if waited for
+        self._quiet_wanted = False
+
+    def begin(self) -> None:
+        self.in_flight += 1
+
+    def done(self) -> None:
+        self.in_flight -= 1
+        if self._quiet_wanted and not self.in_flight:
+            self._quiet_wanted = False
+            self._quiet.set()
+
+    def wait_quiet(self, timeout_s: float) -> None:
+        if not self.in_flight:
+            return
+        self._quiet.clear()
+        self._quiet_wanted = True
+        if self.in_flight:  # not answered between the first check and the flag
+            self._quiet.wait(timeout_s)
+        self._quiet_wanted = False
+
+
+_CLIENT_BUSY = b'{"error":"too many requests in flight from this client; retry"}'
+_CLIENT_RATE = b'{"error":"too many requests from this client; retry"}'
+_UNRATED = frozenset({"/healthz", "/readyz", "/webhook/gate"})  # probes; the apiserver's pod creations
+
+
+class PeerRate:
+    """A token bucket per peer address: `rate_per_s` requests a second, bursts of twice that.
+    A closed loop of cheap tenant requests otherwise takes as much of the process's CPU (and GIL)
+    as it can, which the verbs' loop then waits for (issue 33, figures in docs/hardening.md)."""
+
+    def __init__(self, rate_per_s: float, peers: int = 4096) -> None:
+        self.rate, self.burst, self.peers = rate_per_s, 2.0 * rate_per_s, peers
+        self._buckets: dict[str, tuple[float, float]] = {}  # peer -> (tokens, refilled)
+
+    def take(self, peer: str, now: float) -> bool:
+        tokens, refilled = self._buckets.get(peer, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - refilled) * self.rate)
+        if len(self._buckets) >= self.peers and peer not in self._buckets:
+            self._buckets.clear()
+        took = tokens >= 1.0
+        self._buckets[peer] = (tokens - 1.0 if took else tokens, now)
+        return took
+_ELSEWHERE = {
+    "verbs": b'{"error":"this port serves kube-scheduler\'s verbs only; the API is on api_port"}',
+    "api": b'{"error":"the extender verbs are served on port, for kube-scheduler alone"}',
+}
 
 
 class ExtenderApp:
@@ -353,23 +430,57 @@ class ExtenderApp:
 
     Two guards sit in front of everything: at most max_in_flight requests at once (more get 503
     at once, so a flood of large bodies cannot take the memory), and the debug class of paths
-    (extender.http.debug_gate: /debug/*, /ui, /docs) only from loopback unless debug_access is "open"."""
+    (extender.http.debug_gate: /debug/*, /ui, /docs) only from loopback unless debug_access is "open".
+
+    `flowsched serve` runs two listeners, each on a view of its own (listener()): the same
+    routes and answers, its own in-flight count, and only the paths its port serves."""
 
     def __init__(self, fastapi: FastAPI, verbs: Mapping[str, Verb],
                  answer: Callable[[str, bytes, Callable[[Any], Any], Callable[[Any], Any]], tuple[int, bytes]],
-                 limit: int, metrics: Metrics, *, max_in_flight: int = 64, debug_access: str = "loopback") -> None:
+                 limit: int, metrics: Metrics, *, max_in_flight: int = 64, debug_access: str = "loopback",
+                 serves: Serves = "all", activity: VerbActivity | None = None) -> None:
         self.fastapi, self.verbs, self.answer, self.limit, self.metrics = fastapi, verbs, answer, limit, metrics
         self.max_in_flight, self.debug_open = max_in_flight, debug_access == "open"
-        self.in_flight = 0
-        self.verbs_in_flight = 0  # of which verbs (the watches defer their events meanwhile)
-        self._quiet = threading.Event()  # set when the last verb in flight is answered, if waited for
-        self._quiet_wanted = False
+        self.serves: Serves = serves
+        self.in_flight = 0  # this listener's alone: another port's clients cannot take its slots
+        self.per_client: int | None = None  # the most slots one peer address may hold
+        self.rate: PeerRate | None = None  # requests a second per peer address
+        self._by_client: dict[str, int] = {}  # peer address -> its requests in flight (per_client set)
+        self.activity = activity if activity is not None else VerbActivity()
+
+    def listener(self, serves: Serves, max_in_flight: int | None = None, per_client: int | None = None,
+                 rate_per_client_s: float | None = None) -> ExtenderApp:
+        """A view for one port: the same app, its own in-flight cap, only the paths `serves` names;
+        per_client: the most of its slots one peer address may hold, rate_per_client_s the
+        requests a second it may send (None: no such cap)."""
+        view = ExtenderApp(self.fastapi, self.verbs, self.answer, self.limit,
+                           self.metrics, max_in_flight=max_in_flight or self.max_in_flight,
+                           debug_access="open" if self.debug_open else "loopback", serves=serves,
+                           activity=self.activity)
+        view.per_client = per_client
+        view.rate = PeerRate(rate_per_client_s) if rate_per_client_s else None
+        return view
+
+    @property
+    def verbs_in_flight(self) -> int:
+        return self.activity.in_flight
+
+    def _elsewhere(self, path: str) -> bool:
+        """A path this listener does not serve (another port does)."""
+        if self.serves == "all" or path in _PROBES:
+            return False
+        if self.serves == "verbs":
+            return path not in self.verbs
+        return path in self.verbs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.fastapi(scope, receive, send)
+            await self.fastapi(scope, receive, send)  # lifespan (the listener that runs it)
             return
         path = scope.get("path", "")
+        if self._elsewhere(path):
+            await self._send(send, 404, _ELSEWHERE[self.serves])
+            return
         if not self.debug_open and is_debug_path(path) and not is_loopback(scope.get("client")):
             await self._send(send, 403, orjson.dumps(
                 {"error": "/debug/*, /ui and /docs answer only on loopback (kubectl port-forward); "
@@ -380,11 +491,33 @@ class ExtenderApp:
             await self._send(send, 503, orjson.dumps({"error": "too many requests in flight; retry"}),
                              _BUSY_HEADERS[1:])
             return
+        peer = ""
+        if self.rate is not None and path not in _UNRATED:
+            client = scope.get("client")
+            if not self.rate.take(str(client[0]) if client else "?", time.monotonic()):
+                self.metrics.requests.labels("any", "429").inc()
+                await self._send(send, 429, _CLIENT_RATE, [(b"retry-after", b"1")])
+                return
+        if self.per_client is not None and path not in _PROBES:
+            client = scope.get("client")
+            peer = str(client[0]) if client else "?"
+            held = self._by_client.get(peer, 0)
+            if held >= self.per_client:  # a few clients' slow connections cannot take every slot
+                self.metrics.requests.labels("any", "503").inc()
+                await self._send(send, 503, _CLIENT_BUSY, _BUSY_HEADERS[1:])
+                return
+            self._by_client[peer] = held + 1
         self.in_flight += 1
         try:
             await self._route(path, scope, receive, send)
         finally:
             self.in_flight -= 1
+            if peer:
+                left = self._by_client[peer] - 1
+                if left:
+                    self._by_client[peer] = left
+                else:
+                    del self._by_client[peer]
 
     async def _route(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         verb = self.verbs.get(path)
@@ -394,7 +527,7 @@ class ExtenderApp:
         if scope["method"] != "POST":
             await self._send(send, 405, orjson.dumps({"error": "use POST"}))
             return
-        self.verbs_in_flight += 1
+        self.activity.begin()
         try:
             try:
                 raw = await receive_body(scope.get("headers", ()), receive, self.limit)
@@ -412,28 +545,19 @@ class ExtenderApp:
         return 413, orjson.dumps({"error": f"request body over {self.limit} bytes"}), _HEADERS
 
     def _verb_done(self) -> None:
-        self.verbs_in_flight -= 1
-        if self._quiet_wanted and not self.verbs_in_flight:
-            self._quiet_wanted = False
-            self._quiet.set()
+        self.activity.done()
 
     def wait_quiet(self, timeout_s: float) -> None:
         """For the watch threads: return once no verb is being answered, or after timeout_s.
         The event loop wakes the waiter when it answers (no polling); with no verb in flight
         this returns at once."""
-        if not self.verbs_in_flight:
-            return
-        self._quiet.clear()
-        self._quiet_wanted = True
-        if self.verbs_in_flight:  # not answered between the first check and the flag
-            self._quiet.wait(timeout_s)
-        self._quiet_wanted = False
+        self.activity.wait_quiet(timeout_s)
 
     # ---- the direct path (extender.http.server.DirectApp): the verbs answered from the HTTP
     # protocol itself, without an ASGI cycle; the same guards, answers and metrics as above.
     @property
     def direct_paths(self) -> frozenset[str]:
-        return frozenset(self.verbs)
+        return frozenset() if self.serves == "api" else frozenset(self.verbs)
 
     @property
     def direct_max_body(self) -> int:
@@ -449,7 +573,7 @@ class ExtenderApp:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 return self._too_large(self.verbs[path])
         self.in_flight += 1
-        self.verbs_in_flight += 1
+        self.activity.begin()
         return None
 
     def direct_answer(self, path: str, body: bytes) -> Reply:

@@ -44,7 +44,7 @@ class Identity:
 
 
 class Authenticator(Protocol):
-    async def authenticate(self, token: str) -> Identity:
+    async def authenticate(self, token: str, peer: str = "") -> Identity:
         """The token's identity; raises AuthError(401) for a bad token, (503) if unverifiable."""
         ...
 
@@ -82,6 +82,11 @@ class ReviewLimits:
     negative_ttl_s: float = 10.0  # a rejected token is answered from memory this long
     rate_per_s: float = 20.0  # new reviews per second, bursts of 2x; beyond: 503 at once
     max_pending: int = 16  # reviews queued or running; beyond: 503 at once
+    # Of those, one peer address may start this many per second (bursts of 2x): random tokens from
+    # one client no longer use up the global budget that new pods' first reports need (issue 33,
+    # finding 6). A pod's token is reviewed once a minute at most (the cache), so 2/s is plenty.
+    per_client_rate_per_s: float = 2.0
+    max_clients: int = 4096  # peers whose budgets are remembered (least recently seen forgotten)
 
 
 class TokenReviewAuthenticator:
@@ -111,6 +116,7 @@ class TokenReviewAuthenticator:
         self._pool = ThreadPoolExecutor(max_workers=self._limits.threads, thread_name_prefix="tokenreview")
         self._tokens = 2.0 * self._limits.rate_per_s
         self._refilled = clock()
+        self._clients: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer -> (tokens, refilled)
         self.reviews = 0  # TokenReviews sent (for tests and metrics)
 
     def _remember(self, key: str, until: float, answer: Identity | AuthError) -> None:
@@ -128,9 +134,23 @@ class TokenReviewAuthenticator:
         self._tokens -= 1.0
         return True
 
-    async def _reviewed(self, key: str, token: str, now: float) -> ReviewResult:
+    def _take_client_token(self, peer: str, now: float) -> bool:
+        """One review from the budget of `peer` (a token bucket per peer address)."""
+        rate = self._limits.per_client_rate_per_s
+        burst = 2.0 * rate
+        tokens, refilled = self._clients.pop(peer, (burst, now))
+        tokens = min(burst, tokens + (now - refilled) * rate)
+        took = tokens >= 1.0
+        self._clients[peer] = (tokens - 1.0 if took else tokens, now)
+        while len(self._clients) > self._limits.max_clients:
+            self._clients.popitem(last=False)
+        return took
+
+    async def _reviewed(self, key: str, token: str, now: float, peer: str = "") -> ReviewResult:
         fut = self._pending.get(key)  # a review of this token already under way: share it
         if fut is None:
+            if peer and not self._take_client_token(peer, now):
+                raise AuthError(503, "too many token reviews from this client; retry later")
             if len(self._pending) >= self._limits.max_pending or not self._take_token(now):
                 raise AuthError(503, "too many token reviews in progress; retry later")
             self.reviews += 1
@@ -144,7 +164,8 @@ class TokenReviewAuthenticator:
         except Exception as e:  # the apiserver is down or refuses us: not the client's fault
             raise AuthError(503, f"cannot verify token now: {type(e).__name__}") from e
 
-    async def authenticate(self, token: str) -> Identity:
+    async def authenticate(self, token: str, peer: str = "") -> Identity:
+        """peer: the client's address, whose own review budget a new token spends ("" : none)."""
         if not token:
             raise AuthError(401, "missing bearer token")
         key = _token_key(token)
@@ -154,7 +175,7 @@ class TokenReviewAuthenticator:
             if isinstance(hit[1], AuthError):
                 raise AuthError(hit[1].status, hit[1].message)
             return hit[1]
-        result = await self._reviewed(key, token, now)
+        result = await self._reviewed(key, token, now, peer)
         try:
             identity = self._identity(result)
         except AuthError as e:
@@ -182,7 +203,7 @@ class StaticTokenAuthenticator:
     def __init__(self, tokens: Mapping[str, frozenset[str]]) -> None:
         self._tokens = [(t.encode(), ns) for t, ns in tokens.items() if t]
 
-    async def authenticate(self, token: str) -> Identity:
+    async def authenticate(self, token: str, peer: str = "") -> Identity:
         if not token:
             raise AuthError(401, "missing bearer token")
         offered = token.encode()

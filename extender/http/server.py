@@ -24,11 +24,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from extender.http.ratelog import RateLimitedLog
 
 log = logging.getLogger("flowsched.http")
 
@@ -42,28 +44,23 @@ class ServerLimits:
     keep_alive_s: int = 30  # > kube-scheduler's idle reuse of a connection is not needed; Go re-dials
     max_connections: int = 2048
     graceful_shutdown_s: int = 10
+    # The request line and headers (issue 33, finding 2: httptools keeps every header line and grows
+    # a value by copying, so 233 MiB of them took 2 GiB): past these, 414 or 431 and a close.
+    max_url_bytes: int = 8 * 1024
+    max_header_count: int = 100
+    max_head_bytes: int = 64 * 1024  # request line + headers (+ at most one read, see data_received)
+    # A reply the client does not read (finding 3): reading stops while the send buffer is over
+    # the transport's high-water mark, and the connection is closed if it stays so this long.
+    write_timeout_s: float = 30.0
 
 
-class _RateLimitedLog:
-    def __init__(self, every_s: float = 10.0) -> None:
-        self.every_s = every_s
-        self.last: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-
-    def note(self, kind: str, message: str, *args: Any) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        now = time.monotonic()
-        if now - self.last.get(kind, -1e9) >= self.every_s:
-            self.last[kind] = now
-            log.warning(message + " (%d so far)", *args, self.counts[kind])
-
-
-def effective_max_connections(wanted: int) -> int:
-    """wanted, lowered so that connections cannot exhaust the process's open-file limit."""
+def effective_max_connections(wanted: int, reserved: int = 0) -> int:
+    """wanted, lowered so that connections cannot exhaust the process's open-file limit;
+    `reserved` files are another listener's (its own cap)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(16, min(wanted, soft - FD_RESERVE))
+    return max(16, min(wanted, soft - FD_RESERVE - reserved))
 
 
 class OneSendPerTurn:
@@ -151,6 +148,38 @@ class DirectApp(Protocol):
 
 _INTERNAL_ERROR: Reply = (500, b"Internal Server Error",
                          [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
+_CLOSE = [(b"content-type", b"application/json"), (b"connection", b"close")]
+MAX_PIPELINED = 16  # requests queued behind the one being answered on a connection; more: aborted
+
+
+class RefusalBox:
+    """Peers refused (400/414/431, an upgrade, a deep pipeline) more than `most` times within
+    `window_s`: their next connections are dropped as they open, before anything is read. A
+    header flood reconnected 11,000 times in 6 s, each time parsed up to the 64 KiB bound."""
+
+    def __init__(self, most: int = 20, window_s: float = 10.0, peers: int = 4096) -> None:
+        self.most, self.window_s, self.peers = most, window_s, peers
+        self._seen: dict[str, tuple[int, float]] = {}  # peer -> (refusals, since)
+
+    def refused(self, peer: str, now: float) -> None:
+        count, since = self._seen.get(peer, (0, now))
+        if now - since > self.window_s:
+            count, since = 0, now
+        if len(self._seen) >= self.peers and peer not in self._seen:
+            self._seen.clear()
+        self._seen[peer] = (count + 1, since)
+
+    def blocked(self, peer: str, now: float) -> bool:
+        count, since = self._seen.get(peer, (0, now))
+        return count > self.most and now - since <= self.window_s
+
+
+class _StopParsing(Exception):
+    """Raised from a parser callback to stop httptools at once (it surfaces as a
+    HttpParserCallbackError): after a refusal, the rest of a 256 KiB read would otherwise still
+    cost a Python call per header line."""
+_URL_TOO_LONG: Reply = (414, b'{"error":"request line too long"}', _CLOSE)
+_HEAD_TOO_LARGE: Reply = (431, b'{"error":"request header fields too large or too many"}', _CLOSE)
 
 
 def guarded_protocol(limits: ServerLimits, max_connections: int,
@@ -159,7 +188,8 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
     direct.direct_paths are answered by `direct` without the ASGI machinery (about 0.05 ms of
     CPU a call less, an eighth of a filter-ranked call: uvicorn's cycle, its task, the ASGI
     messages, the call_soon flush)."""
-    events = _RateLimitedLog()
+    events = RateLimitedLog(log)
+    box = RefusalBox()
     header_s, body_s = limits.header_timeout_s, limits.body_timeout_s
     direct_paths = direct.direct_paths if direct is not None else frozenset()
 
@@ -172,6 +202,12 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             self._direct_size = 0
             self._direct_drop = False  # answered early: the rest of this request's body is dropped
             self._direct_last = False  # shutting down: close once the request being read is answered
+            self._refused = False  # answered 400/414/431 and closing: nothing more is read
+            self._in_head = True  # the request line and headers are being read
+            self._head_began = False  # a request began in the read being parsed
+            self._head_bytes = 0
+            self._header_count = 0
+            self._write_timer: asyncio.TimerHandle | None = None
             self._due: float | None = None  # the connection's deadline (loop time), None: none
             self._due_kind = "header_timeout"
             self._body_due: float | None = None  # a body deadline, armed if the body is still out
@@ -179,6 +215,12 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             self._deadline_at = 0.0
             super().connection_made(OneSendPerTurn(transport, self.loop))  # type: ignore[arg-type]
             self._since = time.monotonic()  # connection made, or its last response sent
+            if self.client is not None and box.blocked(str(self.client[0]), self._since):
+                self._refused = True
+                events.note("peer_blocked", "dropped a connection of a peer refused %d times in %.0fs (client %s)",
+                            box.most, box.window_s, self.client)
+                transport.abort()
+                return
             if len(self.connections) > max_connections and not self._make_room():
                 events.note("cap_refused", "connection cap %d reached, every connection busy: refused one",
                             max_connections)
@@ -243,9 +285,57 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
 
         def on_message_begin(self) -> None:
             self._direct_drop = False
+            self._in_head, self._header_count, self._head_began = True, 0, True
             super().on_message_begin()
 
+        def on_url(self, url: bytes) -> None:
+            if self._refused:
+                return
+            if len(self.url) + len(url) > limits.max_url_bytes:
+                self._refuse("url_too_long", _URL_TOO_LONG)
+                raise _StopParsing
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            if self._refused:
+                return
+            self._header_count += 1
+            if self._header_count > limits.max_header_count:
+                self._refuse("headers_too_large", _HEAD_TOO_LARGE)
+                raise _StopParsing
+            super().on_header(name, value)
+
+        def _count_refusal(self) -> None:
+            if self.client is not None:
+                box.refused(str(self.client[0]), time.monotonic())
+
+        def _refuse(self, kind: str, reply: Reply) -> None:
+            """A request refused before its headers are in: the answer, then the connection closed;
+            nothing it sends after is parsed."""
+            if self._refused:
+                return
+            self._refused = True
+            self._count_refusal()
+            events.note(kind, "refused a request: %s (client %s)", kind, self.client)
+            self._direct_drop = True
+            self._reply(reply)
+
         def on_headers_complete(self) -> None:
+            self._in_head, self._head_bytes = False, 0
+            if self._refused:
+                return
+            if self.parser.should_upgrade():
+                self._refuse_upgrade()
+                raise _StopParsing
+            if self.cycle is not None and not self.cycle.response_complete and len(self.pipeline) >= MAX_PIPELINED:
+                # uvicorn queues every request of a read behind the one being answered; a client
+                # pipelining thousands and reading nothing grew RSS past 2 GiB (finding 3).
+                self._refused = True
+                self._count_refusal()
+                events.note("pipeline_too_deep", "aborted a connection pipelining more than %d requests (client %s)",
+                            MAX_PIPELINED, self.client)
+                self.transport.abort()
+                raise _StopParsing
             if direct is not None and self._takes_direct():
                 path = self.scope["path"]
                 self.scope["method"] = "POST"
@@ -265,8 +355,37 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
             once the bytes at hand are parsed."""
             self._due, self._body_due = None, self.loop.time() + body_s
 
+        def _refuse_upgrade(self) -> None:
+            """No protocol switch (WebSocket, h2c): a switched connection would be out of reach
+            of every deadline here (issue 33: pinned for good). 400, then closed."""
+            self._refuse("upgrade_refused", (400, b'{"error":"no protocol upgrade here"}', _CLOSE))
+
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
+            if self._refused:
+                return
+            self._unset_keepalive_if_required()
+            self._head_began = False
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError:  # _StopParsing included (a callback error)
+                if not self._refused:
+                    self._refused = True
+                    self._count_refusal()
+                    events.note("bad_request", "invalid HTTP request (client %s)", self.client)
+                    self.send_400_response("Invalid HTTP request received.")
+                return
+            except httptools.HttpParserUpgrade:
+                self._refuse_upgrade()
+                return
+            if self._in_head and not self._refused:
+                # Still in the request line or headers after this read: what they have taken so
+                # far is bounded here, before httptools copies a never-ending value again. A read
+                # in which the request began is not counted (its head is only a part of it), so the
+                # bound is max_head_bytes plus one read.
+                self._head_bytes = 0 if self._head_began else self._head_bytes + len(data)
+                if self._head_bytes > limits.max_head_bytes:
+                    self._refuse("headers_too_large", _HEAD_TOO_LARGE)
+                    return
             due = self._body_due
             if due is not None:
                 self._body_due = None
@@ -341,8 +460,36 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
                 self.transport.close()
             self.on_response_complete()
 
+        def pause_writing(self) -> None:
+            """The send buffer passed its high-water mark: the client is not reading its replies.
+            Stop reading its requests (a pipelining client would otherwise grow the buffer
+            without bound), and close it if the buffer stays full write_timeout_s."""
+            super().pause_writing()
+            self.flow.pause_reading()
+            if self._write_timer is None:
+                self._write_timer = self.loop.call_later(limits.write_timeout_s, self._abort_unread)
+
+        def _abort_unread(self) -> None:
+            """Aborted, not closed: a close would wait to flush what the client does not read."""
+            self._write_timer = None
+            events.note("write_timeout", "aborted a connection whose replies were not read for %.0fs (client %s)",
+                        limits.write_timeout_s, self.client)
+            self.transport.abort()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+            if self.cycle is None or self.cycle.response_complete:  # else uvicorn resumes when it completes
+                self.flow.resume_reading()
+
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            super().on_response_complete()  # resumes reading, and starts the next queued request ...
+            if (self.flow.write_paused or self.pipeline) and not self.transport.is_closing():
+                # ... not while the replies are not being read, nor while requests are still
+                # queued: uvicorn read (and queued) another read's worth after every response.
+                self.flow.pause_reading()
             self._since = time.monotonic()
             # uvicorn has started the next pipelined request, if any: its deadlines are its own.
             if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
@@ -356,6 +503,9 @@ def guarded_protocol(limits: ServerLimits, max_connections: int,
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
             if self._deadline is not None:  # not left pinning the protocol until it fires
                 self._deadline.cancel()
                 self._deadline = None
@@ -379,14 +529,15 @@ class FlowschedServer(uvicorn.Server):
 
 def server_config(app: Any, *, host: str, port: int, limits: ServerLimits, log_level: str,
                   ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
-                  loop: str = "auto") -> uvicorn.Config:
-    cap = effective_max_connections(limits.max_connections)
+                  loop: str = "auto", lifespan: Literal["on", "off"] = "on", reserved_fds: int = 0) -> uvicorn.Config:
+    cap = effective_max_connections(limits.max_connections, reserved_fds)
     if cap < limits.max_connections:
         log.info("max_connections %d lowered to %d to fit the open-file limit", limits.max_connections, cap)
     direct = app if isinstance(app, DirectApp) else None
     return uvicorn.Config(
         app, host=host, port=port, loop=loop, http=guarded_protocol(limits, cap, direct),
-        access_log=False, log_level=log_level, lifespan="on",
+        access_log=False, log_level=log_level, lifespan=lifespan,
+        ws="none",  # no WebSocket protocol at all: an upgrade is refused (GuardedProtocol)
         timeout_keep_alive=limits.keep_alive_s, timeout_graceful_shutdown=limits.graceful_shutdown_s,
         proxy_headers=False,  # the peer address gates /debug/*; no header may claim another
         ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,

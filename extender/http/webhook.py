@@ -27,6 +27,9 @@ log = logging.getLogger("flowsched.webhook")
 OPT_OUT = "flowsched.io/admission"  # annotation "skip": never gated (e.g. system pods)
 
 
+REVIEW_VERSIONS = frozenset({"admission.k8s.io/v1", "admission.k8s.io/v1beta1"})
+
+
 class ReviewError(ValueError):
     pass
 
@@ -49,8 +52,9 @@ def gate_patch(pod: Mapping[str, Any], gate: str, schedulers: Iterable[str]) -> 
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         return None  # its opt-out cannot be read: do not gate what may have opted out
-    if str(annotations.get(OPT_OUT, "")).lower() == "skip":
-        return None
+    opt_out = annotations.get(OPT_OUT, "")
+    if not isinstance(opt_out, str) or opt_out.lower() == "skip":
+        return None  # a value that is not text (the apiserver sends none) is read as an opt-out
     gates = spec.get("schedulingGates")
     if isinstance(gates, list):
         if any(isinstance(g, Mapping) and g.get("name") == gate for g in gates):
@@ -74,8 +78,11 @@ def review_response(review: Any, gate: str, schedulers: Iterable[str]) -> dict[s
         if patch is not None:
             resp["patchType"] = "JSONPatch"
             resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    return {"apiVersion": review.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
-            "response": resp}
+    # Echoed only as one of the versions the apiserver speaks: a client's nested value here made
+    # the reply's encoding fail (issue 33, finding 9: a 500).
+    version = review.get("apiVersion")
+    return {"apiVersion": version if isinstance(version, str) and version in REVIEW_VERSIONS else "admission.k8s.io/v1",
+            "kind": "AdmissionReview", "response": resp}
 
 
 def build_webhook_router(gate: str, schedulers: Iterable[str], max_body_bytes: int = 4 << 20) -> APIRouter:
@@ -91,7 +98,7 @@ def build_webhook_router(gate: str, schedulers: Iterable[str], max_body_bytes: i
         except BodyTooLarge:
             return Response(orjson.dumps({"error": f"body over {max_body_bytes} bytes"}), status_code=413,
                             media_type="application/json")
-        except (orjson.JSONDecodeError, ReviewError) as e:
+        except (orjson.JSONDecodeError, ReviewError, RecursionError) as e:  # nesting past Python's stack
             log.info("webhook: bad AdmissionReview: %s", e)
             return Response(orjson.dumps({"error": f"bad AdmissionReview: {e}"}), status_code=400,
                             media_type="application/json")

@@ -19,6 +19,19 @@ class WireError(ValueError):
     """The request does not have extender/v1's shape; the message names the field."""
 
 
+class WireTooLarge(WireError):
+    """More candidates or victims than kube-scheduler sends: answered 413, before any work."""
+
+
+# What kube-scheduler sends in names mode (nodeCacheCapable: true), with headroom: Kubernetes
+# supports 5,000 nodes, and the body limit is sized for 10,000 (docs/hardening.md). Preemption
+# offers max(100, 10%) of the nodes by default (500 at 5,000) with at most the kubelet's default
+# 110 pods each. Past these a call's work (385 ms for 180,000 victims, issue 33 finding 5) is
+# refused, not done.
+MAX_CANDIDATE_NODES = 10_000
+MAX_PREEMPT_VICTIMS = 60_000
+
+
 def _get_ci(obj: Mapping[str, Any], name: str) -> Any:
     if name in obj:
         return obj[name]
@@ -75,6 +88,8 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
     if names is not None:
         if not isinstance(names, list) or not _all_str(names):
             raise WireError("NodeNames: expected a list of strings")
+        if len(names) > MAX_CANDIDATE_NODES:
+            raise WireTooLarge(f"NodeNames: {len(names)} names, more than {MAX_CANDIDATE_NODES}")
         node_names = names
     elif nodes is not None:
         items = _require_object(nodes, "Nodes").get("items")
@@ -82,6 +97,8 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
             items = []
         if not isinstance(items, list):
             raise WireError("Nodes.items: expected a list")
+        if len(items) > MAX_CANDIDATE_NODES:
+            raise WireTooLarge(f"Nodes.items: {len(items)} nodes, more than {MAX_CANDIDATE_NODES}")
         for i, item in enumerate(items):
             meta = item.get("metadata") if isinstance(item, Mapping) else None
             if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
@@ -140,6 +157,12 @@ def parse_preemption_args(body: Any) -> PreemptionArgs:
     if src is None:
         return PreemptionArgs(pod=pod, victims={}, meta_form=True)
     src = _require_object(src, "NodeNameToVictims" if is_full else "NodeNameToMetaVictims")
+    if len(src) > MAX_CANDIDATE_NODES:
+        raise WireTooLarge(f"{len(src)} candidate nodes, more than {MAX_CANDIDATE_NODES}")
+    total = sum(len(pods) for v in src.values() if isinstance(v, Mapping)
+                and isinstance(pods := _get_ci(v, "Pods"), list))
+    if total > MAX_PREEMPT_VICTIMS:
+        raise WireTooLarge(f"{total} victims, more than {MAX_PREEMPT_VICTIMS}")
     victims = {str(node): _parse_victims(str(node), v, is_full) for node, v in src.items()}
     return PreemptionArgs(pod=pod, victims=victims, meta_form=not is_full)
 

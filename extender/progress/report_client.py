@@ -28,6 +28,8 @@ from typing import Any
 log = logging.getLogger("flowsched.report")
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# deploy/'s Service: the progress API listens on api_port (8889); 8888 serves kube-scheduler alone.
+IN_CLUSTER_URL = "http://flowsched.flowsched.svc:8889"
 
 
 def _read(path: Path) -> str | None:
@@ -39,7 +41,7 @@ def _read(path: Path) -> str | None:
 
 @dataclass
 class ReporterConfig:
-    url: str | None = None  # e.g. http://flowsched.flowsched-system:8888
+    url: str | None = None  # e.g. IN_CLUSTER_URL: the API port (api_port), not the verbs'
     job: str | None = None
     namespace: str | None = None
     token: str | None = None

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_ts REAL NOT NULL,
     PRIMARY KEY (namespace, job)
 );
+CREATE TABLE IF NOT EXISTS write_probe (id INTEGER PRIMARY KEY, ts REAL NOT NULL);
 """
 
 
@@ -56,6 +57,13 @@ class ProgressStoreSettings:
     max_points_per_job: int = 4000
     keep_recent_points: int = 1000  # never thinned
     max_idle_s: float = 7 * 86400.0  # prune() drops jobs with no point for this long
+    # Per-namespace quotas (admit()): one team's token filled 1,075 MiB in 30 s with new jobs and
+    # 64 long metric names per point (issue 33, finding 7). Bytes are the points' payload (metrics,
+    # pod and job names, ~40 bytes of numbers); the file takes about twice that with its index.
+    max_jobs_per_namespace: int = 1000
+    max_points_per_namespace: int = 1_000_000
+    max_bytes_per_namespace: int = 256 * 1024 * 1024
+    max_metric_names_per_namespace: int = 64  # distinct side-metric names since the process started
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,30 @@ class StoreError(Exception):
     """The store cannot be opened; the message names the file and the cause."""
 
 
+class QuotaExceeded(Exception):
+    """A namespace's quota would be passed: the API answers 429 with Retry-After."""
+
+    def __init__(self, namespace: str, what: str, limit: int) -> None:
+        super().__init__(f"namespace {namespace}: over its quota of {limit} {what}")
+        self.what, self.limit = what, limit
+
+
+ROW_OVERHEAD_BYTES = 40  # step, value, ts, ids: what a point costs beyond its text
+
+
+def _point_bytes(job: str, p: ProgressPoint, metrics: bytes | None) -> int:
+    return ROW_OVERHEAD_BYTES + len(job) + len(p.pod or "") + (len(metrics) if metrics else 0)
+
+
+@dataclass
+class _Usage:
+    """One namespace's share of the store, loaded from the file on first use."""
+
+    jobs: set[str]
+    points: int
+    bytes: int
+
+
 MEMORY = ":memory:"
 
 
@@ -121,6 +153,9 @@ class ProgressStore:
         self.reopened = 0  # times the file was found deleted or replaced and opened afresh
         self.last_error: str | None = None
         self._lock = threading.Lock()
+        self.write_error: str | None = None  # the last write probe's failure (probe_write)
+        self._usage: dict[str, _Usage] = {}  # namespace -> its usage, dropped when rows are deleted
+        self._metric_names: dict[str, set[str]] = {}  # namespace -> side-metric names seen
         if not self.durable:
             log.warning("progress store in memory (%s): progress is lost on every restart", MEMORY)
         self._db, self._file = self._open()
@@ -136,6 +171,9 @@ class ProgressStore:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            # Written, not only opened: a read-only file (or one whose -wal/-shm exist but cannot
+            # be written) opens and reads fine, then fails every point (finding 8).
+            _probe(db)
         except (OSError, sqlite3.Error) as e:
             if db is not None:
                 db.close()
@@ -161,12 +199,61 @@ class ProgressStore:
         self.reopened += 1
         self.last_error = None
 
+    def probe_write(self) -> bool:
+        """A real write (one row, committed): what /readyz reports, since a full disk or a file
+        made read-only after start-up fails only writes. Run periodically off the event loop."""
+        with self._lock:
+            try:
+                self._ensure_file()
+                _probe(self._db)
+            except sqlite3.Error as e:
+                if self.write_error is None:
+                    log.error("progress store %s cannot be written: %s", self._settings.path, e)
+                self.write_error = str(e)
+                return False
+        if self.write_error is not None:
+            log.warning("progress store %s can be written again", self._settings.path)
+        self.write_error = None
+        return True
+
+    def admit(self, namespace: str, job: str, points: Iterable[ProgressPoint]) -> None:
+        """Raises QuotaExceeded if storing `points` would pass a quota of `namespace`. Checked
+        before add_points (two concurrent writers may overshoot by one request each)."""
+        s = self._settings
+        pts = list(points)
+        size = sum(_point_bytes(job, p, orjson.dumps(dict(p.metrics)) if p.metrics else None) for p in pts)
+        names = {n for p in pts if p.metrics for n in p.metrics}
+        with self._lock:
+            usage = self._usage_of(namespace)
+            seen = self._metric_names.setdefault(namespace, set())
+            if job not in usage.jobs and len(usage.jobs) >= s.max_jobs_per_namespace:
+                raise QuotaExceeded(namespace, "jobs", s.max_jobs_per_namespace)
+            if usage.points + len(pts) > s.max_points_per_namespace:
+                raise QuotaExceeded(namespace, "points", s.max_points_per_namespace)
+            if usage.bytes + size > s.max_bytes_per_namespace:
+                raise QuotaExceeded(namespace, "bytes", s.max_bytes_per_namespace)
+            if len(seen | names) > s.max_metric_names_per_namespace:
+                raise QuotaExceeded(namespace, "metric names", s.max_metric_names_per_namespace)
+
+    def _usage_of(self, namespace: str) -> _Usage:
+        """(With the lock held.) The namespace's usage, from the file when not known."""
+        usage = self._usage.get(namespace)
+        if usage is None:
+            rows = self._db.execute(
+                "SELECT job, count(*), sum(coalesce(length(metrics), 0) + coalesce(length(pod), 0) + length(job)) "
+                "FROM points WHERE namespace=? GROUP BY job", (namespace,)).fetchall()
+            usage = _Usage(jobs={r[0] for r in rows}, points=sum(int(r[1]) for r in rows),
+                           bytes=sum(int(r[2] or 0) + ROW_OVERHEAD_BYTES * int(r[1]) for r in rows))
+            self._usage[namespace] = usage
+        return usage
+
     def health(self) -> dict[str, object]:
-        """For /readyz: ok is False when points cannot be stored durably now."""
+        """For /readyz: ok is False when points cannot be stored durably now (the last write
+        probe failed, or the file is gone and cannot be opened again)."""
         with self._lock:
             with contextlib.suppress(sqlite3.Error):
                 self._ensure_file()
-            ok = self.last_error is None
+            ok = self.last_error is None and self.write_error is None
         return {"ok": ok, "durable": self.durable, "reopened": self.reopened,
                 **({"error": "progress store cannot be written (see the log)"} if not ok else {})}
 
@@ -178,13 +265,17 @@ class ProgressStore:
         higher_is_better None keeps what the job said before (False for a new job).
         Non-finite values or timestamps are skipped and logged (the API rejects them first)."""
         rows = []
-        skipped = 0
+        skipped = size = 0
+        names: set[str] = set()
         for p in points:
             if not (math.isfinite(p.value) and math.isfinite(p.timestamp)):
                 skipped += 1
                 continue
             metrics = orjson.dumps(dict(p.metrics)) if p.metrics else None
             rows.append((namespace, job, int(p.step), float(p.value), float(p.timestamp), p.pod, metrics))
+            size += _point_bytes(job, p, metrics)
+            if p.metrics:
+                names.update(p.metrics)
         if skipped:
             log.warning("progress store: skipped %d non-finite points for %s/%s", skipped, namespace, job)
         if not rows:
@@ -207,7 +298,7 @@ class ProgressStore:
                     "first_ts=min(first_ts, excluded.first_ts), last_ts=max(last_ts, excluded.last_ts)",
                     (namespace, job, hib, first_ts, last_ts, hib),
                 )
-                self._thin(namespace, job)
+                thinned = self._thin(namespace, job)
                 self._db.execute("COMMIT")
             except BaseException:
                 # SQLite may have rolled back already (e.g. on a full disk); a second ROLLBACK
@@ -215,17 +306,28 @@ class ProgressStore:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+            usage = self._usage.get(namespace)
+            if thinned:
+                self._usage.pop(namespace, None)  # recounted from the file on the next admit
+            elif usage is not None:
+                usage.jobs.add(job)
+                usage.points += len(rows)
+                usage.bytes += size
+            if names:
+                self._metric_names.setdefault(namespace, set()).update(names)
         return len(rows)
 
-    def _thin(self, namespace: str, job: str) -> None:
-        """Halve the density of the points older than the recent ones, while over the cap."""
+    def _thin(self, namespace: str, job: str) -> bool:
+        """Halve the density of the points older than the recent ones, while over the cap;
+        True when points were deleted."""
         s = self._settings
+        thinned = False
         while True:
             (count,) = self._db.execute(
                 "SELECT count(*) FROM points WHERE namespace=? AND job=?", (namespace, job)
             ).fetchone()
             if count <= s.max_points_per_job:
-                return
+                return thinned
             (boundary,) = self._db.execute(
                 "SELECT id FROM points WHERE namespace=? AND job=? ORDER BY id DESC LIMIT 1 OFFSET ?",
                 (namespace, job, s.keep_recent_points - 1),
@@ -237,7 +339,8 @@ class ProgressStore:
                 (namespace, job, boundary),
             ).rowcount
             if deleted == 0:
-                return
+                return thinned
+            thinned = True
 
     def history(self, namespace: str, job: str) -> JobHistory | None:
         with self._lock:
@@ -288,6 +391,7 @@ class ProgressStore:
             self._db.execute("DELETE FROM points WHERE namespace=? AND job=?", (namespace, job))
             gone = self._db.execute("DELETE FROM jobs WHERE namespace=? AND job=?", (namespace, job)).rowcount
             self._db.execute("COMMIT")
+            self._usage.pop(namespace, None)
         return gone > 0
 
     @property
@@ -308,3 +412,15 @@ class ProgressStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _probe(db: sqlite3.Connection) -> None:
+    """One committed write to a one-row table: raises sqlite3.Error when the file cannot be written."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("INSERT OR REPLACE INTO write_probe(id, ts) VALUES (1, julianday('now'))")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise

@@ -31,18 +31,27 @@ class FlowschedService:
         self.workdir = workdir
         self.kubeconfig = kubeconfig
         self.extra_args = extra_args or []
-        self.port = free_port()
+        self.port = free_port()  # the verbs (kube-scheduler's)
+        self.api_port = free_port()  # progress API, webhook, /metrics, UI, debug (DESIGN.md §12)
         self.proc: ManagedProcess | None = None
         self.http = httpx.Client(base_url=self.url, timeout=5)
+        self.verbs_http = httpx.Client(base_url=self.verbs_url, timeout=5)  # as kube-scheduler calls
 
     @property
     def url(self) -> str:
+        """The API listener: what the tests call (debug, progress, webhook, /metrics)."""
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def verbs_url(self) -> str:
+        """The verbs' listener: what kube-scheduler's configuration names."""
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, ready_timeout_s: float = 60.0, wait_ready: bool = True) -> None:
         """Start and wait for /readyz (or only /healthz, for a start without a reachable API)."""
         install_exit_hooks()
         argv = [*flowsched_argv(), "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                "--api-port", str(self.api_port),
                 "--kubeconfig", str(self.kubeconfig), "--debug-telemetry-injection", *self.extra_args]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.repo), env.get("PYTHONPATH")]))
@@ -73,6 +82,7 @@ class FlowschedService:
     def close(self) -> None:
         self.stop()
         self.http.close()
+        self.verbs_http.close()
 
     # ---- debug endpoints ----
     def snapshot(self) -> dict[str, Any]:

@@ -35,9 +35,9 @@ def test_starts_and_answers_without_the_apiserver_then_catches_up(
     def while_the_apiserver_is_down() -> None:
         svc.start(ready_timeout_s=30, wait_ready=False)
         seen["readyz"] = svc.http.get("/readyz").status_code
-        r = svc.http.post("/filter", json=_filter_body())
+        r = svc.verbs_http.post("/filter", json=_filter_body())
         seen["filter"] = (r.status_code, r.json())
-        r = svc.http.post("/prioritize", json=_filter_body())
+        r = svc.verbs_http.post("/prioritize", json=_filter_body())
         seen["prioritize"] = (r.status_code, r.json())
 
     try:

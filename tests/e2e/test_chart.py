@@ -67,7 +67,7 @@ def test_values_change_what_they_say() -> None:
     dep = got[("Deployment", "gpu-sched", "fs")]["spec"]["template"]["spec"]
     (c,) = dep["containers"]
     assert c["image"] == "ghcr.io/flowsched/flowsched:9.9.9"
-    assert c["args"] == ["serve", "--port", "8888", "--controllers", "migrator,elastic", "--act"]
+    assert c["args"] == ["serve", "--port", "8888", "--api-port", "8889", "--controllers", "migrator,elastic", "--act"]
     # The control loops' Lease follows the release namespace (the setting defaults to flowsched).
     assert {"name": "FLOWSCHED_CONTROL__LEASE_NAMESPACE", "value": "gpu-sched"} in c["env"]
     assert {"name": "data", "persistentVolumeClaim": {"claimName": "fs-data"}} in dep["volumes"]
@@ -88,6 +88,10 @@ def test_values_change_what_they_say() -> None:
     sched_pod = got[("Deployment", "gpu-sched", "fs-scheduler")]["spec"]["template"]["metadata"]["labels"]
     peers = netpol["spec"]["ingress"][0]["from"]
     assert peers[0]["podSelector"]["matchLabels"].items() <= sched_pod.items()
+    # The verbs' port admits the scheduler alone; tenants reach only the API port (DESIGN.md §12).
+    assert len(peers) == 1 and netpol["spec"]["ingress"][0]["ports"] == [{"port": "verbs", "protocol": "TCP"}]
+    assert netpol["spec"]["ingress"][1]["ports"] == [{"port": "api", "protocol": "TCP"}]
+    assert mon["spec"]["endpoints"][0]["port"] == "api"
 
 
 def test_scheduler_off_renders_no_scheduler() -> None:

@@ -42,8 +42,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.prometheus]
 PROFILE = "flowsched-ha"
 
 
-def haproxy_config(port: int, backends: list[int]) -> str:
+def haproxy_config(port: int, backends: list[int], api_port: int, api_backends: list[int]) -> str:
+    """One balancer per listener (DESIGN.md §12): the verbs' port and the API's."""
     servers = "\n".join(f"  server r{i} 127.0.0.1:{p} check" for i, p in enumerate(backends))
+    api_servers = "\n".join(f"  server r{i} 127.0.0.1:{p} check" for i, p in enumerate(api_backends))
     return f"""global
   maxconn 2000
 defaults
@@ -61,6 +63,12 @@ listen extender
   option httpchk GET /healthz
   default-server inter 250ms fall 1 rise 2
 {servers}
+listen api
+  bind 127.0.0.1:{api_port}
+  balance roundrobin
+  option httpchk GET /healthz
+  default-server inter 250ms fall 1 rise 2
+{api_servers}
 """
 
 
@@ -90,8 +98,9 @@ def ha(control_plane: ControlPlane, deploy_rbac: None, tmp_path: Path
             d.mkdir()
             services.append(FlowschedService(d, control_plane.kubeconfigs["flowsched"],
                                              extra_args=["--config", str(path)]))
-        port = free_port()
-        (tmp_path / "haproxy.cfg").write_text(haproxy_config(port, [s.port for s in services]))
+        port, api_port = free_port(), free_port()
+        (tmp_path / "haproxy.cfg").write_text(haproxy_config(port, [s.port for s in services],
+                                                             api_port, [s.api_port for s in services]))
         lb = ManagedProcess("haproxy", [binary, "-db", "-f", str(tmp_path / "haproxy.cfg")], tmp_path / "haproxy.log")
         sched_cfg = yaml.safe_load(scheduler_config_for_tests(f"http://127.0.0.1:{port}",
                                                               control_plane.kubeconfigs["scheduler"]))
@@ -108,7 +117,8 @@ def ha(control_plane: ControlPlane, deploy_rbac: None, tmp_path: Path
             sched.start()
             wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200, 20,
                        what="HAProxy up")
-            yield prom, services, f"http://127.0.0.1:{port}", token, str(tmp_path / "kube-scheduler.log")
+            yield (prom, services, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{api_port}", token,
+                   str(tmp_path / "kube-scheduler.log"))
         finally:
             sched.stop()
             lb.stop()
@@ -125,9 +135,9 @@ def leader_of(services: list[FlowschedService]) -> list[FlowschedService]:
     return out
 
 
-def test_kill_the_lease_holder(ha: tuple[PrometheusServer, list[FlowschedService], str, str, str],
+def test_kill_the_lease_holder(ha: tuple[PrometheusServer, list[FlowschedService], str, str, str, str],
                                kube: Kube, emulator: KubeletEmulator, scenario: Scenario) -> None:
-    prom, services, lb_url, token, sched_log = ha
+    prom, services, lb_url, api_lb_url, token, sched_log = ha
     s = scenario
     s.add_nodes("gpu-ha-1", "gpu-ha-2", gpus=64)
     wait_until(lambda: len(leader_of(services)) == 1, 20, what="one replica holding the Lease")
@@ -141,7 +151,7 @@ def test_kill_the_lease_holder(ha: tuple[PrometheusServer, list[FlowschedService
 
     def post() -> None:
         step = 0
-        with httpx.Client(base_url=lb_url, timeout=5,
+        with httpx.Client(base_url=api_lb_url, timeout=5,
                           headers={"Authorization": f"Bearer {token}"}) as c:
             while not stop.is_set():
                 step += 1

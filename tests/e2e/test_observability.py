@@ -88,7 +88,7 @@ def observed(control_plane: ControlPlane, deploy_rbac: None, kube: Kube, emulato
     exporters = {n: DcgmExporterEmulator(n, gpus=g).serve() for n, g in WATCHED.items()}
     svc = FlowschedService(work, control_plane.kubeconfigs["flowsched"])  # its port is known from here on
     prom = PrometheusServer(prometheus_binary(), work / "prom", [(em.address, {}) for em in exporters.values()],
-                            other_jobs={"flowsched": [(f"127.0.0.1:{svc.port}", {})]})
+                            other_jobs={"flowsched": [(f"127.0.0.1:{svc.api_port}", {})]})
     cfg = work / "flowsched.yaml"
     cfg.write_text(yaml.safe_dump({
         "progress_auth": "static", "static_tokens_file": str(work / "tokens"),
@@ -109,12 +109,12 @@ def observed(control_plane: ControlPlane, deploy_rbac: None, kube: Kube, emulato
     try:
         prom.start()
         svc.start()
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
         s = Scenario(kube, emulator, svc)
         util = _populate(s, exporters, token)
         yield Observed(svc, prom, exporters, s, token, util)
     finally:
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
         if s is not None:
             s.cleanup()
         svc.close()
@@ -145,7 +145,7 @@ def _populate(s: Scenario, exporters: dict[str, DcgmExporterEmulator], token: st
         assert r.status_code == 200 and r.json()["accepted"] == len(points), r.text
     s.create_pod("big-0", gpus=4, labels={JOB_LABEL: "big"})  # fits nowhere: it waits
     # One malformed call, as a broken client would send: the rejected-requests panel has data.
-    assert s.flowsched.http.post("/filter", content=b"{not json").status_code == 400
+    assert s.flowsched.verbs_http.post("/filter", content=b"{not json").status_code == 400
     util = {"obs-a": [41.0] * 2 + [0.0] * 2, "obs-b": [97.0] * 4, "obs-c": [0.0, 12.0]}
     s.wait_snapshot(lambda snap: all(snap["nodes"].get(n, {}).get("gpu_util", [])[:len(u)] == u
                                      for n, u in util.items())

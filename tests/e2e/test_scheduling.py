@@ -41,7 +41,7 @@ def _pin_cpu_hog(s: Scenario, node: str, cpu: str = "16") -> None:
 def _flowsched_scores(s: Scenario, pod_name: str, nodes: list[str]) -> dict[str, int]:
     """Ask flowsched's /prioritize directly, with the body kube-scheduler sends in names mode."""
     body = {"Pod": s.pod(pod_name), "Nodes": None, "NodeNames": nodes}
-    r = s.flowsched.http.post("/prioritize", json=body)
+    r = s.flowsched.verbs_http.post("/prioritize", json=body)
     r.raise_for_status()
     return {h["Host"]: int(h["Score"]) for h in r.json()}
 

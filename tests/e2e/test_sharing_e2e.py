@@ -71,10 +71,10 @@ def sharing_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsched:
     svc.start()
     sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
     try:
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
         yield svc
     finally:
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
         svc.close()
 
 
@@ -147,7 +147,7 @@ def test_shared_pod_goes_where_the_physical_gpus_are_idle_in_fact(sscenario: Sce
 
     s.create_pod("shared-0", gpus=1)
     bound = s.wait_bound("shared-0")
-    r = s.flowsched.http.post("/prioritize", json={"Pod": s.pod("shared-0"), "Nodes": None,
+    r = s.flowsched.verbs_http.post("/prioritize", json={"Pod": s.pod("shared-0"), "Nodes": None,
                                                    "NodeNames": [TS_A, TS_B]})
     scores = {h["Host"]: h["Score"] for h in r.json()}
     assert bound == TS_B, f"bound to {bound}; flowsched scores {scores}"

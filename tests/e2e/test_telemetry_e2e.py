@@ -63,11 +63,11 @@ def telemetry_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsche
     svc.start()
     sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
     try:
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
         yield svc
     finally:
         # Give the session's flowsched its scheduler back before anything else runs.
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
         svc.close()
 
 
@@ -110,7 +110,7 @@ def test_pod_goes_to_the_node_whose_gpus_telemetry_shows_idle(tscenario: Scenari
 
     s.create_pod("train-0", gpus=1)
     bound = s.wait_bound("train-0")
-    r = s.flowsched.http.post("/prioritize", json={"Pod": s.pod("train-0"), "Nodes": None,
+    r = s.flowsched.verbs_http.post("/prioritize", json={"Pod": s.pod("train-0"), "Nodes": None,
                                                    "NodeNames": [BUSY, IDLE]})
     scores = {h["Host"]: h["Score"] for h in r.json()}
     assert bound == IDLE, f"bound to {bound}; flowsched scores {scores}"

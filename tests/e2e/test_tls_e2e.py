@@ -55,11 +55,18 @@ class TlsFlowsched(FlowschedService):
     def __init__(self, workdir: Path, kubeconfig: Path, ca_file: Path, extra_args: list[str]) -> None:
         super().__init__(workdir, kubeconfig, extra_args)
         self.http.close()
+        self.verbs_http.close()
         self.http = httpx.Client(base_url=self.url, timeout=5,
                                  verify=ssl.create_default_context(cafile=str(ca_file)))
+        self.verbs_http = httpx.Client(base_url=self.verbs_url, timeout=5,
+                                       verify=ssl.create_default_context(cafile=str(ca_file)))
 
     @property
     def url(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def verbs_url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
     def verb_calls(self, verb: str) -> float:
@@ -126,7 +133,8 @@ def test_kube_scheduler_calls_flowsched_over_https_with_ca_verification(
     tls_flowsched.inject_telemetry("gpu-tls-hot", SATURATED, FB)  # flowsched's filter rejects it
     tls_flowsched.inject_telemetry("gpu-tls-idle", IDLE, FB)
     before = tls_flowsched.verb_calls("filter")
-    sched = start_scheduler(control_plane, "kube-scheduler-tls", PROFILE, tls_flowsched.url, control_plane.ca_file)
+    sched = start_scheduler(control_plane, "kube-scheduler-tls", PROFILE, tls_flowsched.verbs_url,
+                            control_plane.ca_file)
     try:
         for i in range(3):
             s.create_pod(f"tls-{i}", gpus=1, scheduler=PROFILE)
@@ -143,7 +151,8 @@ def test_kube_scheduler_calls_flowsched_over_https_with_ca_verification(
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
              "-days", "1", "-subj", "/CN=not-the-cluster-ca", cwd=other)
     before = tls_flowsched.verb_calls("filter")
-    wrong = start_scheduler(control_plane, "kube-scheduler-wrong-ca", PROFILE, tls_flowsched.url, other / "ca.crt")
+    wrong = start_scheduler(control_plane, "kube-scheduler-wrong-ca", PROFILE, tls_flowsched.verbs_url,
+                            other / "ca.crt")
     try:
         s.create_pod("tls-wrong-ca", gpus=1, scheduler=PROFILE)
         s.wait_bound("tls-wrong-ca", timeout_s=30)  # ignorable: kube-scheduler goes on without flowsched

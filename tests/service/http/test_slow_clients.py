@@ -164,8 +164,8 @@ def test_the_cap_is_lowered_to_fit_the_open_file_limit() -> None:
 
 # ---- `flowsched serve` as a process ----
 
-def _serve(tmp_path: Path, port: int, env_extra: dict[str, str], nofile: int | None = None
-           ) -> tuple[subprocess.Popen[bytes], Path]:
+def _serve(tmp_path: Path, port: int, env_extra: dict[str, str], nofile: int | None = None,
+           api_port: int | None = None) -> tuple[subprocess.Popen[bytes], Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
     env.update({"FLOWSCHED_PROGRESS_DB": str(tmp_path / "p.sqlite"), **env_extra})
     log = tmp_path / "serve.log"
@@ -175,7 +175,8 @@ def _serve(tmp_path: Path, port: int, env_extra: dict[str, str], nofile: int | N
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
     argv = [sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())",
-            "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port)]
+            "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port),
+            "--api-port", str(api_port or free_port())]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=limit)
     deadline = time.monotonic() + 60
@@ -209,16 +210,21 @@ def test_sigterm_with_an_incomplete_body_exits_within_the_shutdown_bound(tmp_pat
 
 
 def test_1100_idle_connections_under_a_1024_file_limit_leave_normal_requests_served(tmp_path: Path) -> None:
-    port = free_port()
-    proc, log = _serve(tmp_path, port, {}, nofile=1024)
+    """Tenants' idle connections land on the API port (issue 33): the verbs keep their own
+    files (verbs_max_connections, set aside first), and the API port still serves newcomers."""
+    port, api_port = free_port(), free_port()
+    proc, log = _serve(tmp_path, port, {}, nofile=1024, api_port=api_port)
     idle: list[socket.socket] = []
     try:
         for _ in range(1100):
-            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            idle.append(socket.create_connection(("127.0.0.1", api_port), timeout=10))
         codes = []
-        for _ in range(100):
+        for i in range(100):
             try:
-                codes.append(httpx.post(f"http://127.0.0.1:{port}/filter", content=FILTER, timeout=10).status_code)
+                if i % 2:
+                    codes.append(httpx.post(f"http://127.0.0.1:{port}/filter", content=FILTER, timeout=10).status_code)
+                else:
+                    codes.append(httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code)
             except httpx.HTTPError as e:
                 codes.append(repr(e))  # type: ignore[arg-type]
         assert codes == [200] * 100, codes
@@ -228,8 +234,9 @@ def test_1100_idle_connections_under_a_1024_file_limit_leave_normal_requests_ser
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     text = log.read_text()
-    assert "lowered to 896 to fit the open-file limit" in text
-    assert "connection cap 896 reached" in text
+    # 1,024 files - 128 kept free - 128 set aside for the verbs' own cap
+    assert "lowered to 768 to fit the open-file limit" in text
+    assert "connection cap 768 reached" in text
 
 
 class _RecordingTransport:

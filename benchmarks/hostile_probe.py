@@ -1,0 +1,311 @@
+"""Issue 33's hostile probes, re-run against `flowsched serve` (loopback, bounded loops).
+
+    python -m benchmarks.hostile_probe [--seconds 8] [--only ws,headers,...]
+
+Starts `flowsched serve --no-kube` (static progress tokens, a temporary store) with the verbs on
+one port and the API on another, then for each attack: a round of /prioritize calls on the
+verbs' port with nothing else going on (one kept-alive connection, like kube-scheduler), and a
+round with the attack running in another process against the API port. Prints p50/p99/max of
+the verbs and their failures in each round, the p99 ratio, the server's peak RSS and what the
+attack itself saw. Attacks (finding numbers of issue 33):
+
+  ws        1: 1,100 one-packet `Upgrade: websocket` connections, held open
+  headers   2: 8 connections sending endless header lines
+  pipeline  3: one client pipelining GET /metrics and never reading
+  slowbody  4: 64 connections, headers and one body byte each, plus 64 pipelined unread requests
+  jobs      13: 16 readers looping on GET /v1/jobs of a 4,000-point job
+  quota     7: one token posting 64 long metric names per point, a new job every batch
+
+Attackers run in a child process so that their Python does not share the measuring client's GIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+TOKEN = "probe-token"
+NAMES = [f"node-{i:04d}" for i in range(200)]
+PRIORITIZE = orjson.dumps({"Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "u"},
+                                   "spec": {"containers": [{"name": "c", "resources": {
+                                       "requests": {"nvidia.com/gpu": "1"}}}]}},
+                           "NodeNames": NAMES})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# ---- attacks (each runs until `stop` is set, in a child process) ----
+
+def attack_ws(port: int, stop: Any, out: Any) -> None:
+    held, answered = [], 0
+    req = (b"POST /v1/progress HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    for _ in range(1100):
+        if stop.is_set():
+            break
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(req)
+            held.append(s)
+        except OSError:
+            pass
+    for s in held:
+        try:
+            s.settimeout(0.5)
+            if s.recv(64).startswith(b"HTTP/1.1 400"):
+                answered += 1
+        except OSError:
+            pass
+    out.put({"connections": len(held), "refused_with_400": answered})
+    stop.wait()
+    for s in held:
+        s.close()
+
+
+def attack_headers(port: int, stop: Any, out: Any) -> None:
+    sent, cut = 0, 0
+
+    def one() -> None:
+        nonlocal sent, cut
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                    while not stop.is_set():
+                        s.sendall(b"X-A: " + b"b" * 60 + b"\r\n" * 1 + b"X-B: c\r\n" * 64)
+                        sent += 600
+            except OSError:
+                cut += 1
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    out.put({"bytes_sent": sent, "connections_cut": cut})
+
+
+def attack_pipeline(port: int, stop: Any, out: Any) -> None:
+    sent = 0
+    req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 64
+    try:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", port))
+            s.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    sent += s.send(req[sent % len(req):])
+    except OSError:
+        pass
+    out.put({"bytes_sent": sent})
+
+
+def attack_slowbody(port: int, stop: Any, out: Any) -> None:
+    held = []
+    for _ in range(64):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"POST /v1/progress HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            held.append(s)
+            p = socket.create_connection(("127.0.0.1", port), timeout=2)
+            p.sendall(b"POST /webhook/gate HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" * 64)
+            held.append(p)
+        except OSError:
+            pass
+    codes: dict[int, int] = {}
+    for _ in range(50):  # what another tenant (another address) gets meanwhile
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2, source_address=("127.0.0.2", 0))
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+            c.close()
+        except OSError:
+            codes[0] = codes.get(0, 0) + 1
+    out.put({"held": len(held), "other_tenant": codes})
+    stop.wait()
+    for s in held:
+        s.close()
+
+
+def attack_jobs(port: int, stop: Any, out: Any) -> None:
+    calls = 0
+
+    def one() -> None:
+        nonlocal calls
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        while not stop.is_set():
+            try:
+                c.request("GET", "/v1/jobs/team-a/big", headers={"Authorization": f"Bearer {TOKEN}"})
+                c.getresponse().read()
+                calls += 1
+            except OSError:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(16)]
+    for t in threads:
+        t.start()
+    stop.wait()
+    out.put({"job_reads": calls})
+
+
+def attack_quota(port: int, stop: Any, out: Any) -> None:
+    codes: dict[int, int] = {}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    metrics = {("m" * 120) + f"{i:03d}": 1.0 for i in range(64)}
+    n = 0
+    while not stop.is_set():
+        n += 1
+        body = orjson.dumps({"namespace": "team-a", "job": f"flood-{n}",
+                             "points": [{"step": i, "loss": 1.0, "metrics": metrics} for i in range(100)]})
+        try:
+            c.request("POST", "/v1/progress", body=body,
+                      headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+        except OSError:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    out.put({"answers": codes})
+
+
+ATTACKS = {"ws": attack_ws, "headers": attack_headers, "pipeline": attack_pipeline,
+           "slowbody": attack_slowbody, "jobs": attack_jobs, "quota": attack_quota}
+
+
+# ---- measuring ----
+
+def verb_round(port: int, seconds: float) -> tuple[np.ndarray, int]:
+    """prioritize calls on one kept-alive connection for `seconds`: latencies (ms), failures."""
+    lat: list[float] = []
+    failed = 0
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        try:
+            c.request("POST", "/prioritize", body=PRIORITIZE, headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            if r.status != 200:
+                failed += 1
+        except OSError:
+            failed += 1
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            continue
+        lat.append((time.perf_counter() - t) * 1000)
+    return np.array(lat), failed
+
+
+def seed_big_job(api_port: int) -> None:
+    c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=30)
+    now = time.time()
+    for b in range(4):
+        pts = [{"step": b * 1000 + i, "loss": 1.0 / (1 + b * 1000 + i), "timestamp": now - 4000 + b * 1000 + i}
+               for i in range(1000)]
+        c.request("POST", "/v1/progress", body=orjson.dumps({"namespace": "team-a", "job": "big", "points": pts}),
+                  headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        c.getresponse().read()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--only", default=",".join(ATTACKS))
+    ns = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))
+    (work / "tokens").write_text(f"{TOKEN} team-a\n")
+    port, api_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
+    env.update({"FLOWSCHED_PROGRESS_DB": str(work / "p.sqlite"), "FLOWSCHED_PROGRESS_AUTH": "static",
+                "FLOWSCHED_STATIC_TOKENS_FILE": str(work / "tokens"), "FLOWSCHED_LOG_LEVEL": "warning"})
+    log = (work / "serve.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())",
+                             "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port),
+                             "--api-port", str(api_port)], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=1)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "flowsched serve did not come up"
+            time.sleep(0.2)
+        seed_big_job(api_port)
+        verb_round(port, 1.0)  # warm up
+        print(f"load average {os.getloadavg()[0]:.1f}; {len(NAMES)} names per /prioritize; "
+              f"{ns.seconds:.0f} s per round; server RSS {rss_mib(proc.pid):.0f} MiB")
+        for name in ns.only.split(","):
+            idle, idle_failed = verb_round(port, ns.seconds)
+            ctx = mp.get_context("fork")
+            stop, out = ctx.Event(), ctx.Queue()
+            child = ctx.Process(target=ATTACKS[name], args=(api_port, stop, out), daemon=True)
+            child.start()
+            peak = [rss_mib(proc.pid)]
+            watching = threading.Event()
+
+            def watch(peak: list[float] = peak, watching: threading.Event = watching) -> None:
+                while not watching.wait(0.2):
+                    peak[0] = max(peak[0], rss_mib(proc.pid))
+
+            w = threading.Thread(target=watch, daemon=True)
+            w.start()
+            time.sleep(1.0)  # the attack under way
+            busy, busy_failed = verb_round(port, ns.seconds)
+            stop.set()
+            try:
+                seen = out.get(timeout=30)
+            except Exception:
+                seen = {}
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+            watching.set()
+            w.join()
+            print(f"{name}: attack saw {seen}; server peak RSS {peak[0]:.0f} MiB")
+            for label, lat, failed in (("idle", idle, idle_failed), (name, busy, busy_failed)):
+                print(f"  {label:9s} calls={lat.size:6d} failed={failed} p50={np.percentile(lat, 50):7.2f} ms "
+                      f"p99={np.percentile(lat, 99):7.2f} ms max={lat.max():8.2f} ms")
+            print(f"  p99 ratio ({name} / idle) = {np.percentile(busy, 99) / np.percentile(idle, 99):.2f}")
+            time.sleep(1.0)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+    print(f"server log: {work / 'serve.log'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
