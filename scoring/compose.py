@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from scoring.actions import ControlAction, Evict, Preempt, Scale
+from scoring.actions import AddPs, Consolidate, ControlAction, Evict, GiveCpu, MoveReplica, Preempt, Scale
 from scoring.idle import IdleMemory
 from scoring.world import JobState, PendingPod, World
 
@@ -40,6 +40,7 @@ class Memory:
     evicted: Mapping[str, Acted] = field(default_factory=dict)  # job -> its latest eviction
     idle: IdleMemory = field(default_factory=IdleMemory)  # the idle loop's idle times, reports, warnings
     resize_reported: Mapping[str, str] = field(default_factory=dict)  # pod uid -> pending reason told
+    remedied: Mapping[str, float] = field(default_factory=dict)  # job -> when its remedy was last told
 
     def note(self, action: ControlAction, now: float) -> Memory:
         """The memory once `action` was carried out (or would have been, in a dry run)."""
@@ -48,14 +49,18 @@ class Memory:
                                                                           per_pod=max(1, action.per_pod))})
         if isinstance(action, Evict | Preempt):
             return replace(self, evicted={**self.evicted, action.job: Acted(now, count=action.count)})
+        if isinstance(action, GiveCpu | Consolidate | AddPs | MoveReplica):
+            return replace(self, remedied={**self.remedied, action.job: now})
         return self
 
     def forget(self, now: float, hold_s: float) -> Memory:
         keep = max(hold_s, REMEMBER_S)
-        if all(now - a.at <= keep for book in (self.scaled, self.evicted) for a in book.values()):
+        if all(now - a.at <= keep for book in (self.scaled, self.evicted) for a in book.values()) \
+                and all(now - at <= hold_s for at in self.remedied.values()):
             return self
         return replace(self, scaled={k: a for k, a in self.scaled.items() if now - a.at <= keep},
-                       evicted={k: a for k, a in self.evicted.items() if now - a.at <= keep})
+                       evicted={k: a for k, a in self.evicted.items() if now - a.at <= keep},
+                       remedied={k: at for k, at in self.remedied.items() if now - at <= hold_s})
 
     def applied(self, world: World) -> World:
         """The World with the notes on it."""

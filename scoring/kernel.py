@@ -30,6 +30,7 @@ spent and notes taken exactly as if the actions were carried out, and nothing is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -94,7 +95,10 @@ def plan_loop(loop: str, world: World, settings: CoreSettings, memory: Memory, b
                     replace(memory, idle=ip.memory), dict(ip.refused),
                     {**ip.describe(world.now), "waiting_gpu_pods": world.gpu_pods_waiting}, ip)
     if loop == "remedies":
-        rem = plan_remedies(world, settings.bottleneck, settings.safety)
+        # A remedy is a recommendation to a person: told once per hold_s while the diagnosis holds,
+        # not every diagnosis interval.
+        rem = tuple(a for a in plan_remedies(world, settings.bottleneck, settings.safety)
+                    if world.now - memory.remedied.get(a.job, -math.inf) >= settings.safety.hold_s)
         return Plan(loop, rem, memory, {}, {"at": world.now, "remedies": [a.reason for a in rem]}, rem)
     raise ValueError(f"unknown control loop {loop!r}; known: {', '.join(LOOP_ORDER)}")
 

@@ -150,3 +150,18 @@ def test_plans_are_pure_the_same_inputs_give_the_same_plan() -> None:
         a = plan_loop(loop, w, CoreSettings(), Memory(), 3, LOOP_ORDER)
         b = plan_loop(loop, w, CoreSettings(), Memory(), 3, LOOP_ORDER)
         assert a.actions == b.actions and a.memory == b.memory
+
+
+def test_a_remedy_is_told_once_per_hold_s_while_its_diagnosis_holds() -> None:
+    from scoring.bottleneck import Bottleneck, Diagnosis, JobShape
+
+    d = Diagnosis("t/a", Bottleneck.INPUT, 0.95, ("cpu at its limit",), JobShape(workers=1, ps=0, nodes=1))
+    settings = core(dry_run=True)  # a dry run notes it too: its /debug preview holds the job the same way
+    hold = settings.safety.hold_s
+    memory, told = Memory(), []
+    for now in (1000.0, 1030.0, 1000.0 + hold - 1, 1000.0 + hold):
+        world = World(now, (NodeState("n0", 8.0, 1.0),), (replace(job("t/a", {"n0": 1.0}), diagnosis=d),), ())
+        done = run_round(world, ["remedies"], {}, memory, settings, carry_out=lambda _l, _a: DONE)
+        memory = done.memory
+        told.append([(a.kind, a.job) for a in done.actions("remedies")])
+    assert told == [[("give-cpu", "t/a")], [], [], [("give-cpu", "t/a")]]
