@@ -311,6 +311,45 @@ def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_pat
     assert lp.budget.remaining(T0 + NOW) == control.budgets["migrator"].remaining(NOW) == {"interval": 0, "hour": 5}
 
 
+def test_an_elastic_dry_run_resizes_the_same_jobs_in_both_shells_and_carries_nothing_out(tmp_path: Path) -> None:
+    # The elastic optimizer's rounds in a dry run, each shell building its own World: nothing is
+    # carried out in either, each budget is spent by its planned actions, and the size changes
+    # agree action for action. What a job reports about its batch is the documented difference
+    # (the simulated jobs report theirs; the service's jobs here report none), so the simulator
+    # also sets batch sizes and plans a rebatch the service cannot: those are compared apart.
+    from prometheus_client import CollectorRegistry
+
+    from extender.control.leader import AlwaysLeader
+    from extender.control.loop import ControlLoop, ControlMetrics
+    from scoring.kernel import DRY_RUN
+
+    control, eng = sim_side(("elastic",))
+    control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=True))
+    before = {j.idx: (tuple(j.placement), j.batch_size) for j in eng.jobs}
+    control(eng, NOW)
+    sim_done = control.last_round.outcomes["elastic"] if control.last_round is not None else ()
+    assert {j.idx: (tuple(j.placement), j.batch_size) for j in eng.jobs} == before  # nothing carried out
+    assert control.stats.resizes == 0 and {o.outcome for o in sim_done} == {DRY_RUN}
+
+    _, elastic = service_side(tmp_path, ["elastic"])
+    actions = FakeActions()
+    elastic.ctx.actions = actions
+    lp = ControlLoop(elastic, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=True,
+                     per_interval=16, per_hour=300, clock=lambda: T0 + NOW)
+    tick = OneLoop(lp).run_once()
+    assert {o.outcome for o in tick.outcomes} == {DRY_RUN} and actions.annotations == []  # nothing written
+
+    def sizes(plans: list[Any]) -> list[tuple[str, int, int]]:
+        return [(a.job, a.gpus, a.from_gpus) for a in plans if isinstance(a, Scale) and a.gpus != a.from_gpus]
+
+    svc = [o.action.plan for o in tick.outcomes]
+    sim = [o.action for o in sim_done]
+    assert sizes(svc) == sizes(sim) == [("team-b/el", 1, 2)]
+    assert [a.job for a in sim if isinstance(a, Scale) and a.gpus == a.from_gpus] == ["team-b/el2"]  # rebatch
+    assert lp.budget.remaining(T0 + NOW)["interval"] == 16 - len(svc)
+    assert control.budgets["elastic"].remaining(NOW)["interval"] == control.settings.elastic.max_per_interval - len(sim)
+
+
 # -- the other loops ----------------------------------------------------------------------
 def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_run_included(tmp_path: Path) -> None:
     # The two waiting jobs arrive behind flowsched's admission gate: admission releases (and may
