@@ -81,10 +81,10 @@ def dra_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsched: Flo
     svc.start()
     sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
     try:
-        control_plane.start_scheduler(_config_for_every_pod(svc.url, sched_kubeconfig))
+        control_plane.start_scheduler(_config_for_every_pod(svc.verbs_url, sched_kubeconfig))
         yield svc
     finally:
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.url, sched_kubeconfig))
+        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
         svc.close()
 
 
@@ -230,7 +230,7 @@ def test_claim_template_pod_lands_where_flowsched_scores_best_and_is_allocated_t
     s.kube.merge_patch(pod_path(s.ns, "train-0"), {"spec": {"schedulingGates": None}})
 
     bound = s.wait_bound("train-0", timeout_s=30)
-    r = s.flowsched.http.post("/prioritize", json={"Pod": s.pod("train-0"), "Nodes": None,
+    r = s.flowsched.verbs_http.post("/prioritize", json={"Pod": s.pod("train-0"), "Nodes": None,
                                                    "NodeNames": list(DRA_NODES)})
     scores = {h["Host"]: h["Score"] for h in r.json()}
     assert bound == "dra-2", f"bound to {bound}; flowsched scores {scores}"
@@ -302,7 +302,7 @@ def test_mig_slice_request_fits_only_where_that_profile_is_free(dscenario: tuple
 def extended_resource_gate(control_plane: ControlPlane, dra_flowsched: FlowschedService) -> Iterator[None]:
     """DRAExtendedResource (KEP-5004, alpha in 1.35) on in kube-apiserver and kube-scheduler for
     one test; both restarted without it afterwards (flowsched's watches reconnect on their own)."""
-    sched_config = _config_for_every_pod(dra_flowsched.url, control_plane.kubeconfigs["scheduler"])
+    sched_config = _config_for_every_pod(dra_flowsched.verbs_url, control_plane.kubeconfigs["scheduler"])
     control_plane.feature_gates = {"DRAExtendedResource": True}
     try:
         control_plane.restart_apiserver()
