@@ -5,7 +5,7 @@
 
 Each loop's plan is a pure function of the World, the settings, the kernel's Memory (what must
 outlive a round: the actions noted for composition, the idle loop's idle times and warnings, the
-resizer's reported pending resizes) and the actions its budget still allows; it reads no clock
+resizer's reported pending resizes, the remedies told) and the actions its budget still allows; it reads no clock
 (`world.now` is the time), does no I/O and sets no metric. The shells keep the Memory a round
 returns and pass it to the next one.
 
@@ -51,8 +51,8 @@ PREEMPT_BUDGET = "admission-preemptions"  # admission's preemption budget (the l
 SHARED_BUDGET = {"idle": "migrator"}  # loop -> the loop whose budget it spends when both run
 
 # What carrying an action out came to, as the kernel counts it: DONE spends its budget and is
-# noted; GONE (nothing was there) spends and notes nothing; SKIPPED (a shell's back-off, lost
-# leadership, a refusal) spends nothing either.
+# noted; GONE (nothing was there) spends its budget, as the service has always charged it, but is
+# not noted; SKIPPED (a shell's back-off, lost leadership, a refusal) spends and notes nothing.
 DONE, GONE, SKIPPED = "done", "gone", "skipped"
 DRY_RUN, BUDGET = "dry_run", "budget_exhausted"
 
