@@ -49,6 +49,7 @@ from scoring.world import IdlePod, World
 LOOP_ORDER = ("elastic", "admission", "migrator", "resizer", "idle", "remedies")
 PREEMPT_BUDGET = "admission-preemptions"  # admission's preemption budget (the loops' own are their names)
 SHARED_BUDGET = {"idle": "migrator"}  # loop -> the loop whose budget it spends when both run
+UNBUDGETED = frozenset({"remedies"})  # no budget of their own: each job is told at most once per hold_s
 
 # What carrying an action out came to, as the kernel counts it: DONE spends its budget and is
 # noted; GONE (nothing was there) spends its budget, as the service has always charged it, but is
@@ -146,11 +147,15 @@ class Round:
         return p.actions if p is not None else ()
 
 
-def budget_of(loop: str, budgets: Mapping[str, Budget], enabled: Collection[str]) -> Budget | None:
+def budget_key(loop: str, enabled: Collection[str]) -> str:
+    """The budget `loop` spends: its own, or the one it shares when its owner runs too."""
     owner = SHARED_BUDGET.get(loop)
-    if owner is not None and owner in enabled and owner in budgets:
-        return budgets[owner]
-    return budgets.get(loop)
+    return owner if owner is not None and owner in enabled else loop
+
+
+def budget_of(loop: str, budgets: Mapping[str, Budget], enabled: Collection[str]) -> Budget | None:
+    key = budget_key(loop, enabled)
+    return budgets.get(key) if key in budgets else budgets.get(loop)
 
 
 def run_round(world: World | WorldSource, due: Sequence[str], budgets: Mapping[str, Budget], memory: Memory,
@@ -211,5 +216,5 @@ def run_round(world: World | WorldSource, due: Sequence[str], budgets: Mapping[s
 
 
 __all__ = ["BUDGET", "DONE", "DRY_RUN", "GONE", "LOOP_ORDER", "PREEMPT_BUDGET", "SHARED_BUDGET", "SKIPPED",
-           "CarryOut", "ControlAction", "Evict", "Memory", "Outcome", "Plan", "Round", "Scale", "WorldSource",
-           "plan_loop", "run_round"]
+           "UNBUDGETED", "CarryOut", "ControlAction", "Evict", "Memory", "Outcome", "Plan", "Round", "Scale",
+           "WorldSource", "budget_key", "plan_loop", "run_round"]

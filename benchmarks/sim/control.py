@@ -47,13 +47,22 @@ from scoring.actions import (
     Scale,
 )
 from scoring.idle import parse_duration_s
-from scoring.kernel import DONE, GONE, LOOP_ORDER, PREEMPT_BUDGET, SKIPPED, Memory, Round, plan_loop, run_round
+from scoring.kernel import (
+    DONE,
+    GONE,
+    LOOP_ORDER,
+    PREEMPT_BUDGET,
+    SKIPPED,
+    UNBUDGETED,
+    Memory,
+    Round,
+    plan_loop,
+    run_round,
+)
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
 from scoring.world import ResizeNode, World
-
-SIM_LOOPS = ("elastic", "admission", "migrator", "resizer", "idle", "remedies")  # scoring.kernel.LOOP_ORDER
 
 # The service's outcome labels for a notice it told (extender/control/idle.py: an Event recorded;
 # extender/control/remedies.py: a remedy recommended).
@@ -94,14 +103,13 @@ class SimControl:
     last_round: Round | None = None  # the kernel's latest round (plans, outcomes), for reports and tests
 
     def __post_init__(self) -> None:
-        unknown = [x for x in self.loops if x not in SIM_LOOPS]
+        unknown = [x for x in self.loops if x not in LOOP_ORDER]
         if unknown:
-            raise ValueError(f"unknown control loops {unknown}; known: {', '.join(SIM_LOOPS)}")
+            raise ValueError(f"unknown control loops {unknown}; known: {', '.join(LOOP_ORDER)}")
         self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence),
                                        sources=self.sources)
-        # The remedies have no budget of their own, as in the service (scoring.kernel).
         self.budgets = {n: Budget(self.settings.loop(n).max_per_interval, self.settings.loop(n).max_per_hour)
-                        for n in self.loops if n != "remedies"}
+                        for n in self.loops if n not in UNBUDGETED}
         a = self.settings.admission
         self.budgets[PREEMPT_BUDGET] = Budget(a.max_preemptions_per_interval, a.max_preemptions_per_hour)
 

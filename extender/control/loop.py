@@ -386,8 +386,7 @@ class ControlRounds:
         if not real:
             return
         budgets = self.budgets()
-        owner = kernel.SHARED_BUDGET.get(name)
-        keys = [owner if owner in self.by_name else name]  # the idle loop spends the migrator's
+        keys = [kernel.budget_key(name, self.by_name)]  # the idle loop spends the migrator's
         if any(isinstance(a, Preempt) for a in real):
             keys.append(PREEMPT_BUDGET)
         for key in keys:

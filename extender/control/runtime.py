@@ -34,6 +34,7 @@ from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
 from extender.settings import Settings
 from extender.snapshot.state import ClusterState
+from scoring import kernel
 from scoring.bottleneck import Diagnosis
 from scoring.settings import CoreSettings
 
@@ -163,9 +164,9 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     for name in dict.fromkeys(settings.controllers):
         controller = _factory(name)(ctx)
         made[name] = controller
-        if name == "remedies":
-            # No budget of its own (scoring.kernel: each job at most once per hold_s); it plans
-            # as often as the diagnoses it reads are refreshed.
+        if name in kernel.UNBUDGETED:
+            # The remedies: no budget of their own (scoring.kernel); they plan as often as the
+            # diagnoses they read are refreshed.
             loop = ControlLoop(controller, leader, metrics, interval_s=settings.diagnosis.interval_s,
                                dry_run=dry_run, budgeted=False, permanent_backoff_s=cc.permanent_backoff_s,
                                clock=clock)
