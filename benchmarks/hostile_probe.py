@@ -38,26 +38,14 @@ from typing import Any
 import numpy as np
 import orjson
 
+from benchmarks.extender_latency import _free_port, rss_mib
+
 TOKEN = "probe-token"
 NAMES = [f"node-{i:04d}" for i in range(200)]
 PRIORITIZE = orjson.dumps({"Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "u"},
                                    "spec": {"containers": [{"name": "c", "resources": {
                                        "requests": {"nvidia.com/gpu": "1"}}}]}},
                            "NodeNames": NAMES})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 # ---- attacks (each runs until `stop` is set, in a child process) ----
@@ -242,7 +230,7 @@ def main() -> int:
     ns = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))
     (work / "tokens").write_text(f"{TOKEN} team-a\n")
-    port, api_port = free_port(), free_port()
+    port, api_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
     env.update({"FLOWSCHED_PROGRESS_DB": str(work / "p.sqlite"), "FLOWSCHED_PROGRESS_AUTH": "static",
                 "FLOWSCHED_STATIC_TOKENS_FILE": str(work / "tokens"), "FLOWSCHED_LOG_LEVEL": "warning"})
