@@ -10,9 +10,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from extender.snapshot.fragment import pod_kind
 from extender.snapshot.objects import NodeInfo, PodInfo
 from extender.snapshot.sharing import Mode, NodeSharing
+from scoring.fragment_term import pod_kind
 from scoring.fragmentation import DemandMix, DemandMixLearner, PodKind
 from scoring.placement import PlacementSettings
 

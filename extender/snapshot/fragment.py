@@ -16,10 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from extender.snapshot.sharing import Mode, NodeSharing
-from scoring.fragment_term import pod_kind
 from scoring.pipeline import SharedGpus
-
-__all__ = ["pod_kind", "replicas_per_gpu", "shared_gpus"]  # pod_kind: ClusterState learns the mix with it
 
 
 def replicas_per_gpu(sharing: NodeSharing) -> int:

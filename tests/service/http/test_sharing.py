@@ -273,7 +273,7 @@ def test_gpu_pod_headroom_is_the_fragmentation_term_learnt_from_the_pods_seen() 
 
 
 def test_fragment_kind_of_a_replica_is_its_share_of_one_physical_gpu() -> None:
-    from extender.snapshot.fragment import pod_kind
+    from scoring.fragment_term import pod_kind
 
     assert pod_kind(1, 2000, 4) == PodKind(2000, 1, 250)
     assert pod_kind(6, 0, 4) == PodKind(0, 2, 1000)
