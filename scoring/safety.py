@@ -113,15 +113,6 @@ class Budget:
         self._interval_spent += 1
         self._spent_at.append(now)
 
-    def refund(self, at: float) -> None:
-        """Give back one action spent at `at` in this round that was not carried out after all
-        (spent when planned, then refused); nothing when none was spent at `at`."""
-        try:
-            self._spent_at.remove(at)
-        except ValueError:
-            return
-        self._interval_spent = max(0, self._interval_spent - 1)
-
     def spent_times(self, now: float) -> tuple[float, ...]:
         """When the actions of the sliding hour were taken (what a successor must honour)."""
         self._expire(now)

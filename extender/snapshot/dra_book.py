@@ -274,9 +274,6 @@ class DraBook:
         """(node, device) of a device uuid (DCGM exporter's UUID label)."""
         return self._uuids.get(uuid)
 
-    def devices_of(self, node: str) -> tuple[Device, ...]:
-        return tuple(self._devices.get(node, {}).values())
-
     def gpu_uuids(self, claim_key: str) -> tuple[str, ...]:
         """The physical GPUs a claim's allocation holds, by uuid (a MIG slice: its parent's, as DCGM
         labels a MIG instance's series with its GPU's UUID)."""

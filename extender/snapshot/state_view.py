@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from extender.snapshot.demand import DemandBook
-from extender.snapshot.dra import ClaimInfo, Device
+from extender.snapshot.dra import ClaimInfo
 from extender.snapshot.dra_book import ClaimDemand, DraBook, DraNode
 from extender.snapshot.node_columns import NodeColumns, NodeRow, NodeView, node_view
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
@@ -122,11 +122,6 @@ class StateView:
         with self._lock:
             return self._dra.nodes()
 
-    def dra_device(self, uuid: str) -> tuple[str, Device] | None:
-        """(node, device) of a DRA device uuid (DCGM exporter's UUID label)."""
-        with self._lock:
-            return self._dra.device(uuid)
-
     def dra_device_nodes(self, uuids: Iterable[str]) -> dict[str, str]:
         """uuid -> the node whose ResourceSlices publish it, for those of uuids that are DRA devices."""
         with self._lock:
@@ -151,10 +146,6 @@ class StateView:
         """Whether any node has DRA GPUs (lets a loop skip its DRA work on a device-plugin cluster)."""
         with self._lock:
             return self._dra.has_gpus()
-
-    def dra_devices_of(self, node: str) -> tuple[Device, ...]:
-        with self._lock:
-            return self._dra.devices_of(node)
 
     def dra_frees(self, claims: Iterable[str], leaving: Iterable[str]) -> dict[str, int]:
         """node -> whole GPUs freed if the pods (uids) leaving go: claims ("namespace/name") free

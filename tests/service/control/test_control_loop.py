@@ -690,8 +690,8 @@ def test_spends_stamped_ahead_of_this_clock_still_count() -> None:
 
 
 def test_a_refusal_after_a_preemption_in_the_same_round_stays_refunded_in_the_saved_budget() -> None:
-    # r2 is preempted, then r1 is refused (429). The save after r2 must not carry r1's spend from
-    # planning, or the next plan's reload would take the refund back.
+    # r2 is preempted, then r1 is refused (429). The kernel spends only what was carried out, so
+    # the saved budget holds r2's preemption and not r1's, and the next round's reload agrees.
     from tests.control_fakes import MemoryBudgetStore
 
     clock, store = Clock(0.0), MemoryBudgetStore()
