@@ -115,7 +115,8 @@ def test_job_reporting_only_in_its_log_gets_an_estimate(
     except TimeoutError as e:
         sources = svc.snapshot()["status"]["progress_sources"]
         raise AssertionError(f"{e}; follower: {sources}; kubelet requests: {log_kubelet.requests}") from e
-    assert len([r for r in log_kubelet.requests if r["path"].endswith("/trainer-0/main")]) == opened
+    assert len([r for r in log_kubelet.requests if r["path"].endswith("/trainer-0/main")]) == opened, \
+        f"the follow was reopened; follower: {svc.snapshot()['status']['progress_sources']}"
     req = log_kubelet.requests[-1]["query"]
     assert req.get("follow") == "true" and req.get("timestamps") == "true"
 
