@@ -253,9 +253,11 @@ class ControlPlane:
         # Go's HTTP server waits up to a minute for open watch streams after SIGTERM; a test
         # restart does not need a graceful exit (an abrupt one is the harder case anyway).
         self.apiserver.stop(grace_s=2.0)
-        if between is not None:
-            between()
-        self.start_apiserver()
+        try:
+            if between is not None:
+                between()
+        finally:  # a failing `between` must not leave the session's apiserver down for every later test
+            self.start_apiserver()
 
     def start_scheduler(self, config_text: str) -> None:
         """Start kube-scheduler with `config_text` (a KubeSchedulerConfiguration)."""

@@ -67,7 +67,9 @@ class FlowschedService:
         def ready() -> bool:
             if not proc.alive():
                 raise ClusterUnavailable(f"flowsched exited early; log tail:\n{proc.log_tail()}")
-            return self.http.get("/readyz" if wait_ready else "/healthz").status_code == 200
+            # Both listeners: the API port's thread may be up before the verbs' loop, or after it.
+            path = "/readyz" if wait_ready else "/healthz"
+            return all(c.get(path).status_code == 200 for c in (self.http, self.verbs_http))
 
         try:
             wait_until(ready, ready_timeout_s, interval_s=0.1, what="flowsched /readyz" if wait_ready else "/healthz")
