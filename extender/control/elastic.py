@@ -41,7 +41,6 @@ from extender.control.loop import Action, PodRef
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import PodsOf, parse_range
 from extender.kube import requests
-from extender.kube.client import send
 from extender.kube.errors import PermanentError
 from extender.kube.responses import json_or_none, map_api_error, patch_applied
 from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
@@ -157,15 +156,16 @@ class Elastic(JobLoop):
                           guard: LeaderGuard) -> str:
         """Worker replicas within elasticPolicy; "scaled", "planned" (no elasticPolicy: annotated
         only) or "gone". The Master (if any) keeps its pods; Workers take the rest."""
-        assert self.ctx.actions is not None
-        api = self.ctx.actions.api_client
+        actions = self.ctx.actions
+        assert actions is not None
         what = f"pytorchjob {ns}/{name}"
         get = requests.get_pytorchjob(ns, name)
         # None: not a PyTorchJob (or the CRD is absent): the pods carry the plan.
+        resp = actions.send(get, f"read {what}", timeout_s=10)
         try:
-            job = json_or_none(get, send(api, get, timeout_s=10))
-        except Exception as e:  # a refusal or a transport failure: retried later or parked
-            raise map_api_error(e, f"read {what}") from e
+            job = json_or_none(get, resp)
+        except Exception as e:  # a refusal or a garbled body: retried later or parked
+            raise map_api_error(e, f"read {what}", actions.retry_s) from e
         if job is None:
             return "planned"
         spec = job.get("spec") or {}
@@ -181,11 +181,8 @@ class Elastic(JobLoop):
         guard(f"patching {what}")
         patch = requests.patch_pytorchjob(ns, name, annotations={PLAN: plan_json},
                                           worker_replicas=workers if scale else None)
-        try:
-            resp = send(api, patch, timeout_s=self.ctx.actions.write_timeout_s)
-        except Exception as e:  # a transport failure (a status is classified by patch_applied)
-            raise map_api_error(e, f"patch {what}") from e
-        if not patch_applied(patch, resp, what=f"patch {what}"):
+        resp = actions.send(patch, f"patch {what}")
+        if not patch_applied(patch, resp, what=f"patch {what}", retry_s=actions.retry_s):
             return "gone"
         if not scale:
             return "planned"

@@ -34,9 +34,11 @@ class KubeActions:
         self.retry_s = retry_s
         self.write_timeout_s = write_timeout_s
 
-    def _send(self, request: Request, what: str, timeout_s: float) -> Response:
+    def send(self, request: Request, what: str, timeout_s: float | None = None) -> Response:
         """The answer, whatever its status; a call that got none (refused, timed out) raises
-        TemporaryError."""
+        TemporaryError after retry_s. Every loop's reads and writes go through here, so that one
+        setting (control.retry_after_s) paces them all. timeout_s defaults to write_timeout_s."""
+        timeout_s = self.write_timeout_s if timeout_s is None else timeout_s
         try:
             return send(self.api_client, request, timeout_s=timeout_s)
         except Exception as e:
@@ -49,7 +51,7 @@ class KubeActions:
         check, nothing deleted or counted)."""
         what = f"evict{' (dry run)' if dry_run else ''} {namespace}/{name}"
         req = requests.evict_pod(namespace, name, uid, dry_run=dry_run)
-        resp = self._send(req, what, self.write_timeout_s)
+        resp = self.send(req, what, self.write_timeout_s)
         return EVICTED if responses.eviction_accepted(req, resp, uid=uid, what=what, retry_s=self.retry_s) else GONE
 
     def check_evictable(self, namespace: str, name: str, uid: str = "") -> str:
@@ -61,7 +63,7 @@ class KubeActions:
         """Merge-patch annotations (None deletes one). False when the pod is gone."""
         what = f"annotate {namespace}/{name}"
         req = requests.patch_pod_metadata(namespace, name, annotations=annotations)
-        return responses.patch_applied(req, self._send(req, what, self.write_timeout_s), what=what,
+        return responses.patch_applied(req, self.send(req, what, self.write_timeout_s), what=what,
                                        retry_s=self.retry_s)
 
     def set_scheduling_gates(self, namespace: str, name: str, gates: list[str]) -> bool:
@@ -69,7 +71,7 @@ class KubeActions:
         all this is used for). False when the pod is gone."""
         what = f"remove the scheduling gate of {namespace}/{name}"
         req = requests.set_pod_scheduling_gates(namespace, name, gates)
-        return responses.patch_applied(req, self._send(req, what, self.write_timeout_s), what=what,
+        return responses.patch_applied(req, self.send(req, what, self.write_timeout_s), what=what,
                                        retry_s=self.retry_s)
 
     def namespace_labels(self) -> dict[str, dict[str, str]]:
@@ -79,7 +81,7 @@ class KubeActions:
 
         what = "list namespaces"
         req = requests.list_namespaces()
-        resp = responses.classified(req, self._send(req, what, 10), what, self.retry_s)
+        resp = responses.classified(req, self.send(req, what, 10), what, self.retry_s)
         try:
             body = responses.json_body(req, resp)
         except ValueError as e:  # a garbled answer: as unreadable as none

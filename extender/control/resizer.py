@@ -29,7 +29,6 @@ from extender.control.events import ObjectRef
 from extender.control.loop import Action
 from extender.control.runtime import ControlContext
 from extender.kube import requests
-from extender.kube.client import send
 from extender.kube.errors import PermanentError
 from extender.kube.responses import classified, json_body, map_api_error, patch_applied
 from extender.snapshot.objects import ObjectError, PodInfo, parse_quantity
@@ -186,11 +185,12 @@ class Resizer:
             return []
         what = f"list pods on {node}"
         req = requests.list_pods_on_node(node)
+        actions = self.ctx.actions
+        resp = classified(req, actions.send(req, what, timeout_s=10), what, actions.retry_s)
         try:
-            resp = send(self.ctx.actions.api_client, req, timeout_s=10)
-        except Exception as e:  # a transport failure: the interval is skipped
-            raise map_api_error(e, what) from e
-        items: list[dict[str, Any]] = json_body(req, classified(req, resp, what)).get("items") or []
+            items: list[dict[str, Any]] = json_body(req, resp).get("items") or []
+        except ValueError as e:  # a garbled answer: as unreadable as none; the interval is skipped
+            raise map_api_error(e, what, actions.retry_s) from e
         return items
 
     # ---- observing (the shell's reads) ----
@@ -295,11 +295,8 @@ class Resizer:
         assert self.ctx.actions is not None
         what = f"resize {ns}/{name}"
         req = requests.resize_pod(ns, name, container, resources)
-        try:
-            resp = send(self.ctx.actions.api_client, req, timeout_s=self.ctx.actions.write_timeout_s)
-        except Exception as e:  # a transport failure (a status is classified by patch_applied)
-            raise map_api_error(e, what) from e
-        return patch_applied(req, resp, what=what)
+        actions = self.ctx.actions
+        return patch_applied(req, actions.send(req, what), what=what, retry_s=actions.retry_s)
 
     def describe(self) -> dict[str, Any]:
         return {"settings": asdict(self.ctx.core.resizer), "last_plan": self.last_plan,

@@ -68,3 +68,28 @@ def test_the_service_sets_it_to_the_lease_margin() -> None:
     actions = ctl.controllers["migrator"].ctx.actions  # type: ignore[attr-defined]
     assert actions.write_timeout_s == 8.0
     ctl.stop()
+
+
+def test_the_elastic_and_resizer_shells_send_through_the_actions_and_keep_its_retry() -> None:
+    """A refused resize, resize-list or PyTorchJob read waits control.retry_after_s (the actions'
+    retry_s) like every other control write; these shells once sent on their own with 30 s."""
+    from extender.control.elastic import Elastic
+    from extender.control.events import LogRecorder
+    from extender.control.resizer import Resizer
+    from extender.snapshot.state import ClusterState
+    from tests.control_fakes import FakeTracker, make_context
+
+    busy = RecordingClient(Response(429, b'{"kind":"Status","code":429}'))
+    actions = KubeActions(busy, retry_s=77.0, write_timeout_s=4.0)
+    ctx = make_context(ClusterState(), FakeTracker({}), actions, LogRecorder())
+    resizer = Resizer(ctx)
+    for call in (lambda: resizer._patch_resize("t", "p", "main", {"requests": {"cpu": "2"}}),
+                 lambda: resizer._list_pods("n1")):
+        with pytest.raises(TemporaryError) as refused:
+            call()
+        assert refused.value.delay_s == 77.0
+    elastic = Elastic(ctx, ctx.core.elastic)
+    with pytest.raises(TemporaryError) as refused:
+        elastic._scale_pytorchjob("t", "job", 4, 1, "{}", None, lambda _what: None)  # type: ignore[arg-type]
+    assert refused.value.delay_s == 77.0
+    assert [t for *_, t in busy.timeouts] == [4.0, 10.0, 10.0]
