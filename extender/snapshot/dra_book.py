@@ -106,7 +106,7 @@ class DraBook:
         return self._recount({n for n, keys in self._claims_on.items()
                               if any(self._claims[k].extended for k in keys)})
 
-    def _pods_count(self, c: ClaimInfo) -> bool:
+    def pods_count(self, c: ClaimInfo) -> bool:
         """Whether the pods' own requests count this claim's GPUs already: kube-scheduler's claim
         for a mapped extended resource that is the one the snapshot reads from pods."""
         if not c.extended:
@@ -225,13 +225,28 @@ class DraBook:
         devices = self._devices.get(node, {})
         whole = {d.uuid or d.name for d in devices.values() if d.kind == DeviceKind.GPU}
         parents = {d.parent_uuid for d in devices.values() if d.kind == DeviceKind.MIG and d.parent_uuid}
+        used, counted, held_whole, held_slices = self._held(node)
+        # A slice is free unless a claim holds it or its whole GPU (static MIG: slices of one GPU
+        # do not overlap).
+        free_mig: dict[str, int] = defaultdict(int)
+        for d in devices.values():
+            if d.kind == DeviceKind.MIG and d.name not in held_slices and d.parent_uuid not in held_whole:
+                free_mig[d.profile] += 1
+        return DraNode(capacity=len(whole | parents), used=len(used), counted=len(counted),
+                       free_mig=MappingProxyType(dict(sorted(free_mig.items()))))
+
+    def _held(self, node: str) -> tuple[set[str], set[str], set[str], set[str]]:
+        """(used, counted, held_whole, held_slices): the GPUs (uuid, else device name) the node's
+        claims hold, whole or through a slice; those of them the node columns count; the GPUs held
+        whole; the MIG slices held (device names)."""
+        devices = self._devices.get(node, {})
         used: set[str] = set()  # GPUs held, whole or through a slice
         counted: set[str] = set()
         held_whole: set[str] = set()
         held_slices: set[str] = set()
         for key in self._claims_on.get(node, ()):
             c = self._claims[key]
-            pods_count = self._pods_count(c)
+            pods_count = self.pods_count(c)
             for a in c.allocated:
                 d = devices.get(a.device)
                 if d is None:
@@ -245,14 +260,7 @@ class DraBook:
                 used.add(gpu)
                 if not pods_count:
                     counted.add(gpu)
-        # A slice is free unless a claim holds it or its whole GPU (static MIG: slices of one GPU
-        # do not overlap).
-        free_mig: dict[str, int] = defaultdict(int)
-        for d in devices.values():
-            if d.kind == DeviceKind.MIG and d.name not in held_slices and d.parent_uuid not in held_whole:
-                free_mig[d.profile] += 1
-        return DraNode(capacity=len(whole | parents), used=len(used), counted=len(counted),
-                       free_mig=MappingProxyType(dict(sorted(free_mig.items()))))
+        return used, counted, held_whole, held_slices
 
     # ---- reads ----
     def node(self, name: str) -> DraNode | None:
@@ -289,6 +297,25 @@ class DraBook:
                 if u and u not in out:
                     out.append(u)
         return tuple(out)
+
+    def claims(self) -> tuple[ClaimInfo, ...]:
+        return tuple(self._claims.values())
+
+    def counted_gpus(self, node: str) -> frozenset[str]:
+        """The GPUs (uuid, else device name) of node that claims hold and the node columns count."""
+        return frozenset(self._held(node)[1])
+
+    def whole_gpus(self, c: ClaimInfo) -> tuple[str, frozenset[str]]:
+        """(node, GPUs): the node an allocated claim holds devices on and the whole GPUs among them,
+        as counted_gpus names them (a MIG slice is not a whole GPU)."""
+        node = self._node_of(c)
+        devices = self._devices.get(node, {})
+        return node, frozenset(d.uuid or d.name for a in c.allocated
+                               if (d := devices.get(a.device)) is not None and d.kind == DeviceKind.GPU)
+
+    def asks_gpus(self, c: ClaimInfo) -> float:
+        """Whole GPUs an unallocated claim asks for (allocationMode All: at least one)."""
+        return float(sum(r.count for r in c.requests if self._kind(r)[0] == DeviceKind.GPU))
 
     def claim_count(self) -> int:
         return len(self._claims)
