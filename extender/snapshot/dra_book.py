@@ -48,6 +48,41 @@ class ClaimDemand:
     claims: int = 0  # GPU claims it uses (allocated or not): it is a GPU pod when > 0
 
 
+@dataclass(frozen=True)
+class FrozenDra:
+    """The book as the control view reads it (dra_control.py): shallow copies taken under the
+    state's lock at C speed, read outside it (a node's device dict is replaced on change, never
+    changed in place, so sharing it is safe)."""
+
+    claims: tuple[ClaimInfo, ...]
+    devices: Mapping[str, Mapping[str, Device]]  # node -> device name -> device
+    pool_node: Mapping[str, str]
+    classes: Mapping[str, DeviceClassInfo]
+    nodes: Mapping[str, DraNode]
+    pod_counted: str
+
+
+def request_kind(classes: Mapping[str, DeviceClassInfo], request: DeviceRequest) -> tuple[DeviceKind | None, str]:
+    """Whether a request asks for whole GPUs or MIG slices (None: neither), and the MIG profile."""
+    c = classes.get(request.device_class)
+    if c is not None:
+        return c.kind, request.profile or c.profile
+    builtin = {GPU_CLASS: DeviceKind.GPU, MIG_CLASS: DeviceKind.MIG}
+    return builtin.get(request.device_class), request.profile
+
+
+def counted_by_pods(classes: Mapping[str, DeviceClassInfo], pod_counted: str, c: ClaimInfo) -> bool:
+    """Whether the pods' own requests count this claim's GPUs already: kube-scheduler's claim for a
+    mapped extended resource that is the one the snapshot reads from pods (pod_counted)."""
+    if not c.extended:
+        return False
+    for r in c.requests:
+        cls = classes.get(r.device_class)
+        if cls is None or cls.extended_resource != pod_counted:
+            return False
+    return True
+
+
 class DraBook:
     def __init__(self, pod_counted_resource: str = "nvidia.com/gpu") -> None:
         # The extended resource the snapshot counts from pods' own requests (the device-plugin GPU
@@ -106,16 +141,8 @@ class DraBook:
         return self._recount({n for n, keys in self._claims_on.items()
                               if any(self._claims[k].extended for k in keys)})
 
-    def pods_count(self, c: ClaimInfo) -> bool:
-        """Whether the pods' own requests count this claim's GPUs already: kube-scheduler's claim
-        for a mapped extended resource that is the one the snapshot reads from pods."""
-        if not c.extended:
-            return False
-        for r in c.requests:
-            cls = self._classes.get(r.device_class)
-            if cls is None or cls.extended_resource != self._pod_counted:
-                return False
-        return True
+    def _pods_count(self, c: ClaimInfo) -> bool:
+        return counted_by_pods(self._classes, self._pod_counted, c)
 
     def upsert_claim(self, c: ClaimInfo) -> set[str]:
         old = self._claims.get(c.key)
@@ -225,28 +252,13 @@ class DraBook:
         devices = self._devices.get(node, {})
         whole = {d.uuid or d.name for d in devices.values() if d.kind == DeviceKind.GPU}
         parents = {d.parent_uuid for d in devices.values() if d.kind == DeviceKind.MIG and d.parent_uuid}
-        used, counted, held_whole, held_slices = self._held(node)
-        # A slice is free unless a claim holds it or its whole GPU (static MIG: slices of one GPU
-        # do not overlap).
-        free_mig: dict[str, int] = defaultdict(int)
-        for d in devices.values():
-            if d.kind == DeviceKind.MIG and d.name not in held_slices and d.parent_uuid not in held_whole:
-                free_mig[d.profile] += 1
-        return DraNode(capacity=len(whole | parents), used=len(used), counted=len(counted),
-                       free_mig=MappingProxyType(dict(sorted(free_mig.items()))))
-
-    def _held(self, node: str) -> tuple[set[str], set[str], set[str], set[str]]:
-        """(used, counted, held_whole, held_slices): the GPUs (uuid, else device name) the node's
-        claims hold, whole or through a slice; those of them the node columns count; the GPUs held
-        whole; the MIG slices held (device names)."""
-        devices = self._devices.get(node, {})
         used: set[str] = set()  # GPUs held, whole or through a slice
         counted: set[str] = set()
         held_whole: set[str] = set()
         held_slices: set[str] = set()
         for key in self._claims_on.get(node, ()):
             c = self._claims[key]
-            pods_count = self.pods_count(c)
+            pods_count = self._pods_count(c)
             for a in c.allocated:
                 d = devices.get(a.device)
                 if d is None:
@@ -260,7 +272,14 @@ class DraBook:
                 used.add(gpu)
                 if not pods_count:
                     counted.add(gpu)
-        return used, counted, held_whole, held_slices
+        # A slice is free unless a claim holds it or its whole GPU (static MIG: slices of one GPU
+        # do not overlap).
+        free_mig: dict[str, int] = defaultdict(int)
+        for d in devices.values():
+            if d.kind == DeviceKind.MIG and d.name not in held_slices and d.parent_uuid not in held_whole:
+                free_mig[d.profile] += 1
+        return DraNode(capacity=len(whole | parents), used=len(used), counted=len(counted),
+                       free_mig=MappingProxyType(dict(sorted(free_mig.items()))))
 
     # ---- reads ----
     def node(self, name: str) -> DraNode | None:
@@ -298,25 +317,6 @@ class DraBook:
                     out.append(u)
         return tuple(out)
 
-    def claims(self) -> tuple[ClaimInfo, ...]:
-        return tuple(self._claims.values())
-
-    def counted_gpus(self, node: str) -> frozenset[str]:
-        """The GPUs (uuid, else device name) of node that claims hold and the node columns count."""
-        return frozenset(self._held(node)[1])
-
-    def whole_gpus(self, c: ClaimInfo) -> tuple[str, frozenset[str]]:
-        """(node, GPUs): the node an allocated claim holds devices on and the whole GPUs among them,
-        as counted_gpus names them (a MIG slice is not a whole GPU)."""
-        node = self._node_of(c)
-        devices = self._devices.get(node, {})
-        return node, frozenset(d.uuid or d.name for a in c.allocated
-                               if (d := devices.get(a.device)) is not None and d.kind == DeviceKind.GPU)
-
-    def asks_gpus(self, c: ClaimInfo) -> float:
-        """Whole GPUs an unallocated claim asks for (allocationMode All: at least one)."""
-        return float(sum(r.count for r in c.requests if self._kind(r)[0] == DeviceKind.GPU))
-
     def claim_count(self) -> int:
         return len(self._claims)
 
@@ -324,11 +324,11 @@ class DraBook:
         return self._claims.get(f"{namespace}/{name}")
 
     def _kind(self, request: DeviceRequest) -> tuple[DeviceKind | None, str]:
-        c = self._classes.get(request.device_class)
-        if c is not None:
-            return c.kind, request.profile or c.profile
-        builtin = {GPU_CLASS: DeviceKind.GPU, MIG_CLASS: DeviceKind.MIG}
-        return builtin.get(request.device_class), request.profile
+        return request_kind(self._classes, request)
+
+    def frozen(self) -> FrozenDra:
+        return FrozenDra(tuple(self._claims.values()), dict(self._devices), dict(self._pool_node),
+                         dict(self._classes), MappingProxyType(dict(self._nodes)), self._pod_counted)
 
     def demand(self, namespace: str, names: Iterable[str]) -> ClaimDemand:
         """What a pod's claims still ask for: an allocated claim asks for nothing more (its devices

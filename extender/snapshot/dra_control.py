@@ -14,7 +14,7 @@ count device-plugin GPUs and the kernel never learns where a GPU came from:
   pod above is given (shared across jobs, MIG slices, an allocation whose pods are gone): the
   loops can neither use nor free those, and free GPUs stay exact (allocatable - pods' requests).
 - kube-scheduler's claim for a mapped `nvidia.com/gpu` request (KEP-5004) is left out: the pod's
-  own request counts it already (DraBook.pods_count).
+  own request counts it already (dra_book.counted_by_pods).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from extender.snapshot.dra_book import DraBook
+from extender.snapshot.dra import ClaimInfo, DeviceKind
+from extender.snapshot.dra_book import FrozenDra, counted_by_pods, request_kind
 from extender.snapshot.objects import NodeInfo, PodInfo
 
 
@@ -55,8 +56,16 @@ def _live(p: PodInfo) -> bool:
     return p.phase not in ("Succeeded", "Failed")
 
 
-def control_gpus(book: DraBook, pods: Sequence[PodInfo]) -> DraControl:
-    """The DRA GPUs of pods and nodes as the loops count them (the caller holds the state's lock)."""
+def _node_of(dra: FrozenDra, c: ClaimInfo) -> str:
+    """As DraBook._node_of: the allocation's node selector, else its pool's node."""
+    if c.node:
+        return c.node
+    return next((n for a in c.allocated if (n := dra.pool_node.get(a.pool, ""))), "")
+
+
+def control_gpus(dra: FrozenDra, pods: Sequence[PodInfo]) -> DraControl:
+    """The DRA GPUs of pods and nodes as the loops count them. Read outside the state's lock: at
+    20,000 claim pods this takes a few hundred ms, which the verbs must not wait for."""
     by_uid = {p.uid: p for p in pods}
     naming: dict[str, list[PodInfo]] = defaultdict(list)  # claim key -> live pods naming it in their spec
     for p in pods:
@@ -64,10 +73,23 @@ def control_gpus(book: DraBook, pods: Sequence[PodInfo]) -> DraControl:
             for name in p.claims:
                 naming[f"{p.namespace}/{name}"].append(p)
     pod_gpus: dict[str, float] = defaultdict(float)
-    given: dict[str, set[str]] = defaultdict(set)  # node -> its counted GPUs some pod is given
-    for c in book.claims():
-        if book.pods_count(c):
+    counted: dict[str, set[str]] = defaultdict(set)  # node -> GPUs claims hold, as the node columns count them
+    given: dict[str, set[str]] = defaultdict(set)  # node -> those of them some pod is given
+    for c in dra.claims:
+        if counted_by_pods(dra.classes, dra.pod_counted, c):
             continue
+        node = _node_of(dra, c) if c.allocated else ""
+        devices = dra.devices.get(node, {})
+        whole: set[str] = set()
+        for a in c.allocated:
+            dev = devices.get(a.device)
+            if dev is None:
+                continue
+            if dev.kind == DeviceKind.GPU:
+                whole.add(dev.uuid or dev.name)
+                counted[node].add(dev.uuid or dev.name)
+            else:  # a MIG slice holds its GPU: it can no longer be given whole
+                counted[node].add(dev.parent_uuid or dev.name)
         users = {p.uid: p for p in naming.get(c.key, ())}
         # A reserving pod the snapshot no longer holds (or finished) holds nothing any more: the
         # resourceclaim controller drops its reservation.
@@ -79,15 +101,13 @@ def control_gpus(book: DraBook, pods: Sequence[PodInfo]) -> DraControl:
             continue
         owner = min(users.values(), key=lambda p: p.key)
         if not c.allocated:
-            pod_gpus[owner.uid] += book.asks_gpus(c)
-            continue
-        node, gpus = book.whole_gpus(c)
-        if not gpus or (owner.node and owner.node != node):
-            continue
-        # An owner not bound yet (kube-scheduler writes the allocation before it binds the pod)
-        # asks for them, as a device-plugin pod does until it is bound.
-        pod_gpus[owner.uid] += len(gpus)
-        given[node] |= gpus
-    node_gpus = {name: float(n.capacity - len(book.counted_gpus(name) - given.get(name, set())))
-                 for name, n in book.nodes().items()}
+            pod_gpus[owner.uid] += float(sum(r.count for r in c.requests
+                                             if request_kind(dra.classes, r)[0] == DeviceKind.GPU))
+        elif whole and (not owner.node or owner.node == node):
+            # An owner not bound yet (kube-scheduler writes the allocation before it binds the
+            # pod) asks for them, as a device-plugin pod does until it is bound.
+            pod_gpus[owner.uid] += len(whole)
+            given[node] |= whole
+    node_gpus = {name: float(n.capacity - len(counted.get(name, set()) - given.get(name, set())))
+                 for name, n in dra.nodes.items()}
     return DraControl(MappingProxyType(dict(pod_gpus)), MappingProxyType(node_gpus))

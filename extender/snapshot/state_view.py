@@ -227,9 +227,9 @@ class StateView:
             pods = self._pods.pods()
             nodes = tuple(n for n in self._columns.nodes.values() if n.ready and not n.unschedulable)
             marks = self._migrations.marks()
-            dra = control_gpus(self._dra, pods) if self._dra.has_gpus() or self._dra.claim_count() else None
+            dra = self._dra.frozen() if self._dra.has_gpus() or self._dra.claim_count() else None
         if dra is not None:
-            pods, nodes = dra.apply(pods, nodes)
+            pods, nodes = control_gpus(dra, pods).apply(pods, nodes)
         return pods, nodes, marks
 
     def plan_of(self, job: str) -> dict[str, Any] | None:
