@@ -51,7 +51,8 @@ class Migrator(JobLoop):
     # ---- Controller ----
     def bind(self, action: ControlAction) -> Action:
         pods = self.pods_of.get(action.key, []) if isinstance(action, Evict) else []
-        return Action.of(action, tuple(PodRef(p.namespace, p.name, p.uid, p.node) for p in pods if p.node))
+        return Action.of(action, tuple(PodRef(p.namespace, p.name, p.uid, p.node, gpus=p.requests.gpus)
+                                       for p in pods if p.node))
 
     def planned(self, plan: Plan) -> None:
         self.last = dict(plan.view)
@@ -68,7 +69,10 @@ class Migrator(JobLoop):
             return "gone"
         # Every job with a pod evicted counts, a partial eviction too (outcome "partial").
         self.migrations.labels(done.evicted[0].namespace).inc()
-        self.freed.inc(sum(p.requests.gpus for p in done.evicted))
+        # The GPUs the plan counted (DRA GPUs included: the control view's requests), not the
+        # snapshot's PodInfo the eviction re-read (its requests count device-plugin GPUs only).
+        gone = {p.uid for p in done.evicted}
+        self.freed.inc(sum(r.gpus for r in action.pods if r.uid in gone))
         log.info("migrated %s off %s (%s): %s", action.key, e.origin, done.outcome, action.reason)
         return done.outcome
 

@@ -1,10 +1,12 @@
 """The service shell's half of the control core: the watched snapshot -> scoring.world.World.
 
 Reads (never writes): the ClusterState's immutable control view (pods, schedulable nodes,
-migration marks), the convergence tracker's estimates, the progress store's latest batch and
-gradient statistics per job (when jobs report them), and the namespaces' labels, listed fresh
-every time a World is built, so a namespace labelled `flowsched.io/migrate: "false"` at run
-time is honoured at the next interval without a restart.
+migration marks; GPUs allocated through DRA counted in pods' requests and nodes' allocatable, so
+nothing here tells them apart: extender/snapshot/dra_control.py), the convergence tracker's
+estimates, the progress store's latest batch and gradient statistics per job (when jobs report
+them), and the namespaces' labels, listed fresh every time a World is built, so a namespace
+labelled `flowsched.io/migrate: "false"` at run time is honoured at the next interval without a
+restart.
 
 It remembers each elastic job's measured step time per GPU count (a job running steadily at one
 size tells its step time there), which the core's throughput prior is scaled to. What this

@@ -48,6 +48,41 @@ class ClaimDemand:
     claims: int = 0  # GPU claims it uses (allocated or not): it is a GPU pod when > 0
 
 
+@dataclass(frozen=True)
+class FrozenDra:
+    """The book as the control view reads it (dra_control.py): shallow copies taken under the
+    state's lock at C speed, read outside it (a node's device dict is replaced on change, never
+    changed in place, so sharing it is safe)."""
+
+    claims: tuple[ClaimInfo, ...]
+    devices: Mapping[str, Mapping[str, Device]]  # node -> device name -> device
+    pool_node: Mapping[str, str]
+    classes: Mapping[str, DeviceClassInfo]
+    nodes: Mapping[str, DraNode]
+    pod_counted: str
+
+
+def request_kind(classes: Mapping[str, DeviceClassInfo], request: DeviceRequest) -> tuple[DeviceKind | None, str]:
+    """Whether a request asks for whole GPUs or MIG slices (None: neither), and the MIG profile."""
+    c = classes.get(request.device_class)
+    if c is not None:
+        return c.kind, request.profile or c.profile
+    builtin = {GPU_CLASS: DeviceKind.GPU, MIG_CLASS: DeviceKind.MIG}
+    return builtin.get(request.device_class), request.profile
+
+
+def counted_by_pods(classes: Mapping[str, DeviceClassInfo], pod_counted: str, c: ClaimInfo) -> bool:
+    """Whether the pods' own requests count this claim's GPUs already: kube-scheduler's claim for a
+    mapped extended resource that is the one the snapshot reads from pods (pod_counted)."""
+    if not c.extended:
+        return False
+    for r in c.requests:
+        cls = classes.get(r.device_class)
+        if cls is None or cls.extended_resource != pod_counted:
+            return False
+    return True
+
+
 class DraBook:
     def __init__(self, pod_counted_resource: str = "nvidia.com/gpu") -> None:
         # The extended resource the snapshot counts from pods' own requests (the device-plugin GPU
@@ -107,15 +142,7 @@ class DraBook:
                               if any(self._claims[k].extended for k in keys)})
 
     def _pods_count(self, c: ClaimInfo) -> bool:
-        """Whether the pods' own requests count this claim's GPUs already: kube-scheduler's claim
-        for a mapped extended resource that is the one the snapshot reads from pods."""
-        if not c.extended:
-            return False
-        for r in c.requests:
-            cls = self._classes.get(r.device_class)
-            if cls is None or cls.extended_resource != self._pod_counted:
-                return False
-        return True
+        return counted_by_pods(self._classes, self._pod_counted, c)
 
     def upsert_claim(self, c: ClaimInfo) -> set[str]:
         old = self._claims.get(c.key)
@@ -297,11 +324,11 @@ class DraBook:
         return self._claims.get(f"{namespace}/{name}")
 
     def _kind(self, request: DeviceRequest) -> tuple[DeviceKind | None, str]:
-        c = self._classes.get(request.device_class)
-        if c is not None:
-            return c.kind, request.profile or c.profile
-        builtin = {GPU_CLASS: DeviceKind.GPU, MIG_CLASS: DeviceKind.MIG}
-        return builtin.get(request.device_class), request.profile
+        return request_kind(self._classes, request)
+
+    def frozen(self) -> FrozenDra:
+        return FrozenDra(tuple(self._claims.values()), dict(self._devices), dict(self._pool_node),
+                         dict(self._classes), MappingProxyType(dict(self._nodes)), self._pod_counted)
 
     def demand(self, namespace: str, names: Iterable[str]) -> ClaimDemand:
         """What a pod's claims still ask for: an allocated claim asks for nothing more (its devices

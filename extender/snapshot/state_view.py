@@ -21,6 +21,7 @@ import numpy as np
 from extender.snapshot.demand import DemandBook
 from extender.snapshot.dra import ClaimInfo
 from extender.snapshot.dra_book import ClaimDemand, DraBook, DraNode
+from extender.snapshot.dra_control import control_gpus
 from extender.snapshot.node_columns import NodeColumns, NodeRow, NodeView, node_view
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from extender.snapshot.pod_index import PodIndex
@@ -220,11 +221,15 @@ class StateView:
             return MappingProxyType(self._convergence.copy())
 
     def control_view(self) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...], dict[str, MigrationMark]]:
-        """What the control loops read (pods, schedulable nodes, migration marks)."""
+        """What the control loops read (pods, schedulable nodes, migration marks), with DRA GPUs
+        counted in pods' requests and nodes' allocatable (dra_control.py)."""
         with self._lock:
             pods = self._pods.pods()
             nodes = tuple(n for n in self._columns.nodes.values() if n.ready and not n.unschedulable)
             marks = self._migrations.marks()
+            dra = self._dra.frozen() if self._dra.has_gpus() or self._dra.claim_count() else None
+        if dra is not None:
+            pods, nodes = control_gpus(dra, pods).apply(pods, nodes)
         return pods, nodes, marks
 
     def plan_of(self, job: str) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ DRAExtendedResource feature gate on in kube-apiserver and kube-scheduler for its
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +31,9 @@ from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from tests.cluster import dra_objects as d
 from tests.cluster.controlplane import ControlPlane
 from tests.cluster.fake_nodes import GPU, gpu_node
-from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.flowsched_proc import FlowschedService, acting_loop_config
 from tests.cluster.kubeapi import JSON, Kube, KubeError, node_path, pod_path, pods_path
-from tests.cluster.kubelet_emulator import KubeletEmulator
+from tests.cluster.kubelet_emulator import STARTED_AGO, KubeletEmulator
 from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import wait_until
 from tests.cluster.scenario import SCHEDULER_NAME, Scenario
@@ -47,6 +48,8 @@ DRA_NODES = ("dra-0", "dra-1", "dra-2", "dra-3")
 DP_NODES = ("dp-0", "dp-1")
 FOREIGN_HOST = "ip-10-0-0-2.ec2.internal"  # dra-2's exporter reports the host's name, not the node's
 GATE = "e2e.flowsched.io/claim"
+ADMISSION_GATE = "flowsched.io/admission"
+JOB = "flowsched.io/job"
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +73,15 @@ def dra_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsched: Flo
                   exporters: dict[str, DcgmExporterEmulator]) -> Iterator[FlowschedService]:
     workdir = control_plane.workdir / "flowsched-dra"
     workdir.mkdir(exist_ok=True)
-    cfg = workdir / "flowsched.yaml"
-    cfg.write_text(yaml.safe_dump({
+    # The admission loop acts (test (d)): it preempts only for pods behind its own gate, which no
+    # other test here uses. Short waits, and a first queue of one GPU-minute, so that the test's
+    # victims (started two hours ago) are in a later queue than the gang they make room for.
+    cfg = acting_loop_config(workdir, "admission", {"interval_s": 0.5, "preempt_after_s": 2.0,
+                                                    "queue_thresholds_gpu_s": [60.0], "min_runtime_s": 1.0}, {
         "telemetry_stale_s": STALE_S,
-        "progress_db": str(workdir / "progress.sqlite"),
         "telemetry": {"source": "scrape", "scrape_targets": [em.url for em in exporters.values()],
                       "node_label": "Hostname", "refresh_s": 0.5, "query_timeout_s": 1.0},
-    }))
+    })
     svc = FlowschedService(workdir, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
     svc.start()
     sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
@@ -115,6 +120,13 @@ class Dra:
     def get_claim(self, name: str) -> JSON:
         return self.kube.get(f"{RESOURCE}/namespaces/{self.ns}/resourceclaims/{name}")
 
+    def release_claim(self, name: str) -> None:
+        """What kube-controller-manager's resourceclaim controller does once the pods of a claim it
+        generated are gone: the claim goes, and with it the allocation."""
+        path = f"{RESOURCE}/namespaces/{self.ns}/resourceclaims/{name}"
+        self.kube.merge_patch(path, {"metadata": {"finalizers": None}})
+        self.kube.delete(path)
+
     def cleanup(self) -> None:
         for path in reversed(self.created):
             if "/resourceclaims/" in path:
@@ -148,7 +160,8 @@ def _add_dra_nodes(s: Scenario, *names: str) -> None:
         s.kube.create(node_path(), node)
 
 
-def _claim_pod(name: str, claims: list[JSON], gated: bool = False) -> JSON:
+def _claim_pod(name: str, claims: list[JSON], gated: bool = False, *, gate: str = GATE,
+               labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> JSON:
     """claims: pod.spec.resourceClaims entries; each is used by the one container."""
     spec: JSON = {
         "schedulerName": SCHEDULER_NAME,
@@ -159,8 +172,9 @@ def _claim_pod(name: str, claims: list[JSON], gated: bool = False) -> JSON:
         "terminationGracePeriodSeconds": 30,
     }
     if gated:
-        spec["schedulingGates"] = [{"name": GATE}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+        spec["schedulingGates"] = [{"name": gate}]
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}}
 
 
 def _play_resourceclaim_controller(s: Scenario, dra: Dra, pod: JSON, template: JSON) -> str:
@@ -351,3 +365,98 @@ def test_mapped_extended_resource_pod_is_scheduled_on_dra_only_nodes(
     snap = s.wait_snapshot(lambda snap: snap["dra"]["claims"] >= 1 and snap["nodes"]["dra-1"]["dra"]["used"] == 1,
                            "the mapped claim", timeout_s=10)
     assert snap["nodes"]["dra-1"]["gpu_used"] == 1.0
+
+
+def _admission_view(s: Scenario) -> dict[str, Any]:
+    r = s.flowsched.http.get("/debug/admission")
+    r.raise_for_status()
+    out: dict[str, Any] = r.json()["controller"]["last_plan"]
+    return out
+
+
+def _gates(s: Scenario, name: str) -> list[str]:
+    return [g["name"] for g in s.pod(name)["spec"].get("schedulingGates") or []]
+
+
+def _job_pod(s: Scenario, dra: Dra, name: str, job: str, gpus: int, *, gated: bool = False, claim: str | None = None,
+             started_ago_s: float | None = None, checkpointable: bool = True) -> None:
+    """A pod of `job` with its own claim for `gpus` GPUs (claim: a claim it uses instead, shared),
+    behind admission's gate if gated; checkpointable: admission may preempt it."""
+    if claim is None:
+        claim = f"{name}-gpus"
+        dra.claim(d.resource_claim(claim, s.ns, count=gpus))
+    ann = {"flowsched.io/checkpointable": "true"} if checkpointable else {}
+    if started_ago_s is not None:
+        ann[STARTED_AGO] = str(int(started_ago_s))
+    s.kube.create(pods_path(s.ns), _claim_pod(name, [{"name": "gpus", "resourceClaimName": claim}], gated,
+                                              gate=ADMISSION_GATE, labels={JOB: job}, annotations=ann))
+
+
+def test_admission_releases_a_gated_gang_when_it_fits_free_dra_gpus(dscenario: tuple[Scenario, Dra]) -> None:
+    """(d) The admission loop counts DRA GPUs: a gang of 3 pods x 2 GPUs (claims) waits behind its
+    gate while 5 GPUs are free in pieces of 1 and 4, and is released, all of it, when 8 are."""
+    s, dra = dscenario
+    _add_dra_nodes(s, "dra-0", "dra-1")
+    dra.device_class(d.device_class())
+    dra.slices(d.gpu_slice("dra-0", GPUS), d.gpu_slice("dra-1", GPUS))
+    s.wait_snapshot(lambda snap: _dra_nodes_seen(snap, ("dra-0", "dra-1")), "the DRA nodes", timeout_s=15)
+    _job_pod(s, dra, "blocker", "blocker", 3, checkpointable=False)
+    s.wait_running("blocker", timeout_s=30)
+    for i in range(3):
+        _job_pod(s, dra, f"gang-{i}", "gang", 2, gated=True)
+    job = f"{s.ns}/gang"
+
+    def decision() -> str:
+        return next((str(q["decision"]) for q in _admission_view(s).get("queue", []) if q["job"] == job), "")
+
+    wait_until(lambda: decision().startswith("waits"), 15, interval_s=0.2,
+               what="the admission loop seeing the gang (6 GPUs through claims) wait")
+    time.sleep(2.0)  # four intervals: 1 + 4 GPUs free, 2 + 2 + 2 needed -> still gated, nothing bound
+    assert all(_gates(s, f"gang-{i}") == [ADMISSION_GATE] and s.node_of(f"gang-{i}") is None for i in range(3))
+    assert decision().startswith("waits"), decision()
+
+    s.emulator.finish(s.ns, "blocker")
+    dra.release_claim("blocker-gpus")  # its 3 GPUs free up
+    nodes = [s.wait_bound(f"gang-{i}", timeout_s=30) for i in range(3)]
+    assert sorted(nodes.count(n) for n in set(nodes)) == [1, 2], nodes  # 4 GPUs a node: 2 pods at most
+    for i in range(3):
+        claim = dra.get_claim(f"gang-{i}-gpus")
+        assert _allocation_node(claim) == nodes[i], claim.get("status")
+    events = [e for e in s.events("gang-0") if e.get("reason") == "FlowschedAdmitted"]
+    assert events and "all 3 pod(s) (6 GPUs)" in events[0]["message"], events
+
+
+def test_admission_preempts_the_job_whose_claim_it_frees_not_one_sharing_a_claim(
+        dscenario: tuple[Scenario, Dra]) -> None:
+    """(d) A preemption frees a shared claim only with all its pods: two jobs sharing one claim
+    (with more attained service) are left alone; the job with a claim of its own is evicted, and the
+    gang takes its GPUs. Nothing else is evicted while the gang waits: no other eviction frees a GPU."""
+    s, dra = dscenario
+    _add_dra_nodes(s, "dra-0", "dra-1")
+    dra.device_class(d.device_class())
+    dra.slices(d.gpu_slice("dra-0", 2), d.gpu_slice("dra-1", 2))
+    s.wait_snapshot(lambda snap: _dra_nodes_seen(snap, ("dra-0", "dra-1"), gpus=2), "the DRA nodes", timeout_s=15)
+    dra.claim(d.resource_claim("across", s.ns, count=2))
+    _job_pod(s, dra, "s1-0", "s1", 2, claim="across", started_ago_s=4 * 3600)
+    shared_on = s.wait_running("s1-0", timeout_s=30)
+    _job_pod(s, dra, "s2-0", "s2", 2, claim="across", started_ago_s=4 * 3600)
+    assert s.wait_running("s2-0", timeout_s=30) == shared_on  # the claim's pods share its node
+    _job_pod(s, dra, "own-0", "own", 2, started_ago_s=2 * 3600)
+    own_on = s.wait_running("own-0", timeout_s=30)
+    assert own_on != shared_on
+    assert {r["name"] for r in dra.get_claim("across")["status"].get("reservedFor", [])} == {"s1-0", "s2-0"}
+    s.wait_snapshot(lambda snap: all(snap["pods"].get(f"{s.ns}/{p}", {}).get("node")
+                                     for p in ("s1-0", "s2-0", "own-0")), "the three victims bound")
+
+    _job_pod(s, dra, "urgent-0", "urgent", 2, gated=True)
+    s.wait_event("own-0", "FlowschedPreempted", timeout_s=30)
+    wait_until(lambda: not s.pod_exists("own-0"), 15, what="the preempted pod to be gone")
+    dra.release_claim("own-0-gpus")  # the resourceclaim controller's part once its pod is gone
+    assert s.wait_bound("urgent-0", timeout_s=30) == own_on
+    assert _allocation_node(dra.get_claim("urgent-0-gpus")) == own_on
+    for p in ("s1-0", "s2-0"):
+        pod = s.pod(p)
+        assert pod["status"]["phase"] == "Running" and not pod["metadata"].get("deletionTimestamp"), p
+        assert not [e for e in s.events(p) if e.get("reason") == "FlowschedPreempted"], p
+    plan = _admission_view(s)
+    assert f"{s.ns}/s1" not in plan.get("preempt", []) and f"{s.ns}/s2" not in plan.get("preempt", [])

@@ -16,6 +16,12 @@ completing one in an excluded namespace, a completing one in a namespace labelle
 flowsched.io/migrate: "false", a slow job migrated once recently, elastic jobs (one rescaled a
 minute ago), pending pods in kube-scheduler's order, and a migrator budget with one action left.
 
+The same scenario is also built with the service side's GPUs coming through Dynamic Resource
+Allocation (all nodes, or half of them: a mixed cluster): ResourceSlices instead of
+nvidia.com/gpu, a ResourceClaim per pod, allocated on its node's devices (DraCluster). The
+simulator's World cannot tell the two kinds apart, and neither may the World the service builds:
+the same World and plans are expected (extender/snapshot/dra_control.py, docs/dra.md).
+
 Both shells estimate convergence with the same core tracker from the same points (the service
 through its SQLite progress store). The one documented difference is what a job reports about
 its throughput (the simulator measures its profile; the service has a prior scaled to measured
@@ -48,8 +54,10 @@ from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreS
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
+from extender.snapshot.watcher import apply_event
 from scoring.control import Evict, Scale, plan_elastic_for
 from scoring.world import World
+from tests.cluster import dra_objects
 from tests.control_fakes import FakeActions, OneLoop, make_context, plan_at
 from tests.k8s_factories import node, pod
 
@@ -132,16 +140,57 @@ def sim_side(loops: tuple[str, ...], gated: tuple[str, ...] = (), *, scenario: l
 
 
 # -- the service side ---------------------------------------------------------------------
-def service_side(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = ()) -> tuple[Migrator, Elastic]:
-    ctx = service_context(tmp_path, loops, gated)
+def service_side(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (), *,
+                 dra: frozenset[int] = frozenset()) -> tuple[Migrator, Elastic]:
+    ctx = service_context(tmp_path, loops, gated, dra=dra)
     return Migrator(ctx), Elastic(ctx, ctx.core.elastic)
 
 
+class DraCluster:
+    """The service side's GPUs through DRA, as NVIDIA's driver and kube-scheduler leave them: the
+    nodes in `nodes` publish their GPUs as ResourceSlices (no nvidia.com/gpu), and each pod of the
+    scenario gets its GPUs through its own ResourceClaim, allocated on its node's devices when it is
+    bound there; while any node is a DRA node, waiting pods ask through unallocated claims."""
+
+    def __init__(self, state: ClusterState, nodes: frozenset[int]) -> None:
+        self.state, self.nodes = state, nodes
+        self.next_device: dict[str, int] = {}
+        if nodes:
+            self.apply("deviceclasses", dra_objects.device_class())
+        for k in sorted(nodes):
+            self.apply("resourceslices", dra_objects.gpu_slice(node_name(k), 4))
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        apply_event(self.state, kind, {"type": "ADDED", "object": obj}, "nvidia.com/gpu")
+
+    def node_gpus(self, k: int) -> int:
+        return 0 if k in self.nodes else 4
+
+    def claim_for(self, body: dict[str, Any], gpus: int, on: int | None) -> None:
+        """Moves the pod's GPU request into a claim, if its node (or, waiting, the cluster) is DRA."""
+        if (on is None and not self.nodes) or (on is not None and on not in self.nodes):
+            return
+        meta = body["metadata"]
+        body["spec"]["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu")
+        body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"{meta['name']}-gpus"}]
+        claim = dra_objects.resource_claim(f"{meta['name']}-gpus", meta["namespace"], count=gpus)
+        if on is not None:
+            where = node_name(on)
+            first = self.next_device.get(where, 0)
+            self.next_device[where] = first + gpus
+            claim = dra_objects.allocated(claim, where, [f"gpu-{first + i}" for i in range(gpus)],
+                                          ((meta["name"], meta["uid"]),))
+        self.apply("resourceclaims", claim)
+
+
 def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (), *,
-                    scenario: list[dict[str, Any]] = SCENARIO, nodes: int = 4, actions: Any = None) -> Any:
+                    scenario: list[dict[str, Any]] = SCENARIO, nodes: int = 4, actions: Any = None,
+                    dra: frozenset[int] = frozenset()) -> Any:
+    """dra: the nodes (by index) whose GPUs are DRA devices, their pods' GPUs claims (DraCluster)."""
     state = ClusterState()
+    claims = DraCluster(state, dra)
     for k in range(nodes):
-        state.upsert_node(parse_node(node(node_name(k), gpus=4, cpu="64", memory="256Gi")))
+        state.upsert_node(parse_node(node(node_name(k), gpus=claims.node_gpus(k), cpu="64", memory="256Gi")))
     store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "progress.sqlite"), max_idle_s=1e9))
     for j in scenario:
         ann: dict[str, str] = {"flowsched.io/checkpointable": "true"}
@@ -166,6 +215,7 @@ def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (
                 p["spec"]["schedulingGates"] = [{"name": "flowsched.io/admission"}]
             if where:
                 p["status"]["startTime"] = iso(j["start"])
+            claims.claim_for(p, g, j["on"][i][0] if j["on"] else None)
             state.upsert_pod(parse_pod(p))
         if j.get("series"):
             store.add_points(j["ns"], j["name"], [ProgressPoint(step=e, value=v, timestamp=T0 + t)
@@ -205,10 +255,18 @@ def without_reports(world: World) -> World:
                                               for j in world.jobs))
 
 
-@pytest.mark.parametrize("loops", [("migrator",), ("elastic", "migrator")])
-def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loops: tuple[str, ...]) -> None:
+# The nodes whose GPUs the service side gets through DRA: none, all, half (a mixed cluster). The
+# simulator's World cannot tell them apart, nor may the plans.
+NO_DRA, ALL_DRA, HALF_DRA = frozenset(), frozenset(range(4)), frozenset({0, 3})
+
+
+@pytest.mark.parametrize("loops, dra", [(("migrator",), NO_DRA), (("elastic", "migrator"), NO_DRA),
+                                        (("elastic", "migrator"), ALL_DRA), (("elastic", "migrator"), HALF_DRA)],
+                         ids=["migrator", "elastic+migrator", "elastic+migrator-dra", "elastic+migrator-mixed"])
+def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loops: tuple[str, ...],
+                                                             dra: frozenset[int]) -> None:
     control, eng = sim_side(loops)
-    migrator, _ = service_side(tmp_path, list(loops))
+    migrator, _ = service_side(tmp_path, list(loops), dra=dra)
     sim_world = control.builder.build(eng, NOW)
     svc_world = migrator.world(T0 + NOW)
     assert svc_world is not None
@@ -351,7 +409,9 @@ def test_an_elastic_dry_run_resizes_the_same_jobs_in_both_shells_and_carries_not
 
 
 # -- the other loops ----------------------------------------------------------------------
-def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_run_included(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dra", [NO_DRA, ALL_DRA, HALF_DRA], ids=["device-plugin", "dra", "mixed"])
+def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_run_included(
+        tmp_path: Path, dra: frozenset[int]) -> None:
     # The two waiting jobs arrive behind flowsched's admission gate: admission releases (and may
     # preempt for) them, in both shells, from the same scenario.
     from prometheus_client import CollectorRegistry
@@ -365,7 +425,7 @@ def test_admission_plans_the_same_releases_and_preemptions_in_both_shells_dry_ru
     loops = ("admission",)
     control, eng = sim_side(loops, gated)
     sim_world = control.builder.build(eng, NOW)
-    ctx = service_context(tmp_path, list(loops), gated)
+    ctx = service_context(tmp_path, list(loops), gated, dra=dra)
     admission = Admission(ctx)
     svc_world = admission.world(T0 + NOW)
     assert svc_world is not None
@@ -556,8 +616,9 @@ def _util(pod_key: str) -> float:
     return 0.0 if pod_key == "team-a/nb-0" else 90.0
 
 
-@pytest.mark.parametrize("dry_run", [False, True])
-def test_the_idle_loop_runs_the_same_rounds_in_both_shells(tmp_path: Path, dry_run: bool) -> None:
+@pytest.mark.parametrize("dry_run, dra", [(False, NO_DRA), (True, NO_DRA), (False, frozenset(range(5)))],
+                         ids=["act", "dry-run", "act-dra"])
+def test_the_idle_loop_runs_the_same_rounds_in_both_shells(tmp_path: Path, dry_run: bool, dra: frozenset[int]) -> None:
     # Each shell builds the idle loop's World from its own state (the engine's placements and the
     # scenario's samples; the pods the snapshot holds and the samples the telemetry refresher
     # writes) and carries out its own rounds, every 5 minutes for two hours: the notebook is
@@ -574,7 +635,7 @@ def test_the_idle_loop_runs_the_same_rounds_in_both_shells(tmp_path: Path, dry_r
     control, eng = sim_side(("idle",), scenario=IDLE_SCENARIO, nodes=5, sources=sources)
     control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=dry_run))
     actions = EvictingActions()
-    ctx = service_context(tmp_path, ["idle"], scenario=IDLE_SCENARIO, nodes=5, actions=actions)
+    ctx = service_context(tmp_path, ["idle"], scenario=IDLE_SCENARIO, nodes=5, actions=actions, dra=dra)
     idle = IdleLoop(ctx)
     clock = [T0 + NOW]
     service = _service_rounds(idle, clock, dry_run)
