@@ -201,6 +201,9 @@ class Settings(BaseSettings):
     # The GIL switch interval under `serve` (Python's default is 5 ms): the API's thread, busy with a
     # tenant's flood, hands the GIL to the verbs' loop within this (docs/hardening.md, figures).
     gil_switch_interval_s: float = Field(0.0005, gt=0, le=0.1)
+    # The API port's front process (every tenant connection) runs at this much lower CPU priority
+    # than the verbs' process, so that on a busy node kube-scheduler's calls win the CPU.
+    api_nice: int = Field(10, ge=0, le=19)
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
     body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
     keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this
