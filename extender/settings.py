@@ -123,6 +123,17 @@ class ProgressSourcesConfig(BaseModel):
     shared_write_timeout_s: float = Field(5.0, gt=0)
 
 
+class ProgressQuotaConfig(BaseModel):
+    """Per-namespace quotas of the progress store (docs/hardening.md): past one, POST /v1/progress
+    answers 429 with Retry-After (issue 33, finding 7: one team's token filled 1,075 MiB in 30 s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_jobs_per_namespace: int = Field(1000, ge=1)
+    max_points_per_namespace: int = Field(1_000_000, ge=1)
+    max_bytes_per_namespace: int = Field(256 * 1024 * 1024, ge=1024)  # the points' payload, not the file
+    max_metric_names_per_namespace: int = Field(64, ge=0)  # distinct side-metric names since start
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
@@ -149,6 +160,7 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     progress_db: str = "flowsched-progress.sqlite"  # SQLite file of training progress
     progress_max_body_bytes: int = Field(1 << 20, ge=1024)
+    progress_quota: ProgressQuotaConfig = ProgressQuotaConfig()
     # tokenreview: the pod's service-account token, checked by the apiserver (default);
     # static: tokens from static_tokens_file ("<token> <ns>[,<ns>...]" or "*" per line).
     progress_auth: Literal["tokenreview", "static"] = "tokenreview"

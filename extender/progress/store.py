@@ -110,7 +110,24 @@ class QuotaExceeded(Exception):
 
     def __init__(self, namespace: str, what: str, limit: int) -> None:
         super().__init__(f"namespace {namespace}: over its quota of {limit} {what}")
-        self.what, self.limit = what, limit
+        self.namespace, self.what, self.limit = namespace, what, limit
+
+
+class QuotaDrops:
+    """Points an operator-configured source (log following, Prometheus gauges) read but dropped
+    over a namespace's quota: counted, and one warning per namespace every `every_s`."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 60.0) -> None:
+        self.logger, self.every_s = logger, every_s
+        self.dropped: dict[str, int] = {}  # namespace -> points dropped
+        self._warned: dict[str, float] = {}
+
+    def note(self, e: QuotaExceeded, points: int, now: float) -> None:
+        self.dropped[e.namespace] = self.dropped.get(e.namespace, 0) + points
+        if now - self._warned.get(e.namespace, -math.inf) >= self.every_s:
+            self._warned[e.namespace] = now
+            self.logger.warning("%s: dropped %d points read for it (%d so far)", e, points,
+                                self.dropped[e.namespace])
 
 
 ROW_OVERHEAD_BYTES = 40  # step, value, ts, ids: what a point costs beyond its text
