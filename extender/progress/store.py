@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -75,9 +76,34 @@ class ProgressPoint:
     metrics: Mapping[str, float] | None = None
 
 
+def merge_writers(rows: list[Any]) -> list[Any]:
+    """(step, value, ts, pod) rows in arrival order -> the same rows ordered by restart epoch,
+    then step, then arrival, when more than one writer (pod) reported; as they are otherwise.
+
+    A writer's epoch is how many times its own steps went back so far: a restart from checkpoint
+    sends every pod back, each once. In arrival order, 32 data-parallel pods a few steps apart
+    looked like 480 restarts (issue 33, finding 12), and the convergence fit (clean_series) kept
+    only the points after the last of them. Restarts still show as steps going back, once per
+    epoch."""
+    if len({r[3] for r in rows}) < 2:
+        return rows
+    last: dict[Any, int] = {}
+    epoch: dict[Any, int] = {}
+    keys: list[tuple[int, int, int]] = []
+    for i, (step, _value, _ts, pod) in enumerate(rows):
+        prev = last.get(pod)
+        if prev is not None and step < prev:
+            epoch[pod] = epoch.get(pod, 0) + 1
+        last[pod] = step
+        keys.append((epoch.get(pod, 0), step, i))
+    keys.sort()
+    return [rows[i] for _epoch, _step, i in keys]
+
+
 @dataclass(frozen=True)
 class JobHistory:
-    """One job's points in arrival order (not step order: restarts show as steps going back)."""
+    """One job's points in arrival order (not step order: restarts show as steps going back);
+    several writers' points merged by restart epoch, then step (merge_writers)."""
 
     namespace: str
     job: str
@@ -367,9 +393,10 @@ class ProgressStore:
             if meta is None:
                 return None
             rows = self._db.execute(
-                "SELECT step, value, ts FROM points WHERE namespace=? AND job=? ORDER BY id", (namespace, job)
+                "SELECT step, value, ts, pod FROM points WHERE namespace=? AND job=? ORDER BY id", (namespace, job)
             ).fetchall()
-        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        rows = merge_writers(rows)
+        arr = np.array([r[:3] for r in rows], dtype=np.float64).reshape(-1, 3)
         return JobHistory(
             namespace=namespace,
             job=job,
