@@ -105,6 +105,8 @@ class VerbsServer(FlowschedServer):
         if self.front is not None:  # the front first: what it still forwards is answered
             self.front.terminate(force=self.force_exit)
             await asyncio.to_thread(self.front.wait, grace + 1.0)
+            # Here, not after run(): uvicorn re-raises the SIGTERM it handled once serve() ends.
+            self.front.close()
         self.api.stop()
         await asyncio.to_thread(self.api.join, grace)
         await super().shutdown(sockets)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import orjson
@@ -179,3 +180,5 @@ def test_sigterm_stops_the_front_then_the_api_then_the_verbs() -> None:
         while server.api.thread.is_alive():
             assert time.monotonic() < deadline, "the API listener did not stop"
             time.sleep(0.05)
+        # The forwarded requests' socket and its private directory are removed on the way out.
+        assert not Path(server.front.config.uds).parent.exists()
