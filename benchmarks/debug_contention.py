@@ -32,7 +32,8 @@ from benchmarks.extender_latency import _free_port, rss_mib
 
 def serve(ns: argparse.Namespace) -> int:
     from extender.http.app import build_app
-    from extender.http.server import FlowschedServer, ServerLimits, server_config
+    from extender.http.server import FlowschedServer, server_config
+    from extender.http.server_limits import ServerLimits
     from extender.http.ui import build_ui_router
     from extender.metrics import build_metrics
     from extender.progress.store import ProgressStore, ProgressStoreSettings

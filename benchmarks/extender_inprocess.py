@@ -20,7 +20,8 @@ import numpy as np
 import orjson
 
 from benchmarks import openb
-from extender.http.app import ExtenderApp, build_app
+from extender.http.app import build_app
+from extender.http.extender_app import ExtenderApp
 from extender.metrics import build_metrics
 from extender.settings import Settings
 from extender.snapshot.state import ClusterState

@@ -67,7 +67,8 @@ def serve(ns: argparse.Namespace) -> int:
     app = build_app(Settings(kube=False), state, build_metrics())
     print("populated nodes={nodes} pods={pods}".format(**state.read().counts()), flush=True)
     if ns.http == "flowsched":  # the protocol `flowsched serve` runs: the verbs answered directly
-        from extender.http.server import FlowschedServer, ServerLimits, server_config
+        from extender.http.server import FlowschedServer, server_config
+        from extender.http.server_limits import ServerLimits
 
         FlowschedServer(server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(),
                                       log_level="warning", loop=ns.loop)).run()

@@ -1,11 +1,12 @@
 """Issue 33's hostile probes, re-run against `flowsched serve` (loopback, bounded loops).
 
-    python -m benchmarks.hostile_probe [--seconds 8] [--only ws,headers,...]
+    python -m benchmarks.hostile_probe [--seconds 5] [--rounds 3] [--only ws,headers,...]
 
 Starts `flowsched serve --no-kube` (static progress tokens, a temporary store) with the verbs on
 one port and the API on another, then for each attack: a round of /prioritize calls on the
 verbs' port with nothing else going on (one kept-alive connection, like kube-scheduler), and a
-round with the attack running in another process against the API port. Prints p50/p99/max of
+round with the attack running in another process against the API port, alternating `--rounds`
+times (the box's other load then falls on both conditions). Prints p50/p99/max of
 the verbs and their failures in each round, the p99 ratio, the server's peak RSS and what the
 attack itself saw. Attacks (finding numbers of issue 33):
 
@@ -188,7 +189,25 @@ ATTACKS = {"ws": attack_ws, "headers": attack_headers, "pipeline": attack_pipeli
            "slowbody": attack_slowbody, "jobs": attack_jobs, "quota": attack_quota}
 
 
+def _niced(nice: int, attack: Any, port: int, stop: Any, out: Any) -> None:
+    os.nice(nice)
+    attack(port, stop, out)
+
+
 # ---- measuring ----
+
+def tree_rss_mib(pid: int) -> float:
+    """The RSS of `flowsched serve` and its children (the API port's front process)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    total = rss_mib(pid)
+    for k in kids:
+        with contextlib.suppress(OSError):  # a front being restarted
+            total += rss_mib(int(k))
+    return total
+
 
 def verb_round(port: int, seconds: float) -> tuple[np.ndarray, int]:
     """prioritize calls on one kept-alive connection for `seconds`: latencies (ms), failures."""
@@ -223,10 +242,47 @@ def seed_big_job(api_port: int) -> None:
         c.getresponse().read()
 
 
+def attack_round(name: str, ns: argparse.Namespace, api_port: int, port: int, server_pid: int
+                 ) -> tuple[np.ndarray, int, dict[str, Any], float]:
+    """One round of /prioritize calls with the attack running: latencies, failures, what the
+    attack saw, the server's peak RSS (both processes)."""
+    ctx = mp.get_context("fork")
+    stop, out = ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_niced, args=(ns.attacker_nice, ATTACKS[name], api_port, stop, out), daemon=True)
+    child.start()
+    peak = [tree_rss_mib(server_pid)]
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.wait(0.2):
+            peak[0] = max(peak[0], tree_rss_mib(server_pid))
+
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    time.sleep(1.0)  # the attack under way
+    busy, busy_failed = verb_round(port, ns.seconds)
+    stop.set()
+    try:
+        seen = out.get(timeout=30)
+    except Exception:
+        seen = {}
+    child.join(10)
+    if child.is_alive():
+        child.kill()
+    watching.set()
+    w.join()
+    time.sleep(1.0)
+    return busy, busy_failed, seen, peak[0]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--only", default=",".join(ATTACKS))
+    ap.add_argument("--rounds", type=int, default=3, help="alternating idle / attack rounds per attack")
+    ap.add_argument("--attacker-nice", type=int, default=0,
+                    help="the attack process's nice value: on a box this small it stands for a client on another "
+                         "machine (its own CPU is not flowsched's); 0 lets it compete with the verbs for the cores")
     ns = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))
     (work / "tokens").write_text(f"{TOKEN} team-a\n")
@@ -252,41 +308,28 @@ def main() -> int:
             time.sleep(0.2)
         seed_big_job(api_port)
         verb_round(port, 1.0)  # warm up
-        print(f"load average {os.getloadavg()[0]:.1f}; {len(NAMES)} names per /prioritize; "
-              f"{ns.seconds:.0f} s per round; server RSS {rss_mib(proc.pid):.0f} MiB")
+        print(f"load average {os.getloadavg()[0]:.1f}; attacker nice {ns.attacker_nice}; "
+              f"{len(NAMES)} names per /prioritize; "
+              f"{ns.seconds:.0f} s per round; server RSS (both processes) {tree_rss_mib(proc.pid):.0f} MiB")
         for name in ns.only.split(","):
-            idle, idle_failed = verb_round(port, ns.seconds)
-            ctx = mp.get_context("fork")
-            stop, out = ctx.Event(), ctx.Queue()
-            child = ctx.Process(target=ATTACKS[name], args=(api_port, stop, out), daemon=True)
-            child.start()
-            peak = [rss_mib(proc.pid)]
-            watching = threading.Event()
-
-            def watch(peak: list[float] = peak, watching: threading.Event = watching) -> None:
-                while not watching.wait(0.2):
-                    peak[0] = max(peak[0], rss_mib(proc.pid))
-
-            w = threading.Thread(target=watch, daemon=True)
-            w.start()
-            time.sleep(1.0)  # the attack under way
-            busy, busy_failed = verb_round(port, ns.seconds)
-            stop.set()
-            try:
-                seen = out.get(timeout=30)
-            except Exception:
-                seen = {}
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-            watching.set()
-            w.join()
-            print(f"{name}: attack saw {seen}; server peak RSS {peak[0]:.0f} MiB")
-            for label, lat, failed in (("idle", idle, idle_failed), (name, busy, busy_failed)):
+            idle, busy, idle_failed, busy_failed, peak = [], [], 0, 0, 0.0
+            for r in range(ns.rounds):  # alternating, so that the box's other load falls on both
+                lat, failed = verb_round(port, ns.seconds)
+                idle.append(lat)
+                idle_failed += failed
+                lat, failed, seen, round_peak = attack_round(name, ns, api_port, port, proc.pid)
+                busy.append(lat)
+                busy_failed += failed
+                peak = max(peak, round_peak)
+                print(f"{name} round {r + 1}: attack saw {seen}; p99 {np.percentile(idle[-1], 99):.2f} ms idle, "
+                      f"{np.percentile(lat, 99):.2f} ms under attack")
+            print(f"{name}: server peak RSS (both processes) {peak:.0f} MiB")
+            for label, lats, failed in (("idle", idle, idle_failed), (name, busy, busy_failed)):
+                lat = np.concatenate(lats)
                 print(f"  {label:9s} calls={lat.size:6d} failed={failed} p50={np.percentile(lat, 50):7.2f} ms "
                       f"p99={np.percentile(lat, 99):7.2f} ms max={lat.max():8.2f} ms")
-            print(f"  p99 ratio ({name} / idle) = {np.percentile(busy, 99) / np.percentile(idle, 99):.2f}")
-            time.sleep(1.0)
+            ratio = np.percentile(np.concatenate(busy), 99) / np.percentile(np.concatenate(idle), 99)
+            print(f"  p99 ratio ({name} / idle) = {ratio:.2f}")
     finally:
         proc.terminate()
         proc.wait(30)

@@ -17,8 +17,12 @@ log = logging.getLogger("flowsched")
 
 
 def _serve(ns: argparse.Namespace) -> int:
+    from extender.http.api_front import FrontConfig
+    from extender.http.front_process import ApiFront, FrontPeer, bind_listener, private_socket_path
     from extender.http.listeners import serve_listeners
-    from extender.http.server import ServerLimits, effective_max_connections, server_config
+    from extender.http.server import server_config
+    from extender.http.server_limits import ServerLimits
+    from extender.http.webhook import MAX_BODY_BYTES as WEBHOOK_MAX_BODY
     from extender.progress.store import StoreError
     from extender.service import build_service
 
@@ -51,18 +55,30 @@ def _serve(ns: argparse.Namespace) -> int:
                           graceful_shutdown_s=settings.shutdown_timeout_s, max_url_bytes=settings.max_url_bytes,
                           max_header_count=settings.max_header_count, max_head_bytes=settings.max_head_bytes,
                           write_timeout_s=settings.write_timeout_s)
-    verbs_limits = dataclasses.replace(limits, max_connections=settings.verbs_max_connections)
-    verbs_cap = effective_max_connections(settings.verbs_max_connections)
     tls: dict[str, Any] = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
-    # Two listeners (DESIGN.md §12): kube-scheduler's verbs, and everything tenants call.
-    verbs = server_config(service.app.listener("verbs"), host=settings.host, port=settings.port, limits=verbs_limits,
+    # Two listeners (DESIGN.md §12): kube-scheduler's verbs, and everything tenants call, which a
+    # front process of its own takes and forwards here over a private Unix socket.
+    verbs = server_config(service.app.listener("verbs"), host=settings.host, port=settings.port,
+                          limits=dataclasses.replace(limits, max_connections=settings.verbs_max_connections),
                           log_level=settings.log_level.lower(), loop=loop, **tls)
-    api_app = service.app.listener("api", per_client=settings.max_in_flight_per_client,
-                                   rate_per_client_s=settings.api_rate_per_client_s)
-    api = server_config(api_app, host=settings.host, port=settings.api_port, limits=limits,
-                        log_level=settings.log_level.lower(), loop=loop, lifespan="off",
-                        reserved_fds=verbs_cap, **tls)
-    return serve_listeners(verbs, api, settings.gil_switch_interval_s)
+    try:
+        sock = bind_listener(settings.host, settings.api_port)
+    except OSError as e:
+        print(f"flowsched: cannot listen on {settings.host}:{settings.api_port} (api_port): {e}", file=sys.stderr)
+        return 2
+    uds = private_socket_path()
+    # The front has applied the per-peer budgets; the forwarded requests come from one client.
+    forwarded = dataclasses.replace(limits, keep_alive_s=60, max_connections=4 * settings.max_concurrent_requests)
+    api = server_config(FrontPeer(service.app.listener("api")), host="", port=0, uds=uds, limits=forwarded,
+                        log_level=settings.log_level.lower(), loop=loop, lifespan="off")
+    front = ApiFront(FrontConfig(
+        uds=uds, limits=limits, max_in_flight=settings.max_concurrent_requests,
+        per_client=settings.max_in_flight_per_client, rate_per_client_s=settings.api_rate_per_client_s,
+        max_body_bytes=max(settings.progress_max_body_bytes, WEBHOOK_MAX_BODY, settings.verb_max_body_bytes),
+        verb_paths=tuple(service.app.verbs), log_level=settings.log_level.lower(), loop=str(loop),
+        nice=settings.api_nice, tls_cert_file=settings.tls_cert_file, tls_key_file=settings.tls_key_file), sock)
+    service.app.live_checks["api_front"] = front.alive
+    return serve_listeners(verbs, api, settings.gil_switch_interval_s, front)
 
 
 def _controllers(ns: argparse.Namespace) -> list[str] | None:

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from extender.control.bottleneck import BottleneckDiagnoser, build_diagnoser
 from extender.control.runtime import Controllers, build_control_router, build_controllers
-from extender.http.app import ExtenderApp, build_app
+from extender.http.app import build_app
 from extender.http.auth import (
     Authenticator,
     AuthError,
@@ -24,6 +24,7 @@ from extender.http.auth import (
     kubernetes_token_reviewer,
 )
 from extender.http.docs import build_docs_router
+from extender.http.extender_app import ExtenderApp
 from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.http.status_view import PHASES, job_phase_counts
 from extender.http.ui import build_ui_router

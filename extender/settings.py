@@ -123,6 +123,17 @@ class ProgressSourcesConfig(BaseModel):
     shared_write_timeout_s: float = Field(5.0, gt=0)
 
 
+class ProgressQuotaConfig(BaseModel):
+    """Per-namespace quotas of the progress store (docs/hardening.md): past one, POST /v1/progress
+    answers 429 with Retry-After (issue 33, finding 7: one team's token filled 1,075 MiB in 30 s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_jobs_per_namespace: int = Field(1000, ge=1)
+    max_points_per_namespace: int = Field(1_000_000, ge=1)
+    max_bytes_per_namespace: int = Field(256 * 1024 * 1024, ge=1024)  # the points' payload, not the file
+    max_metric_names_per_namespace: int = Field(64, ge=0)  # distinct side-metric names since start
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLOWSCHED_", env_nested_delimiter="__", extra="forbid")
 
@@ -149,6 +160,7 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     progress_db: str = "flowsched-progress.sqlite"  # SQLite file of training progress
     progress_max_body_bytes: int = Field(1 << 20, ge=1024)
+    progress_quota: ProgressQuotaConfig = ProgressQuotaConfig()
     # tokenreview: the pod's service-account token, checked by the apiserver (default);
     # static: tokens from static_tokens_file ("<token> <ns>[,<ns>...]" or "*" per line).
     progress_auth: Literal["tokenreview", "static"] = "tokenreview"
@@ -201,6 +213,9 @@ class Settings(BaseSettings):
     # The GIL switch interval under `serve` (Python's default is 5 ms): the API's thread, busy with a
     # tenant's flood, hands the GIL to the verbs' loop within this (docs/hardening.md, figures).
     gil_switch_interval_s: float = Field(0.0005, gt=0, le=0.1)
+    # The API port's front process (every tenant connection) runs at this much lower CPU priority
+    # than the verbs' process, so that on a busy node kube-scheduler's calls win the CPU.
+    api_nice: int = Field(10, ge=0, le=19)
     header_timeout_s: float = Field(10.0, gt=0)  # request line + headers must arrive within this
     body_timeout_s: float = Field(30.0, gt=0)  # the body must arrive within this of the headers
     keep_alive_s: int = Field(5, ge=1)  # an idle kept-alive connection is closed after this

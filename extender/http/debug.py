@@ -2,8 +2,8 @@
 
 The whole snapshot at 5,000 nodes / 50,000 pods was 18.7 MB built in ~0.5 s on the event loop,
 during which no verb was answered (issue 18). Here each call returns at most `limit` entries
-per kind (sorted by key, resumed with `after=<last key>`), is built in the one thread of
-extender.http.app's one debug thread (so at most one debug computation competes with the verbs),
+per kind (sorted by key, resumed with `after=<last key>`), is built in the debug routes' one
+thread (extender.http.app; so at most one debug computation competes with the verbs),
 which pauses every CHUNK entries (DutyCycle: without it, the event loop waited up to the 5 ms
 switch interval each time it needed the GIL, and prioritize's p50 went from 0.8 to 8.8 ms under
 a looping debug client), and reads the state through its read-only view (ClusterState.read), each read a

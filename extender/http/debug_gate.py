@@ -1,7 +1,7 @@
 """The one gate in front of everything that shows the cluster's insides: the /debug/* routes,
 the API documentation (/docs, /openapi.json) and the status page (/ui).
 
-The gate itself is extender.http.app.ExtenderApp, in front of FastAPI: every path that
+The gate itself is extender.http.extender_app.ExtenderApp, in front of FastAPI: every path that
 `is_debug_path` names answers only loopback peers unless debug_access is "open" (issue 18;
 docs/hardening.md). A further check (a credential, say) can be given here as FastAPI
 dependencies: routers from debug_router() run them after the peer check.

@@ -1,7 +1,7 @@
 """OpenAPI for the whole service at /openapi.json, FastAPI's Swagger UI at /docs.
 
 FastAPI documents the routes it serves (progress API, job status, debug, health). The three
-extender verbs are answered by a raw ASGI handler in front of FastAPI (extender.http.app.ExtenderApp,
+extender verbs are answered by a raw ASGI handler in front of FastAPI (extender.http.extender_app.ExtenderApp,
 for speed), so FastAPI never sees them; their paths and kube-scheduler's extender/v1 shapes
 (k8s.io/kube-scheduler/extender/v1/types.go: Go field names, no json tags) are added here by
 hand. POST /v1/progress reads its body raw too; its schema is the pydantic model it validates

@@ -1,18 +1,19 @@
-"""Two listeners in one process (DESIGN.md §12): kube-scheduler's verbs on `port`, on the main
-thread's event loop; everything tenants call (progress API, job status, webhook, /metrics, UI,
-docs, debug) on `api_port`, on a thread with an event loop, a connection pool and an in-flight
-cap of its own.
+"""Two listeners (DESIGN.md §12): kube-scheduler's verbs on `port`, on the main thread's event
+loop; everything tenants call (progress API, job status, webhook, /metrics, UI, docs, debug) on
+`api_port`.
 
-Why a thread and not a second process: the API reads the same ClusterState, progress store and
-report book as the verbs; a process would need all of them shared. Why not a second server on
-the verbs' loop: a tenant's request (a large job read, a slow body, 1,000 open connections) would
-then hold the loop kube-scheduler waits on (issue 33, findings 1-5 and 13). The two loops still
-share the GIL; the API's heavy pages already hand it back (extender/http/debug.py's duty cycle),
-and the figures in docs/hardening.md measure what is left.
+Under `flowsched serve` the API port is a front process of its own (extender.http.api_front):
+it takes every tenant connection, bounds it and applies the per-peer budgets, and forwards what
+passes over a Unix socket to this process, where a thread with an event loop of its own (the
+ApiListener here) answers it from the same ClusterState, progress store and report book as the
+verbs. So a flood costs the front's CPU and GIL, not this process's; what reaches this one is
+what a peer's budget allows (issue 33: with the API's connections in this process, a header
+flood took the verbs' p99 6-40x).
 
-The verbs' server runs the app's lifespan (the service's start and stop); on SIGTERM both stop
-accepting at once, the API drains within its graceful time, then the verbs' server drains and
-stops the service, so no tenant write lands in a closed store.
+The verbs' server runs the app's lifespan (the service's start and stop) and supervises the
+front (restarted if it dies, the process exits after too many deaths). On SIGTERM the front
+stops accepting and drains, then the API thread, then the verbs' server drains and stops the
+service, so no tenant write lands in a closed store.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from types import FrameType
 
 import uvicorn
 
+from extender.http.front_process import ApiFront
 from extender.http.server import FlowschedServer
 
 log = logging.getLogger("flowsched.http")
@@ -70,34 +72,50 @@ class ApiListener:
 
 
 class VerbsServer(FlowschedServer):
-    """The verbs' server: it stops the API listener with itself, waits for it to drain before
-    its own lifespan stops the service, and exits if the API listener dies."""
+    """The verbs' server: it stops the API front and listener with itself, waits for them to
+    drain before its own lifespan stops the service, restarts the front if it dies, and exits
+    (status 1) if the API listener dies or the front keeps dying."""
 
-    def __init__(self, config: uvicorn.Config, api: ApiListener) -> None:
+    def __init__(self, config: uvicorn.Config, api: ApiListener, front: ApiFront | None = None) -> None:
         super().__init__(config)
-        self.api = api
+        self.api, self.front = api, front
+        self.failed = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
-        self.api.stop()
+        if self.front is not None:
+            self.front.terminate(force=self.force_exit)
+        else:
+            self.api.stop()
         if self.force_exit:  # a second SIGTERM: neither waits for open requests
             self.api.server.force_exit = True
 
     async def on_tick(self, counter: int) -> bool:
-        if self.api.failed and not self.should_exit:
-            log.error("the API listener stopped; exiting so that the pod is restarted whole")
-            self.should_exit = True
+        if not self.should_exit:
+            if self.api.failed:
+                log.error("the API listener stopped; exiting so that the pod is restarted whole")
+                self.should_exit = self.failed = True
+            elif self.front is not None and not self.front.check():
+                log.error("the API front keeps dying; exiting so that the pod is restarted whole")
+                self.should_exit = self.failed = True
         return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.api.stop()
         grace = float(self.api.server.config.timeout_graceful_shutdown or 0) + 1.0
+        if self.front is not None:  # the front first: what it still forwards is answered
+            self.front.terminate(force=self.force_exit)
+            await asyncio.to_thread(self.front.wait, grace + 1.0)
+            # Here, not after run(): uvicorn re-raises the SIGTERM it handled once serve() ends.
+            self.front.close()
+        self.api.stop()
         await asyncio.to_thread(self.api.join, grace)
         await super().shutdown(sockets)
 
 
-def serve_listeners(verbs: uvicorn.Config, api: uvicorn.Config, switch_interval_s: float | None = None) -> int:
-    """Run both listeners until SIGTERM; the exit status (2 when the API listener cannot start).
+def serve_listeners(verbs: uvicorn.Config, api: uvicorn.Config, switch_interval_s: float | None = None,
+                    front: ApiFront | None = None) -> int:
+    """Run both listeners (and the API's front, if given) until SIGTERM; the exit status (2 when
+    the API listener or its front cannot start, 1 when one dies for good).
 
     switch_interval_s: the interpreter's GIL switch interval while they run. A busy API thread
     keeps the GIL for the whole interval whenever the verbs' loop wakes for a call (5 ms by
@@ -109,8 +127,21 @@ def serve_listeners(verbs: uvicorn.Config, api: uvicorn.Config, switch_interval_
         log.error("the API listener on %s:%d did not start", api.host, api.port)
         listener.stop()
         return 2
-    server = VerbsServer(verbs, listener)
-    server.run()
-    listener.stop()
-    listener.join(5.0)
-    return 1 if listener.failed and not server.should_exit else 0
+    if front is not None and not front.start():
+        log.error("the API front on port %s did not start", front.sock.getsockname()[1])
+        front.terminate(force=True)
+        front.wait(5.0)
+        front.close()
+        listener.stop()
+        return 2
+    server = VerbsServer(verbs, listener, front)
+    try:
+        server.run()
+    finally:
+        if front is not None:
+            front.terminate()
+            front.wait(5.0)
+            front.close()
+        listener.stop()
+        listener.join(5.0)
+    return 1 if server.failed or (listener.failed and not server.should_exit) else 0

@@ -55,8 +55,8 @@ from pydantic import (
     ValidationError,
 )
 
-from extender.http.app import BodyTooLarge, read_body
 from extender.http.auth import Authenticator, AuthError, Identity, bearer_token
+from extender.http.body import BodyTooLarge, read_body
 from extender.progress.reports import JobReportBook, TrainingReport
 from extender.progress.store import JobHistory, ProgressPoint, ProgressStore, QuotaExceeded
 from scoring.bottleneck import Diagnosis

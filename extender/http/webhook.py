@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from extender.http.app import BodyTooLarge, read_body
+from extender.http.body import BodyTooLarge, read_body
 
 log = logging.getLogger("flowsched.webhook")
 
@@ -85,7 +85,10 @@ def review_response(review: Any, gate: str, schedulers: Iterable[str]) -> dict[s
             "kind": "AdmissionReview", "response": resp}
 
 
-def build_webhook_router(gate: str, schedulers: Iterable[str], max_body_bytes: int = 4 << 20) -> APIRouter:
+MAX_BODY_BYTES = 4 << 20  # an AdmissionReview of one pod; the apiserver caps objects at 3 MiB
+
+
+def build_webhook_router(gate: str, schedulers: Iterable[str], max_body_bytes: int = MAX_BODY_BYTES) -> APIRouter:
     """POST /webhook/gate: the AdmissionReview endpoint (served on flowsched's TLS listener)."""
     names = tuple(schedulers)
     router = APIRouter()

@@ -38,7 +38,7 @@ from extender.kube import requests
 from extender.kube.client import open_stream
 from extender.kube.errors import ApiError
 from extender.periodic import PeriodicRunner
-from extender.progress.store import ProgressPoint, ProgressStore
+from extender.progress.store import ProgressPoint, ProgressStore, QuotaDrops, QuotaExceeded
 from extender.snapshot.objects import PodInfo
 from scoring.log_progress import LogProgressParser, LossRegexError, ParsedPoint, compile_loss_regex
 
@@ -238,6 +238,7 @@ class _Stream:
         lines_before = st.lines
         # sinceTime re-sends lines we have: those before last_ts, and as many at last_ts as were read.
         self._skip_ts, self._skip_equal = st.last_ts, st.at_last_ts
+        ended = False
         try:
             for raw in self.opener(t.namespace, t.pod, t.container, since, self.settings.read_timeout_s):
                 if self.stop_event.is_set():
@@ -247,7 +248,7 @@ class _Stream:
                 # The stream ended by itself: the container exited (then the pod's status soon says
                 # so and the follower lets it go), or the apiserver closed it. Reopen after a pause
                 # that doubles while reopening brings nothing new.
-                st.ended += 1
+                ended = True
                 fresh = st.lines > lines_before
                 st.backoff_s = self.settings.reconnect_min_s if fresh else min(
                     self.settings.reconnect_max_s, max(self.settings.reconnect_min_s, 2 * st.backoff_s))
@@ -270,6 +271,8 @@ class _Stream:
                     self._take(self.parser.flush(), st.last_ts)  # the step held for its last redraw
                 self._close_window()
                 self._flush()
+                if ended:  # counted once its last points are stored (a reader may wait for it)
+                    st.ended += 1
 
     def tick(self) -> None:
         """Called by the follower every round: a quiet log must not hold its last point back."""
@@ -350,6 +353,7 @@ class LogFollower:
         self.problems: dict[str, str] = {}
         self.waiting = 0
         self._reported: set[str] = set()
+        self.quota_drops = QuotaDrops(log)
         # A failed round is logged; the other streams keep being followed and the next round retries.
         self._runner = PeriodicRunner("log-follower", self.reconcile, settings.reconcile_s, logger=log)
 
@@ -360,6 +364,11 @@ class LogFollower:
         return None
 
     def _sink(self, target: Target, points: list[ProgressPoint]) -> None:
+        try:  # held to the namespace's quotas, as the progress API is (issue 33, finding 7)
+            self.store.admit(target.namespace, target.job, points)
+        except QuotaExceeded as e:
+            self.quota_drops.note(e, len(points), time.monotonic())
+            return
         self.store.add_points(target.namespace, target.job, points)
 
     def reconcile(self) -> None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from extender.periodic import PeriodicRunner
-from extender.progress.store import ProgressPoint, ProgressStore
+from extender.progress.store import ProgressPoint, ProgressStore, QuotaDrops, QuotaExceeded
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
 from extender.prometheus.response import parse_query_answer
@@ -116,6 +117,7 @@ class PrometheusProgress:
         self.clock, self.is_leader = clock, is_leader
         self._client = make_client(cfg)
         self.statuses: dict[str, PromJobStatus] = {}
+        self.quota_drops = QuotaDrops(log)
         # A failed round (e.g. the store failed) is logged; the next round retries.
         self._runner = PeriodicRunner("prometheus-progress", self.read_once, settings.interval_s, logger=log)
 
@@ -160,6 +162,11 @@ class PrometheusProgress:
             return 0
         points = points_from(series[0][1], last_ts, first_ts)
         if points:
+            try:  # held to the namespace's quotas, as the progress API is (issue 33, finding 7)
+                self.store.admit(target.namespace, target.job, points)
+            except QuotaExceeded as e:
+                self.quota_drops.note(e, len(points), time.monotonic())
+                return 0
             self.store.add_points(target.namespace, target.job, points)
             st.points += len(points)
         return len(points)

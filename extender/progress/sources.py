@@ -36,7 +36,7 @@ class ProgressSources:
 
 def build_progress_store(settings: Settings) -> ProgressStore:
     """The embedded SQLite store (one replica), or the Prometheus-shared one (HA) when configured."""
-    local = ProgressStoreSettings(path=settings.progress_db)
+    local = ProgressStoreSettings(path=settings.progress_db, **settings.progress_quota.model_dump())
     cfg = settings.progress_sources
     if not cfg.shared_prometheus_url:
         return ProgressStore(local)

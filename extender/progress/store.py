@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -75,9 +76,34 @@ class ProgressPoint:
     metrics: Mapping[str, float] | None = None
 
 
+def merge_writers(rows: list[Any]) -> list[Any]:
+    """(step, value, ts, pod) rows in arrival order -> the same rows ordered by restart epoch,
+    then step, then arrival, when more than one writer (pod) reported; as they are otherwise.
+
+    A writer's epoch is how many times its own steps went back so far: a restart from checkpoint
+    sends every pod back, each once. In arrival order, 32 data-parallel pods a few steps apart
+    looked like 480 restarts (issue 33, finding 12), and the convergence fit (clean_series) kept
+    only the points after the last of them. Restarts still show as steps going back, once per
+    epoch."""
+    if len({r[3] for r in rows}) < 2:
+        return rows
+    last: dict[Any, int] = {}
+    epoch: dict[Any, int] = {}
+    keys: list[tuple[int, int, int]] = []
+    for i, (step, _value, _ts, pod) in enumerate(rows):
+        prev = last.get(pod)
+        if prev is not None and step < prev:
+            epoch[pod] = epoch.get(pod, 0) + 1
+        last[pod] = step
+        keys.append((epoch.get(pod, 0), step, i))
+    keys.sort()
+    return [rows[i] for _epoch, _step, i in keys]
+
+
 @dataclass(frozen=True)
 class JobHistory:
-    """One job's points in arrival order (not step order: restarts show as steps going back)."""
+    """One job's points in arrival order (not step order: restarts show as steps going back);
+    several writers' points merged by restart epoch, then step (merge_writers)."""
 
     namespace: str
     job: str
@@ -110,7 +136,24 @@ class QuotaExceeded(Exception):
 
     def __init__(self, namespace: str, what: str, limit: int) -> None:
         super().__init__(f"namespace {namespace}: over its quota of {limit} {what}")
-        self.what, self.limit = what, limit
+        self.namespace, self.what, self.limit = namespace, what, limit
+
+
+class QuotaDrops:
+    """Points an operator-configured source (log following, Prometheus gauges) read but dropped
+    over a namespace's quota: counted, and one warning per namespace every `every_s`."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 60.0) -> None:
+        self.logger, self.every_s = logger, every_s
+        self.dropped: dict[str, int] = {}  # namespace -> points dropped
+        self._warned: dict[str, float] = {}
+
+    def note(self, e: QuotaExceeded, points: int, now: float) -> None:
+        self.dropped[e.namespace] = self.dropped.get(e.namespace, 0) + points
+        if now - self._warned.get(e.namespace, -math.inf) >= self.every_s:
+            self._warned[e.namespace] = now
+            self.logger.warning("%s: dropped %d points read for it (%d so far)", e, points,
+                                self.dropped[e.namespace])
 
 
 ROW_OVERHEAD_BYTES = 40  # step, value, ts, ids: what a point costs beyond its text
@@ -350,9 +393,10 @@ class ProgressStore:
             if meta is None:
                 return None
             rows = self._db.execute(
-                "SELECT step, value, ts FROM points WHERE namespace=? AND job=? ORDER BY id", (namespace, job)
+                "SELECT step, value, ts, pod FROM points WHERE namespace=? AND job=? ORDER BY id", (namespace, job)
             ).fetchall()
-        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        rows = merge_writers(rows)
+        arr = np.array([r[:3] for r in rows], dtype=np.float64).reshape(-1, 3)
         return JobHistory(
             namespace=namespace,
             job=job,

@@ -99,7 +99,11 @@ def test_12_restarts_are_counted_per_writer_not_across_interleaved_writers(tmp_p
             r = c.post("/v1/progress", json={"namespace": "a", "job": "dp", "pod": f"dp-{w}", "points": [point]},
                        headers=AUTH)
             assert r.json()["accepted"] == 1
-    assert c.get("/v1/jobs/a/dp", headers=AUTH).json()["restarts"] == 0
+    job = c.get("/v1/jobs/a/dp", headers=AUTH).json()
+    assert job["restarts"] == 0
+    # ... and the convergence fit uses every step they reported (45 distinct), not only the
+    # points after the last step that went back in arrival order.
+    assert job["points_used"] == 45, job["points_used"]
     # A real restart (every writer back to its checkpoint) still counts, once.
     for w in range(32):
         point = {"step": 50, "loss": 0.9, "timestamp": NOW - 500 + w * 0.01}

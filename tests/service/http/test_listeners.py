@@ -15,9 +15,11 @@ import httpx
 import orjson
 from fastapi import APIRouter
 
-from extender.http.app import ExtenderApp, build_app
+from extender.http.app import build_app
+from extender.http.extender_app import ExtenderApp
 from extender.http.listeners import ApiListener, VerbsServer
-from extender.http.server import ServerLimits, server_config
+from extender.http.server import server_config
+from extender.http.server_limits import ServerLimits
 from extender.metrics import build_metrics
 from extender.settings import Settings
 from tests.k8s_factories import pod

@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from extender.http import wire
-from extender.http.app import ExtenderApp, build_app
+from extender.http.app import build_app
+from extender.http.extender_app import ExtenderApp
 from extender.metrics import build_metrics
 from extender.settings import Settings
 from tests.k8s_factories import pod
@@ -140,11 +141,12 @@ def test_one_client_holds_at_most_its_share_of_the_api_slots() -> None:
     """Finding 4: 64 connections of one client pinned every slot."""
     app = build_app(Settings(kube=False), small_cluster(), build_metrics())
     api = app.listener("api", per_client=2)
-    api._by_client["10.0.0.1"] = 2  # as if two of its requests were under way
+    assert api.per_client is not None
+    assert api.per_client.take("10.0.0.1") and api.per_client.take("10.0.0.1")  # two under way
     assert _asgi(api, "GET", "/metrics", b"", client="10.0.0.1") == 503
     assert _asgi(api, "GET", "/healthz", b"", client="10.0.0.1") == 200  # probes are never refused
     assert _asgi(api, "GET", "/metrics", b"", client="10.0.0.2") == 200
-    assert api._by_client == {"10.0.0.1": 2} and api.in_flight == 0
+    assert api.per_client._held == {"10.0.0.1": 2} and api.in_flight == 0
 
 
 def test_verb_bodies_past_what_kube_scheduler_sends_get_413_before_any_work() -> None:
@@ -166,7 +168,7 @@ def test_verb_bodies_past_what_kube_scheduler_sends_get_413_before_any_work() ->
 def test_a_connection_pipelining_past_the_queue_bound_is_aborted(caplog: pytest.LogCaptureFixture) -> None:
     """Finding 3, the ASGI side: uvicorn queued every request of a read behind the one being
     answered, and read on after each response: thousands of cycles queued per connection."""
-    from extender.http.server import MAX_PIPELINED
+    from extender.http.guarded_protocol import MAX_PIPELINED
 
     with serving(FAST) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * (MAX_PIPELINED + 40))
@@ -185,13 +187,13 @@ def test_a_connection_pipelining_past_the_queue_bound_is_aborted(caplog: pytest.
         assert got.count(b"HTTP/1.1 200") == 5
 
 
-def test_a_peer_refused_again_and_again_is_dropped_as_it_connects_others_are_not() -> None:
+def test_a_peer_refused_again_and_again_is_held_unread_as_it_connects_others_are_not() -> None:
     """A header flood reconnected ~11,000 times in 6 s, each connection parsed to the head bound."""
     with serving(FAST) as port:
         for _ in range(21):
             got = _reply_to(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
             assert got.startswith(b"HTTP/1.1 400")
-        assert _reply_to(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", wait_s=1.0) == b""  # dropped unread
+        assert _reply_to(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", wait_s=1.0) == b""  # held unread
         with socket.socket() as other:  # another peer address is served as ever
             other.bind(("127.0.0.2", 0))
             other.settimeout(5)

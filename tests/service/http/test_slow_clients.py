@@ -21,8 +21,11 @@ import httpx
 import orjson
 import pytest
 
-from extender.http.app import ExtenderApp, build_app
-from extender.http.server import FlowschedServer, ServerLimits, guarded_protocol, server_config
+from extender.http.app import build_app
+from extender.http.extender_app import ExtenderApp
+from extender.http.guarded_protocol import guarded_protocol
+from extender.http.server import FlowschedServer, server_config
+from extender.http.server_limits import ServerLimits
 from extender.metrics import build_metrics
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node
@@ -151,7 +154,7 @@ def test_at_the_connection_cap_the_longest_idle_connection_makes_room(caplog: py
 
 def test_the_cap_is_lowered_to_fit_the_open_file_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    from extender.http.server import effective_max_connections
+    from extender.http.server_limits import effective_max_connections
 
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
@@ -210,8 +213,8 @@ def test_sigterm_with_an_incomplete_body_exits_within_the_shutdown_bound(tmp_pat
 
 
 def test_1100_idle_connections_under_a_1024_file_limit_leave_normal_requests_served(tmp_path: Path) -> None:
-    """Tenants' idle connections land on the API port (issue 33): the verbs keep their own
-    files (verbs_max_connections, set aside first), and the API port still serves newcomers."""
+    """Tenants' idle connections land on the API port's front (issue 33), a process with files of
+    its own: the verbs keep theirs, and the API port still serves newcomers."""
     port, api_port = free_port(), free_port()
     proc, log = _serve(tmp_path, port, {}, nofile=1024, api_port=api_port)
     idle: list[socket.socket] = []
@@ -234,9 +237,9 @@ def test_1100_idle_connections_under_a_1024_file_limit_leave_normal_requests_ser
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     text = log.read_text()
-    # 1,024 files - 128 kept free - 128 set aside for the verbs' own cap
-    assert "lowered to 768 to fit the open-file limit" in text
-    assert "connection cap 768 reached" in text
+    # the front's 1,024 files - 128 kept free
+    assert "lowered to 896 to fit the open-file limit" in text
+    assert "connection cap 896 reached" in text
 
 
 class _RecordingTransport:
@@ -261,7 +264,7 @@ class _RecordingTransport:
 def test_writes_of_one_loop_turn_leave_in_one_send_and_close_flushes_first() -> None:
     import asyncio
 
-    from extender.http.server import OneSendPerTurn
+    from extender.http.direct import OneSendPerTurn
 
     async def scenario() -> tuple[list[bytes], list[bytes], list[bytes], bool]:
         raw = _RecordingTransport()
@@ -299,7 +302,7 @@ def test_large_and_closing_responses_arrive_whole_through_the_one_send_transport
         assert head.startswith(b"HTTP/1.1 200") and orjson.loads(body)["NodeNames"] == ["n0", "n1"]
 
 
-# ---- the verbs' direct path (extender.http.server.DirectApp): answered from the protocol,
+# ---- the verbs' direct path (extender.http.direct.DirectApp): answered from the protocol,
 # without an ASGI cycle; everything a client can see must be what the ASGI route answers ----
 
 def _asgi(app: ExtenderApp, method: str, path: str, body: bytes) -> tuple[int, bytes]:

@@ -113,3 +113,34 @@ def test_a_store_that_opens_but_cannot_be_written_refuses_to_start(tmp_path: Pat
     with pytest.raises(StoreError) as e:
         _store(tmp_path)
     assert "readonly" in str(e.value) and str(tmp_path / "p.sqlite") in str(e.value)
+
+
+def test_log_following_is_held_to_the_namespace_quotas(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An operator-configured source wrote past every quota before (only the API checked them)."""
+    from extender.progress.log_follower import LogFollower, LogSourceSettings, Target
+
+    store = _store(tmp_path, max_jobs_per_namespace=1)
+    follower = LogFollower(lambda: [], store, None, LogSourceSettings())  # type: ignore[arg-type]
+    target = Target(namespace="team-a", pod="p", uid="u", job="a", container="c", restarts=0, loss_regex=None)
+    follower._sink(target, _points(3))
+    with caplog.at_level("WARNING"):
+        follower._sink(Target(**{**vars(target), "job": "b"}), _points(2))
+        follower._sink(Target(**{**vars(target), "job": "c"}), _points(2))
+    assert {j.job for j in store.jobs()} == {"a"}
+    assert follower.quota_drops.dropped == {"team-a": 4}
+    assert sum("over its quota of 1 jobs" in r.message for r in caplog.records) == 1  # once a minute
+    store.close()
+
+
+def test_the_quotas_are_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.progress.sources import build_progress_store
+    from extender.settings import build_settings
+
+    monkeypatch.setenv("FLOWSCHED_PROGRESS_QUOTA__MAX_JOBS_PER_NAMESPACE", "1")
+    settings = build_settings(None, kube=False, progress_db=str(tmp_path / "p.sqlite"))
+    store = build_progress_store(settings)
+    store.admit("team-a", "a", _points(1))
+    store.add_points("team-a", "a", _points(1))
+    with pytest.raises(QuotaExceeded):
+        store.admit("team-a", "b", _points(1))
+    store.close()

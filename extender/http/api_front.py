@@ -1,0 +1,221 @@
+"""The API port's front: a process of its own in front of everything tenants call (DESIGN.md §12).
+
+Every connection to `api_port` is accepted, parsed and bounded here (the head, body and
+keep-alive deadlines, the connection cap, no upgrades, backpressure: extender.http.server), and
+the per-peer budgets applied (extender.http.admission); only requests that pass reach the
+verbs' process, over a Unix socket (extender.http.upstream), where the progress store, the
+cluster state and the report book live. A header flood, 1,100 upgrade attempts or a closed loop
+of job reads now spends this process's CPU and GIL, not the one kube-scheduler waits on
+(issue 33: two event loops in one process still moved the verbs' p99 6-40x).
+
+Started by `flowsched serve` (extender.http.front_process) with the API port's listening
+socket already bound; runs at a lower CPU priority (`api_nice`) so that, on a busy node, the
+verbs' process wins the CPU. Exits when its parent is gone.
+
+    python -m extender.http.api_front --listen-fd N --ready-fd M --config JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from extender.http.admission import BUSY, CLIENT_BUSY, CLIENT_RATE, ELSEWHERE, PROBES, UNRATED, ClientSlots, PeerRate
+from extender.http.ratelog import RateLimitedLog
+from extender.http.server import FlowschedServer, server_config
+from extender.http.server_limits import ServerLimits
+from extender.http.upstream import Upstream, UpstreamError
+
+log = logging.getLogger("flowsched.front")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_JSON = [(b"content-type", b"application/json")]
+_RETRY = [(b"retry-after", b"1")]
+
+
+@dataclass(frozen=True)
+class FrontConfig:
+    """What the front needs of the settings; passed to its process as JSON."""
+
+    uds: str  # the verbs' process's socket for forwarded requests
+    limits: ServerLimits
+    max_in_flight: int
+    per_client: int
+    rate_per_client_s: float
+    max_body_bytes: int  # the largest body any API route reads; larger ones get 413 here
+    verb_paths: tuple[str, ...]  # answered 404 here: they live on `port`
+    log_level: str = "info"
+    loop: str = "auto"
+    nice: int = 10
+    # A peer past its rate gets its 429 after this (its Retry-After): a client looping on 429s
+    # otherwise spends as much CPU as the front can answer (16 readers: ~5,000 a second).
+    refusal_delay_s: float = 1.0
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    reserved_fds: int = 0
+
+    def to_json(self) -> str:
+        return orjson.dumps(dataclasses.asdict(self)).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> FrontConfig:
+        raw = orjson.loads(text)
+        raw["limits"] = ServerLimits(**raw["limits"])
+        raw["verb_paths"] = tuple(raw["verb_paths"])
+        return cls(**raw)
+
+
+class FrontApp:
+    """ASGI: the API port's admission, then the request carried to the verbs' process."""
+
+    def __init__(self, config: FrontConfig, upstream: Upstream) -> None:
+        self.config, self.upstream = config, upstream
+        self.verb_paths = frozenset(config.verb_paths)
+        self.in_flight = 0
+        self.rate = PeerRate(config.rate_per_client_s)
+        self.slots = ClientSlots(config.per_client)
+        self.events = RateLimitedLog(log)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
+        if path in self.verb_paths:
+            await _send(send, 404, ELSEWHERE["api"])
+            return
+        probe = path in PROBES
+        if self.in_flight >= self.config.max_in_flight and not probe:
+            self.events.note("busy", "%d requests in flight: answered 503", self.in_flight)
+            await _send(send, 503, BUSY, _RETRY)
+            return
+        client = scope.get("client")
+        peer = str(client[0]) if client else "?"
+        if path not in UNRATED and not self.rate.take(peer, time.monotonic()):
+            self.events.note("rate", "a peer past api_rate_per_client_s: answered 429 (client %s)", peer)
+            await asyncio.sleep(self.config.refusal_delay_s)
+            await _send(send, 429, CLIENT_RATE, _RETRY)
+            return
+        if not probe and not self.slots.take(peer):
+            self.events.note("client_busy", "a peer past max_in_flight_per_client: answered 503 (client %s)", peer)
+            await _send(send, 503, CLIENT_BUSY, _RETRY)
+            return
+        self.in_flight += 1
+        try:
+            await self._forward(scope, receive, send, peer)
+        finally:
+            self.in_flight -= 1
+            if not probe:
+                self.slots.give_back(peer)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, peer: str) -> None:
+        body = await _read_body(scope, receive, self.config.max_body_bytes)
+        if isinstance(body, _Gone):
+            return  # the client went mid-body: nothing to carry across
+        if body is None:
+            await _send(send, 413, orjson.dumps({"error": f"request body over {self.config.max_body_bytes} bytes"}))
+            return
+        query = scope.get("query_string") or b""
+        target = (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
+        try:
+            status, headers, out = await self.upstream.request(scope["method"], target, scope["headers"], body, peer)
+        except UpstreamError as e:
+            self.events.note("upstream", "could not forward a request: %s", e)
+            await _send(send, 503, b'{"error":"flowsched is restarting; retry"}', _RETRY)
+            return
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (b"content-length", str(len(out)).encode())]})
+        await send({"type": "http.response.body", "body": out})
+
+
+class _Gone:
+    """The client disconnected mid-body."""
+
+
+_GONE = _Gone()
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | _Gone | None:
+    """The whole body, None past limit (declared or read), _GONE (the object) if the client went."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return _GONE
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*_JSON, (b"content-length", str(len(body)).encode()), *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FrontServer(FlowschedServer):
+    """Tells its parent when it listens (one byte on ready_fd), and exits once the parent is gone
+    (outside a pod nothing else would stop it, and it would hold the port)."""
+
+    def __init__(self, config: Any, ready_fd: int | None) -> None:
+        super().__init__(config)
+        self.ready_fd = ready_fd
+        self.parent = os.getppid()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.ready_fd is not None and self.started:
+            with contextlib.suppress(OSError):  # a restart's parent does not wait for the byte
+                os.write(self.ready_fd, b"1")
+            os.close(self.ready_fd)
+            self.ready_fd = None
+        if os.getppid() != self.parent and not self.should_exit:
+            log.error("flowsched's verbs process is gone; the API front exits")
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="flowsched-api-front")
+    ap.add_argument("--listen-fd", type=int, required=True)
+    ap.add_argument("--ready-fd", type=int)
+    ap.add_argument("--config", required=True)
+    ns = ap.parse_args(argv)
+    config = FrontConfig.from_json(ns.config)
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.nice:
+        os.nice(config.nice)  # the verbs' process wins the CPU on a busy node
+    sock = socket.socket(fileno=ns.listen_fd)
+    app = FrontApp(config, Upstream(config.uds, timeout_s=60.0))
+    uv = server_config(app, host="", port=0, limits=config.limits, log_level=config.log_level, loop=config.loop,
+                       lifespan="off", reserved_fds=config.reserved_fds,
+                       ssl_certfile=config.tls_cert_file, ssl_keyfile=config.tls_key_file)
+    server = FrontServer(uv, ns.ready_fd)
+    server.run(sockets=[sock])
+    app.upstream.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
