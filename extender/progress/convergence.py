@@ -19,6 +19,7 @@ from extender.snapshot.state import ClusterState, JobConvergence
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.settings import TrackerSettings
 from scoring.tracker import ConvergenceTracker as CoreTracker
+from scoring.world import end_seconds
 
 log = logging.getLogger("flowsched.convergence")
 
@@ -83,7 +84,7 @@ class ConvergenceTracker:
                 continue
             if est is None or self.core.computed == before:
                 continue
-            self.state.set_job_convergence(key, JobConvergence(est.phase, est.remaining_seconds, now))
+            self.state.set_job_convergence(key, JobConvergence(est.phase, end_seconds(est), now))
             done += 1
         self._published = self.core.snapshot()  # readers (the loops' threads) see a whole round
         return done
