@@ -287,9 +287,8 @@ def predict_end(
             return _finish(planned, rates, EndReason.PLANNED_END, 1.0)
         return _finish(_plateau_end(clean.steps, clean.values, rule, conv, forecast),
                        rates, EndReason.PLATEAU)
+    # a named metric never reported is an empty series: its early stopping is unknown, not the loss's
     series = clean_series(*monitored) if rule.early_stopping is not None and monitored is not None else clean
-    if series.steps.size == 0:
-        series = clean
     out = _forecast_end((clean.steps, clean.values), (series.steps, series.values), rule, conv, forecast)
     if out is None:  # too few evaluations to forecast
         if not rule.planned:
