@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.convergence import (
+    CleanSeries,
     ConvergenceEstimate,
     ConvergenceSettings,
     clean_series,
@@ -49,7 +50,8 @@ class ForecastSettings:
     improvement_sd: float = 0.5  # log-normal spread of each sample's future improvement
     max_evaluations: int = 4000  # future evaluations simulated; later ends count as beyond the horizon
     noise_points: int = 20  # recent points whose residuals around the fit give the noise
-    rate_slack: float = 0.05  # the step rate's interval: its recent and longer-run values, +- this
+    rate_slack: float = 0.05  # the step rate's interval: the extreme window rates, widened by this
+    rate_windows: int = 4  # the current run's time cut in this many spans, each giving a rate
     recent_share: float = 0.5  # no rule: the learnt model reads the last this share of the span
     seed: int = 0
 
@@ -142,12 +144,31 @@ def first_stop(paths: FloatArray, best: float, wait: int, rule: EarlyStopping | 
     return es_at, target_at
 
 
-def _rates(est: ConvergenceEstimate, slack: float) -> tuple[float, float, float]:
-    """(point, low, high) steps/s: the recent rate, within the recent and the longer-run one."""
-    rates = [r for r in (est.remaining_rate, est.step_rate) if math.isfinite(r) and r > 0]
-    if not rates:
+def _rates(clean: CleanSeries, est: ConvergenceEstimate, fs: ForecastSettings) -> tuple[float, float, float]:
+    """(point, low, high) steps/s to the end. The point is the current run's average rate, pauses
+    (evaluations, checkpoints) included, as they will recur until the end; the interval spans the
+    rates of the run's rate_windows equal spans of time and the recent rate (the estimate's),
+    each widened by rate_slack. Without timestamps: the estimate's rates."""
+    recent = [r for r in (est.remaining_rate, est.step_rate) if math.isfinite(r) and r > 0]
+    ts = clean.timestamps
+    k = clean.steps[clean.run_start:]
+    if ts is not None and k.size >= 3:
+        t = ts[clean.run_start:]
+        span = float(t[-1] - t[0])
+        if span > 0:
+            whole = float(k[-1] - k[0]) / span
+            edges = np.searchsorted(t, t[0] + span * np.linspace(0.0, 1.0, fs.rate_windows + 1))
+            parts = []
+            for a, b in zip(edges[:-1], np.minimum(edges[1:], k.size - 1), strict=True):
+                a = max(0, int(a) - 1)  # from the point before the window: its first step's time counts
+                if b > a and t[b] > t[a]:
+                    parts.append(float(k[b] - k[a]) / float(t[b] - t[a]))
+            rates = [r for r in (whole, *parts, *recent) if math.isfinite(r) and r > 0]
+            if math.isfinite(whole) and whole > 0:
+                return whole, min(rates) / (1.0 + fs.rate_slack), max(rates) * (1.0 + fs.rate_slack)
+    if not recent:
         return math.nan, math.nan, math.nan
-    return rates[0], min(rates) / (1.0 + slack), max(rates) * (1.0 + slack)
+    return recent[0], min(recent) / (1.0 + fs.rate_slack), max(recent) * (1.0 + fs.rate_slack)
 
 
 def _finish(steps: tuple[float, float, float], rates: tuple[float, float, float], reason: EndReason,
@@ -277,7 +298,7 @@ def predict_end(
     if est is None:
         est = estimate(clean.steps, clean.values, clean.timestamps,
                        dataclasses.replace(conv, higher_is_better=rule.higher_is_better))
-    rates = _rates(est, forecast.rate_slack)
+    rates = _rates(clean, est, forecast)
     last = float(clean.steps[-1])
     if rule.planned and last >= rule.max_steps:
         return _finish((0.0, 0.0, 0.0), rates, EndReason.PLANNED_END, 1.0)
@@ -290,15 +311,8 @@ def predict_end(
     # a named metric never reported is an empty series: its early stopping is unknown, not the loss's
     series = clean_series(*monitored) if rule.early_stopping is not None and monitored is not None else clean
     out = _forecast_end((clean.steps, clean.values), (series.steps, series.values), rule, conv, forecast)
-    if out is None:  # too few evaluations to forecast
-        if not rule.planned:
-            return JobEnd.unknown(EndReason.EARLY_STOPPING if rule.early_stopping else EndReason.TARGET)
-        es = rule.early_stopping
-        soonest = 0.0  # a target may be crossed at any report
-        if es is not None and not math.isfinite(rule.target) and series.steps.size >= 2:
-            _, wait, _ = rule_state(-series.values if _monitored_hib(rule) else series.values, es)
-            soonest = min(planned[0], max(0.0, (es.patience - wait) * _cadence(series.steps)))
-        return _finish((planned[0], soonest, planned[0]), rates, EndReason.PLANNED_END)
+    if out is None:  # too few evaluations to forecast: the planned end is then only a cap, not the end
+        return JobEnd.unknown(EndReason.EARLY_STOPPING if rule.early_stopping else EndReason.TARGET)
     point, low, high, reason = out
     return _finish((point, low, high), rates, reason)
 

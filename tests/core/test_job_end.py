@@ -162,3 +162,19 @@ def test_tracker_carries_the_end_and_end_seconds_reads_it() -> None:
 def test_unknown_end() -> None:
     end = JobEnd.unknown()
     assert not end.known and end.reason is None and end.evidence == 0.0
+
+
+def test_seconds_come_from_the_runs_average_rate_pauses_included() -> None:
+    # 10 steps/s, plus a 5 s evaluation pause every 100 steps: 15 s per 100 steps on average
+    steps = np.arange(1, 1001, dtype=np.float64)
+    timestamps = steps / 10.0 + 5.0 * (steps // 100)
+    end = predict_end(steps, 1.0 / steps, timestamps, StoppingRule(max_steps=2000.0), CONV)
+    assert end.remaining_steps == 1000.0
+    assert end.remaining_seconds == pytest.approx(1000.0 * (timestamps[-1] - timestamps[0]) / 999.0)
+    assert end.seconds_low <= 150.0 <= end.seconds_high
+
+
+def test_too_few_evaluations_under_a_rule_is_unknown_not_the_cap() -> None:
+    steps = np.arange(1, 4) * 100.0
+    end = predict_end(steps, [1.0, 0.8, 0.7], steps, StoppingRule(max_steps=5000.0, target=0.1), CONV)
+    assert not end.known and end.reason == EndReason.TARGET
