@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scoring.convergence import ConvergenceSettings
-from scoring.job_end import predict_end, rule_state
+from scoring.job_end import first_stop, predict_end, rule_state
 from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
 from scoring.tracker import ConvergenceTracker
@@ -178,3 +178,20 @@ def test_too_few_evaluations_under_a_rule_is_unknown_not_the_cap() -> None:
     steps = np.arange(1, 4) * 100.0
     end = predict_end(steps, [1.0, 0.8, 0.7], steps, StoppingRule(max_steps=5000.0, target=0.1), CONV)
     assert not end.known and end.reason == EndReason.TARGET
+
+
+@pytest.mark.parametrize("min_delta", [0.0, 0.02])
+def test_first_stop_matches_the_rule_run_point_by_point(min_delta: float) -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        m, k = 12, int(rng.integers(1, 200))
+        paths = np.cumsum(rng.normal(-0.01, 0.05, (m, k)), axis=1)
+        patience = int(rng.integers(1, 12))
+        best, wait = float(rng.normal(0, 0.1)), int(rng.integers(0, patience))  # not fired yet
+        got, _ = first_stop(paths, best, wait, EarlyStopping(patience, min_delta), math.inf)
+        for i in range(m):
+            # the observed evaluations, then this sample's future: where rule_state fires is the answer
+            history = np.r_[best, np.full(wait, best + 1.0), paths[i]]
+            fired = rule_state(history, EarlyStopping(patience, min_delta))[2]
+            expected = fired - wait if fired > wait else math.inf
+            assert got[i] == expected, (i, got[i], expected)
