@@ -11,7 +11,10 @@ round's time includes waiting, at its end, until every point it reported was sen
 a real loop would not wait). Printed for each loop: median steps/s of each mode and the median
 of the per-pair cost (1 - reported / plain steps/s), by wall clock (which other load on a shared
 machine moves by tens of %), by the process's CPU time (the loop plus the reporter's thread: what
-reporting costs, robust to other load) and by the training thread's CPU time (the loop alone).
+reporting costs, robust to other load) and by the training thread's CPU time (the loop alone);
+and, measured directly, the client's own time per point (inside report() on the training
+thread, and its thread's CPU) against a step's CPU time: the A/B pairs above spread by several
+% on a shared machine, this does not.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def child(kind: str, url: str, token: str, namespace: str, rounds: int, steps: i
         train()
     rows: dict[str, list[list[float]]] = {"plain": [], "reported": []}  # per round: steps/s by wall, process, thread
     step_no = 0
+    in_report = 0.0  # seconds the training thread spent inside report()
     for _ in range(rounds):
         for mode in ("plain", "reported"):
             w0, p0, t0 = time.perf_counter(), time.process_time(), time.thread_time()
@@ -98,13 +102,17 @@ def child(kind: str, url: str, token: str, namespace: str, rounds: int, steps: i
             else:
                 for _ in range(steps):
                     step_no += 1
-                    reporter.report(step_no, train())
+                    loss = train()
+                    c0 = time.perf_counter()
+                    reporter.report(step_no, loss)
+                    in_report += time.perf_counter() - c0
                 reporter.flush()  # counted: until this round's points are sent
             w, p, t = time.perf_counter() - w0, time.process_time() - p0, time.thread_time() - t0
             rows[mode].append([steps / w, steps / p, steps / t])
     reporter.close()
     print(json.dumps({"kind": kind, "version": version, "plain": rows["plain"], "reported": rows["reported"],
-                      "sent": reporter.sent, "dropped": reporter.dropped, "failed_posts": reporter.failed_posts}))
+                      "sent": reporter.sent, "dropped": reporter.dropped, "failed_posts": reporter.failed_posts,
+                      "in_report_s": in_report, "reporter_thread_cpu_s": reporter.busy_s, "points": step_no}))
 
 
 def _stored(url: str, token: str, namespace: str, job: str) -> int:
@@ -146,6 +154,11 @@ def main() -> int:
             label += f" (torch {r['version']})" if r["version"] else ""
             print(f"{label}: points sent {r['sent']} of {ns.rounds * ns.steps}, dropped {r['dropped']}, "
                   f"posts retried {r['failed_posts']}; the job's history {stored} points (the store thins)")
+            step_cpu = 1.0 / statistics.median(row[1] for row in r["plain"])
+            in_report, thread = r["in_report_s"] / r["points"], r["reporter_thread_cpu_s"] / r["points"]
+            print(f"  the client's own time per point: {in_report * 1e6:.1f} us inside report() on the training "
+                  f"thread + {thread * 1e6:.1f} us CPU on its thread = {100 * (in_report + thread) / step_cpu:.2f} % "
+                  f"of a step ({step_cpu * 1e3:.2f} ms CPU; {100 * in_report / step_cpu:.2f} % on the training thread)")
             for col, what in ((0, "wall clock (other load on the machine included)"),
                               (1, "process CPU (the loop and the reporter's thread)"),
                               (2, "training thread CPU (the loop alone)")):

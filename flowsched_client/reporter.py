@@ -56,11 +56,16 @@ class ReporterConfig:
     # The background thread sends once this many points wait, or flush_s after its last send: a
     # post costs ~1 ms of CPU however few points it carries (benchmarks/client_cost.py), and the
     # server re-estimates a job every 10 s anyway.
-    flush_every: int = 500
+    flush_every: int = 2000
     flush_s: float = 10.0
     max_buffer: int = 10_000  # points kept while the server is away; the oldest go first
     timeout_s: float = 2.0
     max_points_per_post: int = 5_000  # the server takes at most 10,000 per request
+    # Loss points without metrics are averaged to at most this many per second of their time
+    # (on the background thread, at the last step's number and time): a loop reporting every
+    # step at 1,000 steps/s would otherwise spend most of the client's time encoding points the
+    # server thins away (it keeps 4,000 per job). 0: every point as reported.
+    max_points_per_s: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, sa_dir: Path = SA_DIR) -> ReporterConfig:
@@ -133,6 +138,7 @@ class Reporter:
         self._queue: deque[Point] = deque()
         self._lock = threading.Lock()  # the queue's length check and the counters
         self._wake = threading.Event()
+        self._woken = False  # a wake for a full queue is pending (report() sets it once)
         self._done = threading.Condition()
         self._asked = self._answered = 0  # flush() generations
         self._last_ok = True
@@ -141,6 +147,7 @@ class Reporter:
         self.dropped = 0  # points lost: queue full while the server was away, refused, or no configuration
         self.sent = 0
         self.failed_posts = 0  # posts the server did not take (away, too slow, or refusing)
+        self.busy_s = 0.0  # CPU seconds the background thread spent converting and sending
         self.training_info: dict[str, Any] = {}  # sent with every post
         self.plan: dict[str, Any] | None = None  # the elastic optimizer's latest plan, from the last reply
         self._thread = threading.Thread(target=self._run, name="flowsched-report", daemon=True)
@@ -154,13 +161,15 @@ class Reporter:
         raises, never waits for the server."""
         try:
             point: Point = (int(step), loss, self.clock(), dict(metrics) if metrics else None)
-            with self._lock:
-                if len(self._queue) >= self.config.max_buffer:
-                    self._queue.popleft()
-                    self.dropped += 1
-                self._queue.append(point)
-                due = len(self._queue) >= self.config.flush_every
-            if due:
+            q = self._queue
+            if len(q) >= self.config.max_buffer:  # the server is away: the oldest goes
+                with self._lock:
+                    while len(q) >= self.config.max_buffer:
+                        q.popleft()
+                        self.dropped += 1
+            q.append(point)  # atomic: the background thread pops from the other end
+            if not self._woken and len(q) >= self.config.flush_every:
+                self._woken = True  # one wake per send cycle, not one per point
                 self._wake.set()
         except Exception:  # reporting must never stop training
             log.exception("flowsched: could not record progress point")
@@ -237,11 +246,14 @@ class Reporter:
         while not self._closed:
             self._wake.wait(backoff or self.config.flush_s)
             self._wake.clear()
+            self._woken = False
             if self._closed:
                 break
             with self._done:
                 asked = self._asked
+            cpu = time.thread_time()
             ok = self._send_queued()
+            self.busy_s += time.thread_time() - cpu
             backoff = 0.0 if ok else min(max(2 * backoff, 0.5), self.config.flush_s)
             with self._done:
                 self._answered, self._last_ok = max(self._answered, asked), ok
@@ -267,21 +279,50 @@ class Reporter:
 
     def _encode(self, batch: list[Point]) -> str:
         """The points as a JSON array, written directly (json.dumps of a dict per point costs
-        twice as much, on the thread that shares the interpreter with the loop)."""
+        twice as much, on the thread that shares the interpreter with the loop); consecutive
+        points without metrics averaged per 1 / max_points_per_s of their time (merge_window)."""
         values: list[Any] = []
         for _, loss, _, metrics in batch:
             values.append(loss)
             if metrics:
                 values.extend(metrics.values())
         floats = iter(to_floats(values))
-        parts = []
+        window = self._merge_window()
+        parts: list[str] = []
+        run: list[tuple[int, float, float]] = []  # (step, loss, timestamp) of the open window
+
+        def close_run() -> None:
+            finite = [v for _, v, _ in run if math.isfinite(v)]
+            mean = sum(finite) / len(finite) if finite else math.nan
+            step, _, ts = run[-1]
+            parts.append(f'{{"step":{step},"loss":{_number(mean)},"timestamp":{_number(ts)}}}')
+            run.clear()
+
         for step, _, ts, metrics in batch:
-            text = f'{{"step":{step},"loss":{_number(next(floats))},"timestamp":{_number(ts)}'
-            if metrics:
-                text += ',"metrics":{' + ",".join(f"{json.dumps(str(k))}:{_number(next(floats))}"
-                                                  for k in metrics) + "}"
-            parts.append(text + "}")
+            loss = next(floats)
+            if metrics or window <= 0:
+                if run:
+                    close_run()
+                text = f'{{"step":{step},"loss":{_number(loss)},"timestamp":{_number(ts)}'
+                if metrics:
+                    text += ',"metrics":{' + ",".join(f"{json.dumps(str(k))}:{_number(next(floats))}"
+                                                      for k in metrics) + "}"
+                parts.append(text + "}")
+                continue
+            if run and ts - run[0][2] >= window:  # a new window: the last one goes as one point
+                close_run()
+            run.append((step, loss, ts))
+        if run:
+            close_run()
         return "[" + ",".join(parts) + "]"
+
+    def _merge_window(self) -> float:
+        """Seconds over which loss points are averaged into one; 0 (every point as it is) when the
+        job's early stopping watches the loss itself, where each point is one evaluation."""
+        es = self.training_info.get("early_stopping")
+        if self.config.max_points_per_s <= 0 or (isinstance(es, Mapping) and es.get("metric") is None):
+            return 0.0
+        return 1.0 / self.config.max_points_per_s
 
     def _post(self, batch: list[Point]) -> bool:
         c = self.config

@@ -29,7 +29,7 @@ def served() -> Iterator[Served]:
 
 def _config(s: Served, job: str, **kw: object) -> ReporterConfig:
     base: dict[str, object] = {"url": s.api_url, "job": job, "namespace": s.namespace, "token": s.token,
-                               "flush_every": 50, "flush_s": 1e9}
+                               "flush_every": 50, "flush_s": 1e9, "max_points_per_s": 0.0}
     base.update(kw)
     return ReporterConfig(**base)  # type: ignore[arg-type]
 

@@ -27,7 +27,7 @@ class FakeSend:
 
 def config(**kw: object) -> ReporterConfig:
     base: dict[str, object] = {"url": "http://fs/", "job": "j", "namespace": "ns", "token": "tok",
-                               "flush_every": 3, "flush_s": 1e9}
+                               "flush_every": 3, "flush_s": 1e9, "max_points_per_s": 0.0}
     base.update(kw)
     return ReporterConfig(**base)  # type: ignore[arg-type]
 
@@ -117,6 +117,31 @@ def test_missing_configuration_drops_with_a_count() -> None:
     r.report(1, 1.0)
     r.flush()
     assert send.bodies == [] and r.dropped == 1
+    r.close()
+
+
+def test_fast_loss_points_are_averaged_per_window_but_evaluations_never() -> None:
+    send = FakeSend()
+    now = [100.0]
+    r = Reporter(config(flush_every=10**6, max_points_per_s=10.0), send=send, clock=lambda: now[0])
+    for step in range(1, 21):  # 20 points 0.01 s apart: two 0.1 s windows
+        r.report(step, float(step))
+        now[0] += 0.01
+    r.report(21, 5.0, {"val_loss": 0.5})  # an evaluation goes as it is
+    r.report(22, float("nan"))
+    assert r.flush()
+    points = send.bodies[0]["points"]
+    assert isinstance(points, list)
+    assert [(p["step"], p["loss"]) for p in points[:2]] == [(10, 5.5), (20, 15.5)]  # means, at the last step
+    assert {**points[2], "timestamp": round(points[2]["timestamp"], 6)} == \
+        {"step": 21, "loss": 5.0, "timestamp": 100.2, "metrics": {"val_loss": 0.5}}
+    assert points[3]["step"] == 22 and points[3]["loss"] is None  # nothing finite to average: rejected
+    # early stopping on the loss itself: every point is an evaluation, none merged
+    r.training(early_stopping={"patience": 3, "min_delta": 0.0, "metric": None})
+    for step in range(23, 33):
+        r.report(step, 1.0)
+    assert r.flush()
+    assert [p["step"] for p in send.bodies[1]["points"]] == list(range(23, 33))  # type: ignore[union-attr]
     r.close()
 
 
