@@ -111,8 +111,9 @@ def to_floats(values: Sequence[Any]) -> list[float]:
     tensors = [i for i, v in enumerate(values) if hasattr(v, "detach")]
     torch = sys.modules.get("torch")  # the caller's torch, already imported; never imported here
     if tensors and torch is not None:
-        try:
-            stacked = torch.stack([values[i].detach().reshape(()).float() for i in tensors]).tolist()
+        try:  # one op over all of them (scalars of one dtype and device), then one copy to the host
+            with torch.no_grad():
+                stacked = torch.stack([values[i] for i in tensors]).reshape(len(tensors)).float().tolist()
             for i, v in zip(tensors, stacked, strict=True):
                 out[i] = float(v)
             done = set(tensors)
@@ -160,6 +161,11 @@ class Reporter:
         """Queue one point (loss and metrics: numbers or framework tensors, unconverted). Never
         raises, never waits for the server."""
         try:
+            # detach (no sync): a kept tensor must not hold its step's autograd graph
+            if hasattr(loss, "detach"):
+                loss = loss.detach()
+            if metrics:
+                metrics = {k: v.detach() if hasattr(v, "detach") else v for k, v in metrics.items()}
             point: Point = (int(step), loss, self.clock(), dict(metrics) if metrics else None)
             q = self._queue
             if len(q) >= self.config.max_buffer:  # the server is away: the oldest goes

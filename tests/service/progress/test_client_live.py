@@ -136,3 +136,45 @@ def test_rules_are_read_from_the_frameworks_objects() -> None:
     assert keras_rule(keras_es) == {"patience": 4, "min_delta": 0.0, "metric": "val_accuracy",
                                     "higher_is_better": True}
     assert keras_rule(SimpleNamespace(monitor="val_loss", patience=0, min_delta=0.0)) is None
+
+
+TORCH_PYTHON = Path("/work/torchvenv/bin/python")  # torch is not a project dependency
+
+
+@pytest.mark.skipif(not TORCH_PYTHON.exists(), reason="needs an interpreter with torch (/work/torchvenv)")
+def test_torch_losses_are_converted_in_one_stack_per_flush_never_one_by_one() -> None:
+    code = f"""
+import sys; sys.path.insert(0, {str(ROOT)!r})
+import torch
+from flowsched_client import Reporter, ReporterConfig
+calls = {{"stack": 0, "item": 0, "float": 0}}
+stack, item, to_float = torch.stack, torch.Tensor.item, torch.Tensor.__float__
+def counting(name, f):
+    def g(*a, **k):
+        calls[name] += 1
+        return f(*a, **k)
+    return g
+torch.stack = counting("stack", stack)
+torch.Tensor.item = counting("item", item)
+torch.Tensor.__float__ = counting("float", to_float)
+bodies = []
+r = Reporter(ReporterConfig(url="http://x", job="j", namespace="n", token="t", flush_every=10**6,
+                            max_points_per_s=0.0), send=lambda u, b, h, t: bodies.append(b) or 200)
+m = torch.nn.Linear(4, 1)
+losses = []
+for step in range(100):
+    loss = m(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    losses.append(loss.detach().clone())
+    r.report(step, loss)
+assert calls == {{"stack": 0, "item": 0, "float": 0}}, calls  # report() converted nothing
+assert r.flush()
+assert calls == {{"stack": 1, "item": 0, "float": 0}}, calls  # one stack for the flush
+import json
+sent = [p["loss"] for p in json.loads(bodies[0])["points"]]
+assert sent == [l.tolist() for l in losses], (sent[:3], losses[:3])
+print("ok")
+"""
+    out = subprocess.run([str(TORCH_PYTHON), "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "ok"
