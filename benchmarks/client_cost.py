@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH, IN, HIDDEN = 128, 256, 512  # the MLP: a few hundred steps/s on one core
+BATCH, IN, HIDDEN = 128, 256, 1024  # the MLP: 350-550 steps/s of CPU time on one core here
 
 
 def _numpy_loop() -> tuple[Any, Any]:
