@@ -81,7 +81,7 @@ def test_the_training_thread_never_waits_for_a_server_that_is_away() -> None:
     try:
         for url in (f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{silent.getsockname()[1]}"):
             r = Reporter(ReporterConfig(url=url, job="j", namespace="ns", token="t", flush_every=10,
-                                        max_buffer=1000, timeout_s=1.0))
+                                        max_buffer=1000, timeout_s=2.0))
             worst, total = 0.0, 0.0
             for step in range(20_000):
                 t0 = time.perf_counter()
@@ -90,12 +90,13 @@ def test_the_training_thread_never_waits_for_a_server_that_is_away() -> None:
                 worst, total = max(worst, dt), total + dt
             mean_us = total / 20_000 * 1e6
             assert mean_us < 50.0, (url, mean_us)  # a deque append, not an HTTP round trip
-            assert worst < 0.1, (url, worst)  # never one send's timeout (1 s)
+            assert worst < 0.5, (url, worst)  # never one send's timeout (2 s); a loaded machine may pause a thread
+
             # bounded: the oldest went; at most max_buffer queued plus the batch being tried
             assert 20_000 - 2 * 1000 <= r.dropped <= 20_000 - 1000
             t0 = time.perf_counter()
             r.close(timeout_s=3.0)
-            assert time.perf_counter() - t0 < 10.0
+            assert time.perf_counter() - t0 < 12.0
     finally:
         silent.close()
 
