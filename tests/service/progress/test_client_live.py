@@ -91,7 +91,6 @@ def test_the_training_thread_never_waits_for_a_server_that_is_away() -> None:
             mean_us = total / 20_000 * 1e6
             assert mean_us < 50.0, (url, mean_us)  # a deque append, not an HTTP round trip
             assert worst < 0.5, (url, worst)  # never one send's timeout (2 s); a loaded machine may pause a thread
-
             # bounded: the oldest went; at most max_buffer queued plus the batch being tried
             assert 20_000 - 2 * 1000 <= r.dropped <= 20_000 - 1000
             t0 = time.perf_counter()
