@@ -37,9 +37,11 @@ from extender.progress.reports import JobReportBook
 from extender.progress.sources import ProgressSources, build_progress_store, start_progress_sources
 from extender.progress.store import ProgressStore
 from extender.settings import Settings, load_static_tokens
+from extender.snapshot.annotations import ProgressSpec
 from extender.snapshot.state import ClusterState
 from extender.snapshot.watcher import Watcher, start_watchers
 from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
+from scoring.stopping import EarlyStopping
 
 log = logging.getLogger("flowsched.service")
 
@@ -179,15 +181,34 @@ def build_service(settings: Settings) -> Service:
     store = build_progress_store(settings)
     reports = JobReportBook()
 
+    def declared(key: str) -> ProgressSpec | None:
+        """The stopping rule its pods declare by annotation (jobs reporting through logs or Prometheus)."""
+        pods = state.read().job_pods([key]).get(key, ())
+        return next((p.progress for p in pods if p.progress is not None), None)
+
     def planned_end(key: str) -> float | None:
         report = reports.get(key)
-        return float(report.max_steps) if report is not None and report.max_steps else None
+        if report is not None and report.max_steps:
+            return float(report.max_steps)
+        spec = declared(key)
+        return spec.max_steps if spec is not None else None
 
     def stop_target(key: str) -> float | None:
         report = reports.get(key)
-        return report.target_metric if report is not None else None
+        if report is not None and report.target_metric is not None:
+            return report.target_metric
+        spec = declared(key)
+        return spec.target if spec is not None else None
 
-    tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end, stop_target=stop_target)
+    def early_stopping(key: str) -> EarlyStopping | None:
+        report = reports.get(key)
+        if report is not None and report.early_stopping is not None:
+            return report.early_stopping
+        spec = declared(key)
+        return spec.early_stopping if spec is not None else None
+
+    tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end, stop_target=stop_target,
+                                 early_stopping=early_stopping)
     diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),

@@ -69,9 +69,13 @@ def starving(job: JobState, factor: float) -> bool:
 
 
 def predicted_end_s(job: JobState, s: AdmissionLoopSettings) -> float:
-    """Seconds until the job ends, as far as flowsched may lean on it: its planned end at its step
-    rate, else its time to the plateau when the learnt interval weighs at least min_evidence;
-    NaN when there is no such prediction (a job that never reported is never ahead)."""
+    """Seconds until the job ends, as far as flowsched may lean on it: its end under its stopping
+    rule (JobState.seconds_to_end) when that weighs at least min_evidence; without a predicted end,
+    its planned end at its step rate, else its time to the plateau when the learnt interval weighs
+    at least min_evidence; NaN when there is no such prediction (a job that never reported is never
+    ahead)."""
+    if job.estimate is not None and job.estimate.end is not None:
+        return job.seconds_to_end(s.min_evidence)
     end = job.seconds_to_planned_end()
     if math.isfinite(end):
         return end
@@ -194,7 +198,7 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
             continue
         if not (math.isfinite(r.runtime_s) and r.runtime_s >= s.min_runtime_s):
             continue
-        if r.seconds_to_planned_end() < settings.migrator.min_remaining_s:
+        if r.seconds_to_end(s.min_evidence) < settings.migrator.min_remaining_s:
             continue  # ends by itself soon, cheaper than a restart
         if r.since_migration_s < settings.safety.hold_s or r.since_scaled_s < settings.safety.hold_s:
             continue

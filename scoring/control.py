@@ -105,9 +105,9 @@ def migration_arrays(world: World, settings: CoreSettings, elastic_on: bool
         runtime_s=np.array([j.runtime_s for j in rows], dtype=np.float64),
         phase=np.array([int(j.phase) for j in rows], dtype=np.int64),
         growth=np.array(growth, dtype=np.float64),
-        # Its planned end when it reports one (max_steps); its convergence plateau is not the end
-        # of its training, so without a planned end the time left is unknown.
-        remaining_s=np.array([j.seconds_to_planned_end() for j in rows], dtype=np.float64),
+        # Its end under its stopping rule (planned end, target, early stopping; without a rule the
+        # plateau, when the prediction weighs at least admission.min_evidence): JobState.seconds_to_end.
+        remaining_s=np.array([j.seconds_to_end(settings.admission.min_evidence) for j in rows], dtype=np.float64),
         migrations=np.array([j.migrations for j in rows], dtype=np.int64),
         since_migration_s=np.array([j.since_migration_s for j in rows], dtype=np.float64),
         gpus_on=gpus_on,

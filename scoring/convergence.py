@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from scoring import remaining_params
 from scoring.remaining import CurveEvidence, RemainingDistribution, RemainingModel, predict, prefix_shape
+from scoring.stopping import JobEnd
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -184,6 +185,9 @@ class ConvergenceEstimate:
     ensemble_remaining_steps: float = math.nan  # the curve families' geometric mean, whatever remaining_model
     learned_remaining_steps: float = math.nan  # the learned median (if not plateaued yet), whatever remaining_model
     remaining_rate: float = math.nan  # steps/s the remaining seconds are computed at (recent; see settings)
+    # When the job frees its GPUs under its stopping rule (scoring.job_end.predict_end); None: not
+    # predicted (the tracker fills it in; estimate() alone does not).
+    end: JobEnd | None = None
 
     def remaining_distribution(self) -> RemainingDistribution:
         """The learned steps-left distribution, e.g. for evidence_weight()."""

@@ -105,6 +105,13 @@ class JobState:
             return math.nan
         return max(0.0, self.planned_steps - last) / rate
 
+    def seconds_to_end(self, min_evidence: float = 0.0) -> float:
+        """Seconds until it frees its GPUs under its stopping rule (end_seconds() of its estimate);
+        without a predicted end, its planned end at its step rate. NaN unknown."""
+        if self.estimate is None or self.estimate.end is None:
+            return self.seconds_to_planned_end()
+        return end_seconds(self.estimate, min_evidence)
+
     @property
     def held_gpus(self) -> float:
         """GPUs its bound pods hold on the World's (schedulable) nodes."""
@@ -217,6 +224,21 @@ def pods_for(job: JobState, gpus: int) -> list[float]:
         return [float(job.pod_chunk)] * full + ([float(rest)] if rest else [])
     per = max(1, job.per_pod)
     return [float(per)] * (gpus // per)
+
+
+def end_seconds(est: ConvergenceEstimate | None, min_evidence: float = 0.0) -> float:
+    """Seconds until the job ends under its stopping rule (est.end: planned end, target, early
+    stopping, or the plateau when it declared none) when that prediction weighs at least
+    min_evidence; NaN unknown or too weak. Without est.end (an estimate made without the
+    tracker), the older reading: remaining_seconds to its planned end or plateau."""
+    if est is None:
+        return math.nan
+    end = est.end
+    if end is None:
+        return est.remaining_seconds
+    if not math.isfinite(end.remaining_seconds) or end.evidence < min_evidence:
+        return math.nan
+    return end.remaining_seconds
 
 
 def is_completing(phase: Phase, remaining_s: float, horizon_s: float) -> bool | None:

@@ -39,7 +39,7 @@ from benchmarks.sim.report import RunMetrics, RunTrace, measure
 from benchmarks.sim.workload import JobSpec
 from benchmarks.sim.world import job_key
 from scoring.settings import CoreSettings, differences, with_overrides
-from scoring.world import is_completing
+from scoring.world import end_seconds, is_completing
 
 BASELINES = ("fifo", "kube-default", "binpack", "tiresias")
 LOOPS = ("elastic", "admission", "migrator", "las")
@@ -158,7 +158,7 @@ def completing_hook(v: Variant, profiles: ProfileSet) -> CompletingFn | None:
         est = builder.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
                                      higher_is_better=profiles.apps[job.spec.app].metric_increases,
                                      signature=(len(job.series), float(pts[-1, 0])))
-        return None if est is None else is_completing(est.phase, est.remaining_seconds, settings.completing_horizon_s)
+        return None if est is None else is_completing(est.phase, end_seconds(est), settings.completing_horizon_s)
 
     return completing
 

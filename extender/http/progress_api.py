@@ -7,7 +7,9 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
                  "metrics": {"accuracy": 0.71}}],                          # metrics optional
      "training": {"batch_size": 512, "batch_min": 128, "batch_max": 4096,  # all optional
                   "grad_sqr": 0.02, "grad_var": 0.5, "max_steps": 90000, "batch_live": true,
-                  "target_metric": 0.05}}                # the loss value the job stops at
+                  "target_metric": 0.05,                 # the loss value the job stops at
+                  "early_stopping": {"patience": 8, "min_delta": 0.001,   # Lightning's EarlyStopping:
+                                     "metric": null, "higher_is_better": null}}}  # null: the loss / its direction
   200 {"accepted": n, "rejected": m, "reasons": {"loss_nan": 1, ...}, "plan": {...} | null}:
       points with a NaN, inf or null loss or a non-finite timestamp are rejected one by one, and
       so are points stamped more than max_future_skew_s (1 h) ahead of the server's clock, before
@@ -20,7 +22,10 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
   400 {"error": "points.3.step: ..."} names the field; 401 bad token; 403 the token's namespace
   is not the body's; 413 body too large; 503 token or store unavailable (retry later).
 GET /v1/jobs/{namespace}/{job} (same token rule): the job's history summary, phase and
-  predictions, its latest `training` report and its `plan`; NaN (unknown) is null.
+  predictions, its latest `training` report and its `plan`; NaN (unknown) is null. The
+  remaining_* fields and evidence_weight are the job's end under its stopping rule, end_reason
+  says which (planned_end, target, early_stopping, plateau); plateau_remaining_* are the
+  convergence estimate's time to the plateau (scoring.convergence.estimate).
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ from extender.progress.reports import JobReportBook, TrainingReport
 from extender.progress.store import JobHistory, ProgressPoint, ProgressStore, QuotaExceeded
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
-from scoring.remaining import evidence_weight
+from scoring.job_end import Series, predict_end
+from scoring.stopping import EarlyStopping, StoppingRule
 
 log = logging.getLogger("flowsched.progress")
 
@@ -123,6 +129,21 @@ class PointIn(BaseModel):
     metrics: dict[MetricName, StrictFloat | None] | None = Field(default=None, max_length=64)
 
 
+class EarlyStoppingIn(BaseModel):
+    """Lightning's EarlyStopping(monitor, min_delta, patience, mode): each reported point carrying
+    the monitored series (the loss when metric is null, else metrics[metric]) is one evaluation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    patience: StrictInt = Field(ge=1, le=2**31)
+    min_delta: Number = Field(default=0.0, ge=0, allow_inf_nan=False)
+    metric: MetricName | None = None
+    higher_is_better: StrictBool | None = None  # null: the job's direction
+
+    def rule(self) -> EarlyStopping:
+        return EarlyStopping(self.patience, float(self.min_delta), self.metric, self.higher_is_better)
+
+
 class TrainingIn(BaseModel):
     """What the job reports about its batch (for the elastic optimizer); every field optional."""
 
@@ -137,6 +158,7 @@ class TrainingIn(BaseModel):
     batch_live: StrictBool | None = None  # adopts a planned batch while it runs (no restart needed)
     # The value of the reported metric at which the job stops (its own units and direction).
     target_metric: Number | None = Field(default=None, allow_inf_nan=False)
+    early_stopping: EarlyStoppingIn | None = None
 
 
 class ReportIn(BaseModel):
@@ -238,12 +260,17 @@ def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
 
 
 def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None,
-                target: float | None = None) -> dict[str, Any]:
+                target: float | None = None, early_stopping: EarlyStopping | None = None,
+                monitored: Series | None = None) -> dict[str, Any]:
     s = replace(settings, higher_is_better=history.higher_is_better)
     # The planned end and the target the job reported (training.max_steps, .target_metric) bound
     # the prediction.
     est: ConvergenceEstimate = estimate(history.steps, history.values, history.timestamps, s,
                                         max_steps=float(max_steps) if max_steps else None, target=target)
+    rule = StoppingRule(max_steps=float(max_steps) if max_steps else math.nan,
+                        target=target if target is not None else math.nan,
+                        higher_is_better=history.higher_is_better, early_stopping=early_stopping)
+    end = predict_end(history.steps, history.values, history.timestamps, rule, s, est=est, monitored=monitored)
     last = history.count - 1
     return {
         "namespace": history.namespace,
@@ -257,12 +284,15 @@ def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: i
         "phase": est.phase.name.lower(),
         "progress": _finite_or_none(est.progress),
         "growth_efficiency": _finite_or_none(est.growth_efficiency),
-        "remaining_steps": _finite_or_none(est.remaining_steps),
-        "remaining_seconds": _finite_or_none(est.remaining_seconds),
-        "remaining_steps_interval": _interval_or_none(est.remaining_steps_low, est.remaining_steps_high),
-        "remaining_seconds_interval": _interval_or_none(est.remaining_seconds_low, est.remaining_seconds_high),
+        "remaining_steps": _finite_or_none(end.remaining_steps),
+        "remaining_seconds": _finite_or_none(end.remaining_seconds),
+        "remaining_steps_interval": _interval_or_none(end.steps_low, end.steps_high),
+        "remaining_seconds_interval": _interval_or_none(end.seconds_low, end.seconds_high),
+        "end_reason": None if end.reason is None else end.reason.value,
+        "evidence_weight": end.evidence,
+        "plateau_remaining_steps": _finite_or_none(est.remaining_steps),
+        "plateau_remaining_seconds": _finite_or_none(est.remaining_seconds),
         "plateau_probability": _finite_or_none(est.plateau_probability),
-        "evidence_weight": evidence_weight(est.remaining_distribution()),
         "step_rate": _finite_or_none(est.step_rate),
         "restarts": est.restarts,
         "points_used": est.points_used,
@@ -321,8 +351,17 @@ def build_progress_router(
     summaries = SummaryCache()
     replies: dict[str, tuple[float, bytes]] = {}  # "namespace/job" -> (until, the GET's body)
 
-    def fitted_summary(history: JobHistory, max_steps: int | None, target: float | None) -> dict[str, Any]:
-        summary = job_summary(history, settings.convergence, max_steps, target)
+    def fitted_summary(history: JobHistory, max_steps: int | None, target: float | None,
+                       early_stopping: EarlyStopping | None) -> dict[str, Any]:
+        monitored = None
+        if early_stopping is not None and early_stopping.metric is not None:
+            try:
+                monitored = store.metric_series(history.namespace, history.job, early_stopping.metric)
+            except sqlite3.Error:
+                monitored = None
+            if monitored is None:  # the named metric was never reported: early stopping is unknown
+                monitored = (np.zeros(0), np.zeros(0))
+        summary = job_summary(history, settings.convergence, max_steps, target, early_stopping, monitored)
         try:
             writers = store.pod_steps(history.namespace, history.job, -math.inf)
         except sqlite3.Error:
@@ -396,7 +435,8 @@ def build_progress_router(
                                             None if t.grad_sqr is None else float(t.grad_sqr),
                                             None if t.grad_var is None else float(t.grad_var), t.max_steps, now,
                                             t.batch_live,
-                                            None if t.target_metric is None else float(t.target_metric)))
+                                            None if t.target_metric is None else float(t.target_metric),
+                                            None if t.early_stopping is None else t.early_stopping.rule()))
         replies.pop(key, None)
         body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
         return reply("progress", Response(orjson.dumps(body), media_type="application/json"))
@@ -427,14 +467,15 @@ def build_progress_router(
         training = reports.get(key) if reports is not None else None
         max_steps = training.max_steps if training is not None else None
         target = training.target_metric if training is not None else None
+        early_stopping = training.early_stopping if training is not None else None
         # One fit per job's state (its points and the bounds it reported), on one thread: 16
         # readers looping on a 4,000-point job took the verbs from 1,698 to 601 req/s (finding 13).
         last_ts = float(history.timestamps[-1]) if history.count else 0.0
-        fit_key = (namespace, job, history.count, last_ts, max_steps, target)
+        fit_key = (namespace, job, history.count, last_ts, max_steps, target, early_stopping)
         summary = summaries.get(fit_key)
         if summary is None:
             summary = await asyncio.get_running_loop().run_in_executor(
-                fit_pool, fitted_summary, history, max_steps, target)
+                fit_pool, fitted_summary, history, max_steps, target, early_stopping)
             summaries.put(fit_key, summary)
         summary = dict(summary)
         summary["training"] = training.as_dict() if training is not None else None

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from extender.progress.remote_write import RemoteWriteError, RemoteWriter, Series
 from extender.progress.store import JobHistory, JobSummary, ProgressPoint, ProgressStore, ProgressStoreSettings
@@ -171,6 +172,12 @@ class ReplicatedProgressStore(ProgressStore):
         arr = np.array(pts, dtype=np.float64)
         return JobHistory(namespace=namespace, job=job, steps=arr[:, 1].astype(np.int64), values=arr[:, 2].copy(),
                           timestamps=arr[:, 0].copy(), higher_is_better=hib)
+
+    def metric_series(self, namespace: str, job: str, name: str
+                      ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+        """Side metrics are not replicated (remote write carries the loss and the step): None, so
+        early stopping on a named metric is unknown here (neutral), not read from a stale local file."""
+        return None
 
     def prune(self, now: float) -> int:
         """Prometheus' retention drops old series; only the local copy is pruned here."""

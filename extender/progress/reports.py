@@ -2,7 +2,7 @@
 
 The progress API's optional `training` object: the global batch size the job runs at, the
 range it accepts, its gradient statistics at that batch (Pollux's grad_sqr / grad_var), its
-planned end (max_steps) and the metric value it stops at (target_metric). Only the latest
+planned end (max_steps), the metric value it stops at (target_metric) and its early stopping. Only the latest
 report per job is kept, in memory: the SDK sends it with every post, so a restarted replica has
 it again within one flush interval, and until then the optimizer treats the job as one that
 reports nothing (its own batch, a prior throughput).
@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from scoring.elastic import GradientNoise
+from scoring.stopping import EarlyStopping
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class TrainingReport:
     at: float = math.nan
     batch_live: bool | None = None
     target_metric: float | None = None  # in the reported metric's own units and direction
+    early_stopping: EarlyStopping | None = None  # training.early_stopping (DESIGN.md §11)
 
     def as_job_report(self) -> JobReport:
         b = self.batch_size or 0
@@ -62,6 +64,9 @@ class TrainingReport:
         return {"batch_size": self.batch_size, "batch_min": self.batch_min, "batch_max": self.batch_max,
                 "grad_sqr": self.grad_sqr, "grad_var": self.grad_var, "max_steps": self.max_steps,
                 "batch_live": self.batch_live, "target_metric": self.target_metric,
+                "early_stopping": None if self.early_stopping is None else {
+                    "patience": self.early_stopping.patience, "min_delta": self.early_stopping.min_delta,
+                    "metric": self.early_stopping.metric, "higher_is_better": self.early_stopping.higher_is_better},
                 "at": self.at if math.isfinite(self.at) else None}
 
 
@@ -94,4 +99,5 @@ class JobReportBook:
             self._reports.pop(job, None)
 
 
-_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live", "target_metric")
+_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live", "target_metric",
+           "early_stopping")

@@ -406,6 +406,25 @@ class ProgressStore:
             higher_is_better=bool(meta[0]),
         )
 
+    def metric_series(self, namespace: str, job: str, name: str
+                      ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+        """(steps, values) of the points carrying metrics[name], in arrival order; None when none
+        does. Early stopping on a named metric forecasts this series."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT step, metrics FROM points WHERE namespace=? AND job=? AND metrics IS NOT NULL ORDER BY id",
+                (namespace, job)).fetchall()
+        steps: list[float] = []
+        values: list[float] = []
+        for step, raw in rows:
+            value = orjson.loads(raw).get(name)
+            if isinstance(value, (int, float)):
+                steps.append(float(step))
+                values.append(float(value))
+        if not steps:
+            return None
+        return np.array(steps, dtype=np.float64), np.array(values, dtype=np.float64)
+
     def pod_steps(self, namespace: str, job: str, since_ts: float
                   ) -> dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
         """Per reporting pod, its (steps, timestamps) at or after since_ts, in arrival order (points

@@ -9,6 +9,7 @@ from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreS
 from extender.snapshot.state import ClusterState
 from scoring.convergence import Phase
 from scoring.settings import TrackerSettings
+from scoring.stopping import EarlyStopping, EndReason
 
 DAY = 86400.0
 
@@ -90,4 +91,27 @@ def test_a_reported_target_reaches_the_estimate_and_a_change_re_estimates(tmp_pa
     est = tracker.snapshot()["ns/a"]
     assert est.remaining_steps == 0.0 and est.remaining_seconds == 0.0 and est.plateau_probability == 1.0
     assert tracker.refresh_once() == 0
+    store.close()
+
+
+def test_early_stopping_on_a_named_metric_reaches_the_end(tmp_path: Path) -> None:
+    store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "p.sqlite")))
+    store.add_points("ns", "a", [ProgressPoint(step=k, value=1.0 + 1.0 / (0.1 * k + 1.0), timestamp=10.0 * k,
+                                               metrics={"val_acc": 0.9 - 0.5 / (0.1 * k + 1.0)} if k % 5 == 0 else None)
+                                 for k in range(80)])
+    rule: dict[str, EarlyStopping | None] = {"ns/a": None}
+    tracker = ConvergenceTracker(store, ClusterState(), TrackerSettings(window_s=0.0, window_points=5),
+                                 clock=lambda: 800.0, early_stopping=rule.get)
+    assert tracker.refresh_once() == 1
+    end = tracker.snapshot()["ns/a"].end
+    assert end is not None and end.reason == EndReason.PLATEAU
+    rule["ns/a"] = EarlyStopping(patience=3, metric="val_acc", higher_is_better=True)
+    assert tracker.refresh_once() == 1  # no new points, but a new rule
+    end = tracker.snapshot()["ns/a"].end
+    assert end is not None and end.reason == EndReason.EARLY_STOPPING and end.known
+    assert end.steps_low <= end.remaining_steps <= end.steps_high
+    rule["ns/a"] = EarlyStopping(patience=3, metric="never_reported")
+    assert tracker.refresh_once() == 1
+    end = tracker.snapshot()["ns/a"].end
+    assert end is not None and not end.known and end.reason == EndReason.EARLY_STOPPING
     store.close()

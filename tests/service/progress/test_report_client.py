@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from extender.http.auth import StaticTokenAuthenticator
 from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
-from extender.progress.report_client import Reporter, ReporterConfig, gradient_noise
 from extender.progress.store import ProgressStore, ProgressStoreSettings
+from flowsched_client import Reporter, ReporterConfig, gradient_noise
 
 
 class FakeSend:
@@ -27,7 +27,7 @@ class FakeSend:
 
 def config(**kw: object) -> ReporterConfig:
     base: dict[str, object] = {"url": "http://fs/", "job": "j", "namespace": "ns", "token": "tok",
-                               "flush_every": 3, "flush_s": 1e9}
+                               "flush_every": 3, "flush_s": 1e9, "max_points_per_s": 0.0}
     base.update(kw)
     return ReporterConfig(**base)  # type: ignore[arg-type]
 
@@ -37,8 +37,8 @@ def test_batches_and_sends_nan_as_null() -> None:
     r = Reporter(config(), send=send, clock=lambda: 10.0)
     r.report(1, 0.9)
     r.report(2, float("nan"))
-    assert send.bodies == []
     r.report(3, 0.7, {"acc": 0.5})
+    assert r.flush()
     [body] = send.bodies
     assert body["namespace"] == "ns" and body["job"] == "j"
     assert body["points"] == [
@@ -46,18 +46,51 @@ def test_batches_and_sends_nan_as_null() -> None:
         {"step": 2, "loss": None, "timestamp": 10.0},
         {"step": 3, "loss": 0.7, "timestamp": 10.0, "metrics": {"acc": 0.5}},
     ]
+    r.close()
 
 
-def test_transient_failure_keeps_points_bounded_and_never_raises() -> None:
+class FakeTensor:
+    """Duck-typed like a framework scalar: detach() and float(); counts the conversions."""
+
+    converted = 0
+
+    def __init__(self, v: float) -> None:
+        self.v = v
+
+    def detach(self) -> FakeTensor:
+        return self
+
+    def __float__(self) -> float:
+        FakeTensor.converted += 1
+        return self.v
+
+
+def test_tensors_are_converted_on_the_background_thread_not_in_report() -> None:
+    send = FakeSend()
+    r = Reporter(config(flush_every=1000), send=send)
+    FakeTensor.converted = 0
+    for step in range(5):
+        r.report(step, FakeTensor(1.0 / (step + 1)), {"val": FakeTensor(2.0)})
+    assert FakeTensor.converted == 0  # report() only queued them
+    assert r.flush() and FakeTensor.converted == 10
+    points = send.bodies[0]["points"]
+    assert isinstance(points, list) and [p["loss"] for p in points] == [1.0, 0.5, 1.0 / 3, 0.25, 0.2]
+    assert all(p["metrics"] == {"val": 2.0} for p in points)
+    r.close()
+
+
+def test_transient_failure_keeps_points_bounded_in_order_and_never_raises() -> None:
     send = FakeSend(status=503)
-    r = Reporter(config(flush_every=1, max_buffer=4), send=send)
+    r = Reporter(config(flush_every=10**6, max_buffer=4), send=send)
     for step in range(10):
         r.report(step, 1.0)
-    assert len(send.bodies) == 10 and r.dropped == 6
+    assert not r.flush()
+    assert r.dropped == 6  # the queue kept the newest 4
     send.status = 200
     assert r.flush()
     points = send.bodies[-1]["points"]
     assert isinstance(points, list) and [p["step"] for p in points] == [6, 7, 8, 9]
+    r.close()
 
 
 def test_unreachable_server_does_not_raise() -> None:
@@ -66,20 +99,56 @@ def test_unreachable_server_does_not_raise() -> None:
 
     r = Reporter(config(flush_every=1), send=boom)
     r.report(1, 1.0)  # no exception
-    assert not r.flush() or True
+    assert not r.flush()
+    r.close()
 
 
 def test_refused_points_are_dropped_and_counted() -> None:
     r = Reporter(config(flush_every=1), send=FakeSend(status=403))
     r.report(1, 1.0)
+    r.flush()
     assert r.dropped == 1
+    r.close()
 
 
 def test_missing_configuration_drops_with_a_count() -> None:
     send = FakeSend()
     r = Reporter(config(url=None, flush_every=1), send=send)
     r.report(1, 1.0)
+    r.flush()
     assert send.bodies == [] and r.dropped == 1
+    r.close()
+
+
+def test_fast_loss_points_are_averaged_per_window_but_evaluations_never() -> None:
+    send = FakeSend()
+    now = [100.0]
+    r = Reporter(config(flush_every=10**6, max_points_per_s=10.0), send=send, clock=lambda: now[0])
+    for step in range(1, 21):  # 20 points 0.01 s apart: two 0.1 s windows
+        r.report(step, float(step))
+        now[0] += 0.01
+    r.report(21, 5.0, {"val_loss": 0.5})  # an evaluation goes as it is
+    r.report(22, float("nan"))
+    assert r.flush()
+    points = send.bodies[0]["points"]
+    assert isinstance(points, list)
+    assert [(p["step"], p["loss"]) for p in points[:2]] == [(10, 5.5), (20, 15.5)]  # means, at the last step
+    assert {**points[2], "timestamp": round(points[2]["timestamp"], 6)} == \
+        {"step": 21, "loss": 5.0, "timestamp": 100.2, "metrics": {"val_loss": 0.5}}
+    assert points[3]["step"] == 22 and points[3]["loss"] is None  # nothing finite to average: rejected
+    # early stopping on the loss itself: every point is an evaluation, none merged
+    r.training(early_stopping={"patience": 3, "min_delta": 0.0, "metric": None})
+    for step in range(23, 33):
+        r.report(step, 1.0)
+    assert r.flush()
+    assert [p["step"] for p in send.bodies[1]["points"]] == list(range(23, 33))  # type: ignore[union-attr]
+    r.close()
+
+
+def test_the_old_import_path_is_the_same_client() -> None:
+    from extender.progress import report_client
+
+    assert report_client.Reporter is Reporter
 
 
 def test_from_env_reads_the_service_account(tmp_path: Path) -> None:
@@ -112,6 +181,7 @@ def test_client_output_is_accepted_by_the_server(tmp_path: Path) -> None:
     r = Reporter(config(flush_every=4), send=via_testclient)
     for step, loss in enumerate([1.0, 0.8, float("inf"), 0.5]):
         r.report(step, loss)
+    r.close()
     assert replies == [{"accepted": 3, "rejected": 1, "reasons": {"loss_null": 1}, "plan": None}]
     store.close()
 
@@ -138,6 +208,7 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     r.training(batch_size=256, batch_min=64, batch_max=4096, grad_sqr=sqr, grad_var=var, max_steps=1000)
     r.report(1, 1.0)
     r.report(2, 0.9)
+    assert r.flush()
     assert r.plan == plans["ns/j"] and r.planned_batch_size() == 1024  # read from the reply
     got = book.get("ns/j")
     assert got is not None and (got.batch_size, got.batch_min, got.batch_max, got.max_steps) == (256, 64, 4096, 1000)
@@ -149,11 +220,13 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     r.training(grad_var=10 * var)  # a later post changes one field, the others stay
     r.report(3, 0.8)
     r.report(4, 0.7)
+    assert r.flush()
     got = book.get("ns/j")
     assert got is not None and got.grad_var == 10 * var and got.batch_size == 256
     r.training(batch_live=True)  # the script adopts planned_batch_size() while it runs
     r.report(5, 0.6)
     r.report(6, 0.5)
+    assert r.flush()
     assert book.job_reports()["ns/j"].batch_live is True and book.get("ns/j").batch_size == 256  # type: ignore[union-attr]
     summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
     assert summary["training"]["batch_size"] == 256 and summary["plan"]["batch_size"] == 1024
@@ -161,6 +234,7 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     r.training(target_metric=0.55)  # the loss it stops at, already beaten by the last points
     r.report(7, 0.5)
     r.report(8, 0.5)
+    assert r.flush()
     summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
     assert summary["training"]["target_metric"] == 0.55 and book.get("ns/j").max_steps == 1000  # type: ignore[union-attr]
     bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
@@ -184,6 +258,12 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
                           "training": {"batch_live": "yes"}})
     assert bad.status_code == 400 and "training.batch_live" in bad.json()["error"]
     assert book.job_reports()["ns/j"].batch_live is True  # a rejected post changes nothing
+    r.training(early_stopping={"patience": 8, "min_delta": 0.001, "metric": None, "higher_is_better": None})
+    r.report(9, 0.5)
+    assert r.flush()
+    summary = http.get("/v1/jobs/ns/j", headers={"Authorization": "Bearer tok"}).json()
+    assert summary["training"]["early_stopping"]["patience"] == 8
+    r.close()
     store.close()
 
 

@@ -1,0 +1,71 @@
+"""Start a real `flowsched serve --no-kube` for a benchmark or a test: static progress token, a
+temporary SQLite store, the verbs and the API on free local ports; stopped on exit."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Served:
+    api_url: str
+    api_port: int
+    token: str
+    namespace: str
+    db: Path  # the progress store's SQLite file
+    pid: int
+
+
+@contextmanager
+def local_flowsched(token: str = "bench-token", namespace: str = "team-a", ready_s: float = 60.0) -> Iterator[Served]:
+    with tempfile.TemporaryDirectory(prefix="flowsched-serve-") as tmp:
+        work = Path(tmp)
+        (work / "tokens").write_text(f"{token} {namespace}\n")
+        port, api_port = free_port(), free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
+        env.update({"FLOWSCHED_PROGRESS_DB": str(work / "p.sqlite"), "FLOWSCHED_PROGRESS_AUTH": "static",
+                    "FLOWSCHED_STATIC_TOKENS_FILE": str(work / "tokens"), "FLOWSCHED_LOG_LEVEL": "warning"})
+        with (work / "serve.log").open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())", "serve",
+                 "--no-kube", "--host", "127.0.0.1", "--port", str(port), "--api-port", str(api_port)],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+            try:
+                deadline = time.monotonic() + ready_s
+                while True:
+                    try:
+                        c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=1)
+                        c.request("GET", "/readyz")
+                        if c.getresponse().status == 200:
+                            break
+                    except OSError:
+                        pass
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        tail = (work / "serve.log").read_text()[-2000:]
+                        raise RuntimeError(f"flowsched serve did not come up: {tail}")
+                    time.sleep(0.2)
+                yield Served(f"http://127.0.0.1:{api_port}", api_port, token, namespace, work / "p.sqlite", proc.pid)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

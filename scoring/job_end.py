@@ -1,0 +1,330 @@
+"""When a job frees its GPUs, under its own stopping rule (DESIGN.md §11): predict_end().
+
+- Planned end (max_steps): the steps left are known; the seconds' interval comes from the step
+  rate alone (the recent and the longer-run rate, each widened by rate_slack).
+- Early stopping and target: the monitored series is forecast as sampled curves (each a fitted
+  curve family of scoring.convergence, its future improvement scaled by a random factor, plus the
+  series' recent noise around the fit), and the rule is run on every sample as the frameworks run
+  it (each future point one evaluation, at the series' recent cadence). The point is the median
+  sample's end, the 80 % interval the samples' 10th..90th percentiles, so the point lies inside.
+  With a planned end too, each sample ends at whichever comes first.
+- Nothing declared: the curve families on the recent half of the curve, normalised to its own
+  range, so that "plateau" is measured against the recent scale, not against the initial drop (a
+  real run's first minutes are most of its range: the learnt model's plateau_probability read
+  >= 0.995 while the loss still fell 41 %; on the recent half alone its classifier still said
+  "plateaued" for a curve declining linearly, tests/core/test_job_end.py).
+
+Pure: numpy and the standard library; the random samples come from a fixed seed (deterministic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scoring.convergence import (
+    CleanSeries,
+    ConvergenceEstimate,
+    ConvergenceSettings,
+    clean_series,
+    ensemble_remaining_steps,
+    estimate,
+    fit_families,
+    normalise,
+    remaining_steps_to_plateau,
+)
+from scoring.remaining import RemainingDistribution, evidence_weight
+from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
+
+FloatArray = npt.NDArray[np.float64]
+Series = tuple[npt.ArrayLike, npt.ArrayLike]  # (steps, values)
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    samples: int = 128  # sampled future curves (a job with early stopping costs ~20-40 ms per estimate)
+    improvement_sd: float = 0.5  # log-normal spread of each sample's future improvement
+    max_evaluations: int = 2000  # future evaluations simulated; later ends count as beyond the horizon
+    target_evaluations: int = 400  # a target alone is checked at this many future points at most
+    noise_points: int = 20  # recent points whose residuals around the fit give the noise
+    rate_slack: float = 0.05  # the step rate's interval: the extreme window rates, widened by this
+    rate_windows: int = 4  # the current run's time cut in this many spans, each giving a rate
+    recent_share: float = 0.5  # no rule: the learnt model reads the last this share of the span
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.samples < 10 or self.max_evaluations < 1 or self.noise_points < 2:
+            raise ValueError("forecast needs samples >= 10, max_evaluations >= 1, noise_points >= 2")
+        if not (0 < self.recent_share <= 1 and self.rate_slack >= 0 and self.improvement_sd >= 0):
+            raise ValueError("recent_share in (0, 1], rate_slack and improvement_sd >= 0")
+
+
+def rule_state(oriented: FloatArray, rule: EarlyStopping) -> tuple[float, int, int]:
+    """Replay early stopping over observed evaluations (lower is better): (best, evaluations since
+    it, index of the evaluation at which it fired or -1). Lightning's improvement test: a value
+    below best - min_delta."""
+    best, wait = math.inf, 0
+    for i, v in enumerate(oriented.tolist()):
+        if v < best - rule.min_delta:
+            best, wait = v, 0
+        else:
+            wait += 1
+            if wait >= rule.patience:
+                return best, wait, i
+    return best, wait, -1
+
+
+def _cadence(steps: FloatArray) -> float:
+    gaps = np.diff(steps[-11:])
+    return float(np.median(gaps)) if gaps.size else math.nan
+
+
+def sample_paths(steps: FloatArray, oriented: FloatArray, evaluations: int, cadence: float,
+                 conv: ConvergenceSettings, fs: ForecastSettings) -> FloatArray:
+    """(samples, evaluations) future values of an oriented (lower is better) series at steps
+    steps[-1] + cadence * (1..evaluations), in its own units."""
+    lo, hi = float(oriented.min()), float(oriented.max())
+    rng = np.random.default_rng(fs.seed)
+    if not hi - lo > 1e-12 * max(1.0, abs(hi)):
+        return np.full((fs.samples, evaluations), float(oriented[-1]))
+    z = (oriented - lo) / (hi - lo)
+    fits = fit_families(steps, z, conv.fit_grid, conv.fit_families, conv.fit_max_points)
+    if fits:
+        best = min(f.rmse for f in fits)
+        fits = [f for f in fits if f.rmse <= conv.fit_rmse_ratio * best + conv.fit_rmse_floor]
+    future = float(steps[-1]) + cadence * np.arange(1, evaluations + 1, dtype=np.float64)
+    tail = slice(-fs.noise_points, None)
+    if fits:
+        top = min(fits, key=lambda f: f.rmse)
+        sigma = float(np.std(z[tail] - top.predict(steps[tail])))
+        # each family's future improvement from its own value at the last step, anchored at the
+        # recent level the best fit gives there
+        anchor = top.value_at(float(steps[-1]))
+        drops = np.stack([f.predict(future) - f.value_at(float(steps[-1])) for f in fits])
+        drops = np.where(np.isfinite(drops), np.minimum(drops, 0.0), 0.0)
+        pick = rng.integers(0, len(fits), fs.samples)
+        scale = np.exp(rng.normal(0.0, fs.improvement_sd, fs.samples))
+        mean = anchor + drops[pick] * scale[:, None]
+    else:  # nothing improves any more (a loss rising again): flat at the recent level
+        recent = z[tail]
+        sigma = float(np.std(np.diff(recent))) / math.sqrt(2.0) if recent.size > 1 else 0.0
+        mean = np.full((fs.samples, evaluations), float(np.mean(z[-3:])))
+    noise = rng.normal(0.0, sigma if math.isfinite(sigma) else 0.0, (fs.samples, evaluations))
+    return np.asarray(lo + (hi - lo) * (mean + noise), dtype=np.float64)
+
+
+def first_stop(paths: FloatArray, best: float, wait: int, rule: EarlyStopping | None,
+               target: float) -> tuple[FloatArray, FloatArray]:
+    """Per sample, the 1-based future evaluation at which early stopping fires and at which the
+    (oriented) target is crossed; inf when never within the paths."""
+    m, k = paths.shape
+    target_at = np.full(m, math.inf)
+    if math.isfinite(target):
+        hit = paths <= target
+        any_hit = hit.any(axis=1)
+        target_at[any_hit] = np.argmax(hit[any_hit], axis=1) + 1.0
+    es_at = np.full(m, math.inf)
+    if rule is not None and rule.min_delta == 0.0:  # the frameworks' default: running minima, no loop
+        before = np.minimum.accumulate(np.concatenate([np.full((m, 1), best), paths[:, :-1]], axis=1), axis=1)
+        cols = np.arange(k)
+        last = np.maximum.accumulate(np.where(paths < before, cols, -1 - wait), axis=1)
+        fired = (cols - last) >= rule.patience
+        any_fired = fired.any(axis=1)
+        es_at[any_fired] = np.argmax(fired[any_fired], axis=1) + 1.0
+    elif rule is not None:  # the best moves only by more than min_delta: evaluation by evaluation
+        bests = np.full(m, best)
+        waits = np.full(m, wait, dtype=np.int64)
+        open_ = np.ones(m, dtype=bool)
+        for j in range(k):
+            v = paths[:, j]
+            better = v < bests - rule.min_delta
+            bests = np.where(better, v, bests)
+            waits = np.where(better, 0, waits + 1)
+            fired = open_ & (waits >= rule.patience)
+            es_at[fired] = j + 1.0
+            open_ &= ~fired
+            if not open_.any():
+                break
+    return es_at, target_at
+
+
+def _rates(clean: CleanSeries, est: ConvergenceEstimate, fs: ForecastSettings) -> tuple[float, float, float]:
+    """(point, low, high) steps/s to the end. The point is the current run's average rate, pauses
+    (evaluations, checkpoints) included, as they will recur until the end; the interval spans the
+    rates of the run's rate_windows equal spans of time and the recent rate (the estimate's),
+    each widened by rate_slack. Without timestamps: the estimate's rates."""
+    recent = [r for r in (est.remaining_rate, est.step_rate) if math.isfinite(r) and r > 0]
+    ts = clean.timestamps
+    k = clean.steps[clean.run_start:]
+    if ts is not None and k.size >= 3:
+        t = ts[clean.run_start:]
+        span = float(t[-1] - t[0])
+        if span > 0:
+            whole = float(k[-1] - k[0]) / span
+            edges = np.searchsorted(t, t[0] + span * np.linspace(0.0, 1.0, fs.rate_windows + 1))
+            parts = []
+            for a, b in zip(edges[:-1], np.minimum(edges[1:], k.size - 1), strict=True):
+                a = max(0, int(a) - 1)  # from the point before the window: its first step's time counts
+                if b > a and t[b] > t[a]:
+                    parts.append(float(k[b] - k[a]) / float(t[b] - t[a]))
+            rates = [r for r in (whole, *parts, *recent) if math.isfinite(r) and r > 0]
+            if math.isfinite(whole) and whole > 0:
+                return whole, min(rates) / (1.0 + fs.rate_slack), max(rates) * (1.0 + fs.rate_slack)
+    if not recent:
+        return math.nan, math.nan, math.nan
+    return recent[0], min(recent) / (1.0 + fs.rate_slack), max(recent) * (1.0 + fs.rate_slack)
+
+
+def _finish(steps: tuple[float, float, float], rates: tuple[float, float, float], reason: EndReason,
+            evidence: float | None = None) -> JobEnd:
+    """A JobEnd from (point, low, high) steps: ordered so the point lies inside, seconds at the rates."""
+    point, low, high = steps
+    if not math.isfinite(point):
+        return JobEnd.unknown(reason)
+    low, high = min(low, point), max(high, point)
+    rate, rate_lo, rate_hi = rates
+
+    def secs(s: float, r: float) -> float:
+        return 0.0 if s == 0.0 else (s / r if math.isfinite(r) else math.nan)
+
+    weight = evidence if evidence is not None else evidence_weight(RemainingDistribution(point, low, high, math.nan))
+    return JobEnd(point, low, high, secs(point, rate), secs(low, rate_hi), secs(high, rate_lo), reason, weight)
+
+
+def _series_ends(cs: FloatArray, oriented: FloatArray, es: EarlyStopping | None, target: float, last_step: float,
+                 limit: float, conv: ConvergenceSettings, fs: ForecastSettings) -> tuple[FloatArray, FloatArray] | None:
+    """Per sample, steps from last_step until early stopping fires / the oriented target is crossed
+    on this series (inf: not within `limit`); None when the series is too short to forecast."""
+    cadence = _cadence(cs)
+    if cs.size < max(conv.min_fit_points, 2) or not cadence > 0:
+        return None
+    if es is None:  # a target alone: its cadence does not matter, only its reach
+        cadence = max(cadence, limit / fs.target_evaluations)
+    best, wait, _ = rule_state(oriented, es) if es is not None else (math.inf, 0, -1)
+    evaluations = int(min(fs.max_evaluations, max(1.0, math.ceil(limit / cadence))))
+    paths = sample_paths(cs, oriented, evaluations, cadence, conv, fs)
+    es_at, target_at = first_stop(paths, best, wait, es, target)
+    offset = float(cs[-1]) - last_step  # the monitored series may lag the loss's last step
+    return np.maximum(offset + es_at * cadence, 0.0), np.maximum(offset + target_at * cadence, 0.0)
+
+
+def _forecast_end(loss: tuple[FloatArray, FloatArray], monitored: tuple[FloatArray, FloatArray], rule: StoppingRule,
+                  conv: ConvergenceSettings, fs: ForecastSettings) -> tuple[float, float, float, EndReason] | None:
+    """(point, low, high) steps to the end under early stopping and/or target (and the planned
+    end when declared), and the median sample's reason; None when a series is too short."""
+    es = rule.early_stopping
+    ls, lv = loss
+    last_step = float(ls[-1])
+    loss_oriented = -lv if rule.higher_is_better else lv
+    target = -rule.target if rule.higher_is_better else rule.target
+    if math.isfinite(target) and float(loss_oriented[-1]) <= target:
+        return 0.0, 0.0, 0.0, EndReason.TARGET  # crossed at its last report: it stops now
+    ms, mv = monitored
+    m_oriented = -mv if _monitored_hib(rule) else mv
+    if es is not None and rule_state(m_oriented, es)[2] >= 0:
+        return 0.0, 0.0, 0.0, EndReason.EARLY_STOPPING  # the rule fired already: it stops now
+    planned_left = max(0.0, rule.max_steps - last_step) if rule.planned else math.inf
+    limit = planned_left if math.isfinite(planned_left) else conv.max_horizon_factor * float(ls[-1] - ls[0])
+    same = es is None or (ms is ls and _monitored_hib(rule) == rule.higher_is_better)
+    inf = np.full(fs.samples, math.inf)
+    if same:
+        got = _series_ends(ls, loss_oriented, es, target, last_step, limit, conv, fs)
+        if got is None:
+            return None
+        es_ends, target_ends = got
+    else:
+        got = _series_ends(ms, m_oriented, es, math.inf, last_step, limit, conv, fs)
+        if got is None:
+            return None
+        es_ends, target_ends = got[0], inf
+        if math.isfinite(target):
+            loss_got = _series_ends(ls, loss_oriented, None, target, last_step, limit, conv, fs)
+            target_ends = loss_got[1] if loss_got is not None else inf
+    ends = np.stack([np.full(fs.samples, planned_left), es_ends, target_ends])
+    which = np.argmin(ends, axis=0)
+    end = ends[which, np.arange(fs.samples)]
+    mid = int(np.argsort(end, kind="stable")[fs.samples // 2])
+    point = float(end[mid])
+    reason = (EndReason.PLANNED_END, EndReason.EARLY_STOPPING, EndReason.TARGET)[int(which[mid])]
+    if not math.isfinite(point):  # most samples end beyond the horizon: unknown, under the declared rule
+        return math.nan, math.nan, math.nan, EndReason.EARLY_STOPPING if es is not None else EndReason.TARGET
+    low, high = (float(np.quantile(end, q)) for q in (0.1, 0.9))
+    return point, low, high, reason
+
+
+def _plateau_end(steps: FloatArray, values: FloatArray, rule: StoppingRule, conv: ConvergenceSettings,
+                 fs: ForecastSettings) -> tuple[float, float, float]:
+    """(point, low, high) steps to the plateau, measured on the recent part of the curve alone:
+    the curve families fitted to the last recent_share of the span, normalised to that part's own
+    range, so "5 % of the improvement left" means 5 % of the recent improvement, not of the initial
+    drop. The point is the families' geometric mean, the interval their spread, each widened by
+    the improvement's uncertainty (x exp(+-1.28 improvement_sd), its 80 % range)."""
+    if steps.size < max(2, conv.min_fit_points):
+        return math.nan, math.nan, math.nan  # too few points to say anything
+    cut = float(steps[-1]) - fs.recent_share * float(steps[-1] - steps[0])
+    keep = steps >= cut
+    if int(keep.sum()) < conv.min_fit_points:
+        keep[-conv.min_fit_points:] = True
+    ks, kv = steps[keep], values[keep]
+    norm = normalise(kv, rule.higher_is_better, conv.median_points)
+    if norm is None:
+        return 0.0, 0.0, 0.0  # flat over the recent part: at its plateau
+    fits = fit_families(ks, norm, conv.fit_grid, conv.fit_families, conv.fit_max_points)
+    if not fits:
+        return 0.0, 0.0, 0.0  # nothing improves any more (worse than its best): past its plateau
+    point = ensemble_remaining_steps(fits, conv.plateau_rel_tol, conv.max_horizon_factor, int(ks.size), None,
+                                     conv.fit_rmse_ratio, conv.fit_rmse_floor)
+    if not math.isfinite(point):
+        return math.nan, math.nan, math.nan  # beyond the horizon: still improving, end unknown
+    best = min(f.rmse for f in fits)
+    each = [remaining_steps_to_plateau(f, conv.plateau_rel_tol, conv.max_horizon_factor)
+            for f in fits if f.rmse <= conv.fit_rmse_ratio * best + conv.fit_rmse_floor]
+    each = [r for r in each if math.isfinite(r)] or [point]
+    unit = float(ks[-1] - ks[0]) / max(1, ks.size - 1)
+    widen = math.exp(1.2816 * fs.improvement_sd)
+    low = max(0.0, (min(each) + unit) / widen - unit)
+    high = (max(each) + unit) * widen - unit
+    return point, min(low, point), max(high, point)
+
+
+def predict_end(
+    steps: npt.ArrayLike, values: npt.ArrayLike, timestamps: npt.ArrayLike | None, rule: StoppingRule,
+    conv: ConvergenceSettings, *, est: ConvergenceEstimate | None = None, monitored: Series | None = None,
+    forecast: ForecastSettings = ForecastSettings(),
+) -> JobEnd:
+    """The job's end under `rule`, from its reported series (steps, values, timestamps: the loss
+    as reported; they give the step rate) and, for early stopping on a named metric, that
+    metric's (steps, values). est: the loss's ConvergenceEstimate when the caller has it (its step
+    rates are used; computed here otherwise). Unknown (NaN, evidence 0) when nothing can be said."""
+    clean = clean_series(steps, values, timestamps)
+    if clean.steps.size == 0:
+        return JobEnd.unknown()
+    if est is None:
+        est = estimate(clean.steps, clean.values, clean.timestamps,
+                       dataclasses.replace(conv, higher_is_better=rule.higher_is_better))
+    rates = _rates(clean, est, forecast)
+    last = float(clean.steps[-1])
+    if rule.planned and last >= rule.max_steps:
+        return _finish((0.0, 0.0, 0.0), rates, EndReason.PLANNED_END, 1.0)
+    planned = (max(0.0, rule.max_steps - last),) * 3
+    if rule.early_stopping is None and not math.isfinite(rule.target):
+        if rule.planned:  # the end is known; only the rate is uncertain
+            return _finish(planned, rates, EndReason.PLANNED_END, 1.0)
+        return _finish(_plateau_end(clean.steps, clean.values, rule, conv, forecast),
+                       rates, EndReason.PLATEAU)
+    # a named metric never reported is an empty series: its early stopping is unknown, not the loss's
+    series = clean_series(*monitored) if rule.early_stopping is not None and monitored is not None else clean
+    out = _forecast_end((clean.steps, clean.values), (series.steps, series.values), rule, conv, forecast)
+    if out is None:  # too few evaluations to forecast: the planned end is then only a cap, not the end
+        return JobEnd.unknown(EndReason.EARLY_STOPPING if rule.early_stopping else EndReason.TARGET)
+    point, low, high, reason = out
+    return _finish((point, low, high), rates, reason)
+
+
+def _monitored_hib(rule: StoppingRule) -> bool:
+    es = rule.early_stopping
+    return rule.higher_is_better if es is None or es.higher_is_better is None else es.higher_is_better

@@ -1,0 +1,197 @@
+"""The job's end under its stopping rule (scoring/job_end.py, scoring/stopping.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scoring.convergence import ConvergenceSettings
+from scoring.job_end import first_stop, predict_end, rule_state
+from scoring.settings import TrackerSettings
+from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
+from scoring.tracker import ConvergenceTracker
+from scoring.world import end_seconds
+
+CONV = ConvergenceSettings()
+
+
+def _curve(seed: int, n: int = 400) -> tuple[np.ndarray, np.ndarray, EarlyStopping]:
+    rng = np.random.default_rng(seed)
+    rule = EarlyStopping(patience=int(rng.integers(3, 10)), min_delta=float(rng.choice([0.0, 1e-3, 1e-2])))
+    tau, noise = rng.uniform(20, 120), rng.uniform(0.002, 0.02)
+    values = 0.5 + 2.0 * np.exp(-np.arange(n) / tau) + rng.normal(0.0, noise, n)
+    return np.arange(1, n + 1) * 100.0, values, rule
+
+
+def test_rule_state_fires_as_lightning_does() -> None:
+    # best 1.0 at eval 0; 0.9995 is no improvement with min_delta 0.001; 0.95 is
+    v = np.array([1.0, 0.9995, 0.95, 0.96, 0.97, 0.951])
+    assert rule_state(v, EarlyStopping(patience=3, min_delta=0.001)) == (0.95, 3, 5)
+    assert rule_state(v[:5], EarlyStopping(patience=3, min_delta=0.001)) == (0.95, 2, -1)
+    assert rule_state(-v[::-1], EarlyStopping(patience=10))[2] == -1
+
+
+def test_planned_end_is_known_and_interval_is_the_rate_only() -> None:
+    steps = np.arange(0, 1000, 10.0)
+    values = 1.0 / (1.0 + steps / 100.0)
+    end = predict_end(steps, values, steps / 20.0, StoppingRule(max_steps=3000.0), CONV)
+    assert end.reason == EndReason.PLANNED_END
+    assert end.remaining_steps == end.steps_low == end.steps_high == 3000.0 - 990.0
+    assert end.remaining_seconds == pytest.approx(2010.0 / 20.0)
+    assert end.seconds_low < end.remaining_seconds < end.seconds_high
+    assert end.evidence == 1.0
+
+
+def test_early_stopping_forecast_covers_the_known_firing() -> None:
+    hits, errors, cases = 0, [], 0
+    for seed in range(30):
+        steps, values, rule = _curve(seed)
+        fired = rule_state(values, rule)[2]
+        assert fired > 0
+        for frac in (0.25, 0.5, 0.75):
+            k = max(6, int(fired * frac))
+            if k >= fired:
+                continue
+            end = predict_end(steps[:k], values[:k], steps[:k] / 10.0, StoppingRule(early_stopping=rule), CONV)
+            truth = steps[fired] - steps[k - 1]
+            assert end.reason == EndReason.EARLY_STOPPING
+            cases += 1
+            hits += end.steps_low <= truth <= end.steps_high
+            errors.append(abs(end.remaining_steps - truth) / truth)
+            assert end.remaining_seconds == pytest.approx(end.remaining_steps / 10.0)
+    assert hits / cases >= 0.7
+    assert float(np.median(errors)) <= 0.4
+
+
+def test_fired_rule_and_reached_target_end_now() -> None:
+    steps = np.arange(1, 21) * 10.0
+    flat = np.r_[np.linspace(2.0, 1.0, 10), np.full(10, 1.0)]
+    end = predict_end(steps, flat, None, StoppingRule(early_stopping=EarlyStopping(patience=5)), CONV)
+    assert (end.remaining_steps, end.reason) == (0.0, EndReason.EARLY_STOPPING)
+    acc = np.linspace(0.1, 0.9, 20)
+    end = predict_end(steps, acc, None, StoppingRule(target=0.85, higher_is_better=True), CONV)
+    assert (end.remaining_steps, end.reason) == (0.0, EndReason.TARGET)
+
+
+def test_target_ahead_is_forecast() -> None:
+    steps = np.arange(1, 101) * 10.0
+    values = 1.0 + 2.0 * np.exp(-steps / 600.0)
+    end = predict_end(steps, values, steps, StoppingRule(target=1.2), CONV)
+    truth = 600.0 * math.log(10.0) - 1000.0  # where 2 exp(-s / 600) = 0.2
+    assert end.reason == EndReason.TARGET
+    assert end.steps_low <= end.remaining_steps <= end.steps_high
+    assert end.remaining_steps == pytest.approx(truth, rel=0.5)
+
+
+def test_planned_end_caps_early_stopping() -> None:
+    steps, values, rule = _curve(3)
+    end = predict_end(steps[:40], values[:40], None, StoppingRule(max_steps=4500.0, early_stopping=rule), CONV)
+    assert end.remaining_steps <= 4500.0 - 4000.0
+    assert end.steps_high <= 500.0
+
+
+def test_plateau_judged_on_the_recent_scale() -> None:
+    # a huge initial drop (6.0), then a slow decline still worth 40 % of the recent level: not at
+    # its plateau (the learnt model's classifier, fitted on whole-range plateaus, says it is)
+    steps = np.arange(1, 3001, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    drop = 6.0 * np.exp(-steps / 100.0) + rng.normal(0.0, 0.005, steps.size)
+    linear = predict_end(steps, 0.4 + drop + 0.4 * (1.0 - steps / 6000.0), steps / 100.0, StoppingRule(), CONV)
+    assert linear.reason == EndReason.PLATEAU
+    assert not (linear.known and linear.remaining_steps == 0.0)
+    flat = predict_end(steps, 0.4 + drop, steps / 100.0, StoppingRule(), CONV)
+    assert flat.remaining_steps < 300.0
+    # a slow exponential after the drop: 5 % of the recent half's improvement (0.5 e^-0.75) is left
+    # at 2000 ln(20 e^-0.75) = 4491 steps from now
+    late = predict_end(steps, 0.4 + drop + 0.5 * np.exp(-steps / 2000.0), steps / 100.0, StoppingRule(), CONV)
+    assert late.steps_low <= 4491.0 <= late.steps_high
+    assert late.remaining_steps == pytest.approx(4491.0, rel=0.25)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_point_always_inside_interval(seed: int) -> None:
+    rng = np.random.default_rng(1000 + seed)
+    n = int(rng.integers(8, 300))
+    steps = np.cumsum(rng.integers(1, 50, n)).astype(np.float64)
+    values = rng.uniform(0.1, 1.0) + rng.uniform(0, 5) * (steps / steps[-1] + 0.05) ** -rng.uniform(0.1, 2) \
+        + rng.normal(0, rng.uniform(0, 0.3), n)
+    rules = [StoppingRule(), StoppingRule(max_steps=float(steps[-1]) * 2),
+             StoppingRule(early_stopping=EarlyStopping(patience=int(rng.integers(1, 20)), min_delta=0.01)),
+             StoppingRule(target=float(np.min(values)) * 0.9, max_steps=float(steps[-1]) * 3)]
+    for rule in rules:
+        end = predict_end(steps, values, steps * 0.1, rule, CONV)
+        if end.known:
+            assert end.steps_low <= end.remaining_steps <= end.steps_high, rule
+            assert end.seconds_low <= end.remaining_seconds <= end.seconds_high, rule
+            assert 0.0 <= end.evidence <= 1.0
+
+
+@pytest.mark.parametrize("values", [[], [math.nan] * 10, [1.0] * 3])
+def test_empty_and_invalid_input_is_neutral(values: list[float]) -> None:
+    steps = np.arange(len(values), dtype=np.float64)
+    for rule in (StoppingRule(), StoppingRule(early_stopping=EarlyStopping(patience=3)), StoppingRule(target=0.5)):
+        end = predict_end(steps, values, None, rule, CONV)
+        assert not end.known and end.evidence == 0.0
+        assert math.isnan(end.remaining_seconds)
+
+
+def test_bad_rules_are_refused() -> None:
+    for kwargs in ({"patience": 0}, {"patience": 2, "min_delta": -1.0}, {"patience": 2, "min_delta": math.nan},
+                   {"patience": 2, "metric": ""}):
+        with pytest.raises(ValueError):
+            EarlyStopping(**kwargs)  # type: ignore[arg-type]
+
+
+def test_tracker_carries_the_end_and_end_seconds_reads_it() -> None:
+    steps, values, rule = _curve(5)
+    tracker = ConvergenceTracker(TrackerSettings())
+    est = tracker.update("ns/a", steps[:50], values[:50], steps[:50] / 10.0, higher_is_better=False,
+                         signature=(50, 1.0), early_stopping=rule)
+    assert est is not None and est.end is not None and est.end.reason == EndReason.EARLY_STOPPING
+    assert end_seconds(est) == est.end.remaining_seconds
+    assert math.isnan(end_seconds(est, min_evidence=1.1))
+    assert not tracker.unchanged("ns/a", (50, 1.0))  # the rule is part of what was estimated
+    assert tracker.unchanged("ns/a", (50, 1.0), early_stopping=rule)
+    off = ConvergenceTracker(TrackerSettings(), job_ends=False)
+    est = off.update("ns/a", steps[:50], values[:50], None, higher_is_better=False, signature=(50, 1.0))
+    assert est is not None and est.end is None
+
+
+def test_unknown_end() -> None:
+    end = JobEnd.unknown()
+    assert not end.known and end.reason is None and end.evidence == 0.0
+
+
+def test_seconds_come_from_the_runs_average_rate_pauses_included() -> None:
+    # 10 steps/s, plus a 5 s evaluation pause every 100 steps: 15 s per 100 steps on average
+    steps = np.arange(1, 1001, dtype=np.float64)
+    timestamps = steps / 10.0 + 5.0 * (steps // 100)
+    end = predict_end(steps, 1.0 / steps, timestamps, StoppingRule(max_steps=2000.0), CONV)
+    assert end.remaining_steps == 1000.0
+    assert end.remaining_seconds == pytest.approx(1000.0 * (timestamps[-1] - timestamps[0]) / 999.0)
+    assert end.seconds_low <= 150.0 <= end.seconds_high
+
+
+def test_too_few_evaluations_under_a_rule_is_unknown_not_the_cap() -> None:
+    steps = np.arange(1, 4) * 100.0
+    end = predict_end(steps, [1.0, 0.8, 0.7], steps, StoppingRule(max_steps=5000.0, target=0.1), CONV)
+    assert not end.known and end.reason == EndReason.TARGET
+
+
+@pytest.mark.parametrize("min_delta", [0.0, 0.02])
+def test_first_stop_matches_the_rule_run_point_by_point(min_delta: float) -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        m, k = 12, int(rng.integers(1, 200))
+        paths = np.cumsum(rng.normal(-0.01, 0.05, (m, k)), axis=1)
+        patience = int(rng.integers(1, 12))
+        best, wait = float(rng.normal(0, 0.1)), int(rng.integers(0, patience))  # not fired yet
+        got, _ = first_stop(paths, best, wait, EarlyStopping(patience, min_delta), math.inf)
+        for i in range(m):
+            # the observed evaluations, then this sample's future: where rule_state fires is the answer
+            history = np.r_[best, np.full(wait, best + 1.0), paths[i]]
+            fired = rule_state(history, EarlyStopping(patience, min_delta))[2]
+            expected = fired - wait if fired > wait else math.inf
+            assert got[i] == expected, (i, got[i], expected)
