@@ -1,0 +1,157 @@
+"""The shipped real training runs (benchmarks/data/real_curves/): read, and packed from the raw runs.
+
+runs.csv holds one row per run (its spec, its rule and its true end); <family>.csv one row per
+kept training step (kind "t": seconds, loss) and per evaluation (kind "e": seconds, val_loss,
+val_metric). Every evaluation is kept; training steps are thinned to at most MAX_TRAIN_POINTS
+per run, always keeping the last. Pack (no torch needed):
+
+    python -m benchmarks.curves.real_curves /work/real_runs benchmarks/data/real_curves
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from benchmarks import data_paths
+
+FloatArray = npt.NDArray[np.float64]
+MAX_TRAIN_POINTS = 600
+RUN_FIELDS = ("run_id", "family", "dataset", "model", "optimizer", "lr", "schedule", "batch_size", "seed", "rule",
+              "max_steps", "eval_every", "monitor", "higher_is_better", "patience", "min_delta", "target",
+              "stopped_by", "true_end_step", "true_end_seconds")
+RULES = ("planned", "early_stopping", "target", "none")
+
+
+@dataclass(frozen=True)
+class RealRun:
+    """One run: its spec and rule, its true end, its training points and its evaluations."""
+
+    spec: dict[str, str]  # runs.csv's row
+    train_steps: FloatArray
+    train_seconds: FloatArray
+    train_loss: FloatArray
+    eval_steps: FloatArray
+    eval_seconds: FloatArray
+    val_loss: FloatArray
+    val_metric: FloatArray
+
+    @property
+    def run_id(self) -> str:
+        return self.spec["run_id"]
+
+    @property
+    def family(self) -> str:
+        return self.spec["family"]
+
+    @property
+    def rule(self) -> str:
+        return self.spec["rule"]
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.spec["max_steps"])
+
+    @property
+    def true_end_step(self) -> int:
+        return int(self.spec["true_end_step"])
+
+    @property
+    def true_end_seconds(self) -> float:
+        return float(self.spec["true_end_seconds"])
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.spec["higher_is_better"] == "1"
+
+    def monitored(self) -> FloatArray:
+        """The series the run's rule watched (val_loss or the task's metric)."""
+        return self.val_loss if self.spec["monitor"] == "val_loss" else self.val_metric
+
+
+def default_dir() -> Path:
+    return data_paths.data_root() / "real_curves"
+
+
+def load_runs(folder: Path | None = None, families: set[str] | None = None) -> list[RealRun]:
+    folder = default_dir() if folder is None else folder
+    with (folder / "runs.csv").open() as f:
+        specs = [r for r in csv.DictReader(f) if families is None or r["family"] in families]
+    rows: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for family in sorted({s["family"] for s in specs}):
+        with (folder / f"{family}.csv").open() as f:
+            for r in csv.DictReader(f):
+                rows[r["run_id"]].append(r)
+    out = []
+    for s in specs:
+        t = [r for r in rows[s["run_id"]] if r["kind"] == "t"]
+        e = [r for r in rows[s["run_id"]] if r["kind"] == "e"]
+        if not t:
+            raise ValueError(f"{folder}: run {s['run_id']} has no training points")
+
+        def col(rs: list[dict[str, str]], name: str) -> FloatArray:
+            return np.array([float(r[name]) for r in rs], dtype=np.float64)
+
+        out.append(RealRun(s, col(t, "step"), col(t, "seconds"), col(t, "loss"),
+                           col(e, "step"), col(e, "seconds"), col(e, "val_loss"), col(e, "val_metric")))
+    return out
+
+
+def _thin(train: list[list[float]]) -> list[list[float]]:
+    if len(train) <= MAX_TRAIN_POINTS:
+        return train
+    keep = np.unique(np.linspace(0, len(train) - 1, MAX_TRAIN_POINTS).round().astype(int))
+    return [train[i] for i in keep]
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float) and math.isnan(v):
+        return ""
+    return str(v)
+
+
+def pack(raw: Path, dest: Path) -> tuple[int, dict[str, int]]:
+    """Raw per-run JSON (train_runs.py) -> runs.csv and one CSV per family; returns (runs, bytes per file)."""
+    records = [json.loads(p.read_text()) for p in sorted(raw.glob("*.json"))]
+    if not records:
+        raise ValueError(f"{raw}: no run files")
+    dest.mkdir(parents=True, exist_ok=True)
+    records.sort(key=lambda r: (r["spec"]["family"], r["spec"]["run_id"]))
+    with (dest / "runs.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(RUN_FIELDS)
+        for r in records:
+            merged = {**r["spec"], **{k: r[k] for k in ("stopped_by", "true_end_step", "true_end_seconds")}}
+            w.writerow([_cell(merged[k]) for k in RUN_FIELDS])
+    by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_family[r["spec"]["family"]].append(r)
+    for family, recs in by_family.items():
+        with (dest / f"{family}.csv").open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(("run_id", "kind", "step", "seconds", "loss", "val_loss", "val_metric"))
+            for r in recs:
+                rid = r["spec"]["run_id"]
+                for step, sec, loss in _thin(r["train"]):
+                    w.writerow((rid, "t", step, sec, loss, "", ""))
+                for step, sec, vl, vm in r["evals"]:
+                    w.writerow((rid, "e", step, sec, "", vl, vm))
+    sizes = {p.name: p.stat().st_size for p in sorted(dest.glob("*.csv"))}
+    return len(records), sizes
+
+
+if __name__ == "__main__":
+    n, sizes = pack(Path(sys.argv[1]), Path(sys.argv[2]))
+    print(f"{n} runs; " + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())
+          + f"; total {sum(sizes.values()) / 1024:.0f} KiB")

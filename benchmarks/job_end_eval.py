@@ -1,0 +1,239 @@
+"""When does the job end? The estimators on the real training runs, held out by run family.
+
+Each run of benchmarks/data/real_curves (made by benchmarks.curves.train_runs; SOURCE.md there)
+is replayed as the job would have reported it: at 25 / 50 / 75 % of the run's true duration the
+estimator sees the points reported by then and answers remaining_seconds with its 80 % interval.
+The truth is the run's true end minus the last reported point's time (the estimator's own frame,
+as in benchmarks.convergence_eval). Per group (the run's rule) and fraction: median APE, the
+share of asks answered, 80 % coverage (truth inside the interval, over the asks) and the share of
+answers whose point lies inside its own interval.
+
+What each run declares (and reports), whatever the estimator:
+  planned         max_steps = its planned end; reports the training loss every kept step
+  early_stopping  max_steps = its cap, early stopping (patience, min_delta, the monitored
+                  validation series and direction); reports the training loss every kept step and
+                  each evaluation's val_loss / val_metric
+  target          max_steps = its cap, target on its monitored validation series; reports that
+                  series at each evaluation as its value (today's target_metric is in the
+                  reported value's units)
+  none            nothing; reports the training loss (its end, a cap it never told, is unknown)
+Estimators (each a thin adapter from JobView to Answer):
+  today   extender.http.progress_api.job_summary, what GET /v1/jobs/{ns}/{job} answers, with the
+          service's default convergence settings: it takes max_steps and target_metric; it has no
+          early stopping, so those runs give it their cap
+  job_end scoring.job_end.predict_end (issue 35), when this tree has it
+Split: the rule, model and schedule choices of the new estimator may be tuned on TUNE_FAMILIES;
+--split heldout (default) reports the other families only.
+
+Usage: python -m benchmarks.job_end_eval [--split heldout|tune|all] [--estimators today job_end] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.csv_rows import write_rows
+from benchmarks.curves.real_curves import RULES, FloatArray, RealRun, load_runs
+from extender.http.progress_api import job_summary
+from extender.progress.store import JobHistory
+from scoring.settings import TrackerSettings
+
+FRACTIONS = (0.25, 0.5, 0.75)
+TUNE_FAMILIES = frozenset({"digits_mlp", "cancer_logreg", "synth_reg_mlp", "chars_gru"})
+EPOCH = 1.7e9  # the replay's wall clock starts here (any real-looking timestamp)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a job has reported by the time of the question, and the rule it declared."""
+
+    steps: FloatArray  # the reported series: training loss (target runs: the monitored series)
+    values: FloatArray
+    timestamps: FloatArray
+    higher_is_better: bool
+    eval_steps: FloatArray  # every evaluation so far, and the series the rule watches
+    eval_timestamps: FloatArray
+    monitored: FloatArray
+    monitor: str
+    monitor_higher_is_better: bool
+    rule: str
+    max_steps: float | None  # declared planned end or cap; None when nothing is declared
+    target: float | None
+    patience: int | None
+    min_delta: float | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    remaining_seconds: float  # NaN: no answer
+    low: float
+    high: float
+
+
+Estimator = Callable[[JobView], Answer]
+
+
+def view_at(run: RealRun, seconds: float) -> JobView:
+    """The run as reported up to `seconds` after its start."""
+    t, e = run.train_seconds <= seconds, run.eval_seconds <= seconds
+    spec = run.spec
+    declared = run.rule != "none"
+    ev_steps, ev_ts, mon = run.eval_steps[e], EPOCH + run.eval_seconds[e], run.monitored()[e]
+    if run.rule == "target":
+        steps, values, ts, hib = ev_steps, mon, ev_ts, run.higher_is_better
+    else:
+        steps, values, ts, hib = run.train_steps[t], run.train_loss[t], EPOCH + run.train_seconds[t], False
+    return JobView(
+        steps=steps, values=values, timestamps=ts, higher_is_better=hib,
+        eval_steps=ev_steps, eval_timestamps=ev_ts, monitored=mon, monitor=spec["monitor"],
+        monitor_higher_is_better=run.higher_is_better, rule=run.rule,
+        max_steps=float(run.max_steps) if declared else None,
+        target=float(spec["target"]) if run.rule == "target" else None,
+        patience=int(spec["patience"]) if run.rule == "early_stopping" else None,
+        min_delta=float(spec["min_delta"]) if run.rule == "early_stopping" else None,
+    )
+
+
+def _interval(pair: Sequence[float] | None) -> tuple[float, float]:
+    return (float(pair[0]), float(pair[1])) if pair else (math.nan, math.nan)
+
+
+def today(view: JobView) -> Answer:
+    """GET /v1/jobs' summary: job_summary over the job's history with the service's defaults."""
+    history = JobHistory("real-runs", "replay", view.steps.astype(np.int64), view.values, view.timestamps,
+                         view.higher_is_better)
+    ms = int(view.max_steps) if view.max_steps is not None else None
+    s = job_summary(history, TrackerSettings(), max_steps=ms, target=view.target)
+    low, high = _interval(s["remaining_seconds_interval"])
+    rem = s["remaining_seconds"]
+    return Answer(float(rem) if rem is not None else math.nan, low, high)
+
+
+def job_end(view: JobView) -> Answer:
+    """scoring.job_end.predict_end (issue 35), looked up at run time so that this module runs on
+    trees without it (an ImportError there). The one place to edit if its signature changes."""
+    je: Any = importlib.import_module("scoring.job_end")
+    st: Any = importlib.import_module("scoring.stopping")
+    es = None
+    if view.patience is not None:
+        es = st.EarlyStopping(patience=view.patience, min_delta=view.min_delta or 0.0, metric=view.monitor,
+                              higher_is_better=view.monitor_higher_is_better)
+    rule = st.StoppingRule(max_steps=view.max_steps if view.max_steps is not None else math.nan,
+                           target=view.target if view.target is not None else math.nan,
+                           higher_is_better=view.higher_is_better, early_stopping=es)
+    end = je.predict_end(view.steps, view.values, view.timestamps, rule, TrackerSettings(),
+                         monitored=(view.eval_steps, view.monitored) if es is not None else None)
+    return Answer(float(end.remaining_seconds), float(end.seconds_low), float(end.seconds_high))
+
+
+ESTIMATORS: dict[str, Estimator] = {"today": today, "job_end": job_end}
+
+
+@dataclass
+class Tally:
+    asked: int = 0
+    answered: int = 0
+    covered: int = 0
+    inside: int = 0
+    ape: list[float] = field(default_factory=list)
+
+    def add(self, truth: float, a: Answer) -> float:
+        self.asked += 1
+        if not math.isfinite(a.remaining_seconds):
+            return math.nan
+        self.answered += 1
+        ape = abs(a.remaining_seconds - truth) / truth
+        self.ape.append(ape)
+        if math.isfinite(a.low) and math.isfinite(a.high):
+            self.covered += int(a.low <= truth <= a.high)
+            self.inside += int(a.low <= a.remaining_seconds <= a.high)
+        return ape
+
+
+def evaluate(runs: Sequence[RealRun], estimators: dict[str, Estimator]
+             ) -> tuple[dict[tuple[str, str, float], Tally], list[dict[str, object]]]:
+    """Tallies by (estimator, rule, fraction) and one row per (run, fraction, estimator)."""
+    tallies: dict[tuple[str, str, float], Tally] = defaultdict(Tally)
+    rows: list[dict[str, object]] = []
+    for run in runs:
+        for frac in FRACTIONS:
+            view = view_at(run, frac * run.true_end_seconds)
+            if view.steps.size == 0:
+                continue
+            truth = run.true_end_seconds - (float(view.timestamps[-1]) - EPOCH)
+            if not truth > 0:
+                continue
+            for name, est in estimators.items():
+                a = est(view)
+                ape = tallies[(name, run.rule, frac)].add(truth, a)
+                rows.append({"run": run.run_id, "family": run.family, "rule": run.rule, "fraction": frac,
+                             "estimator": name, "true_remaining_s": round(truth, 3),
+                             "remaining_s": a.remaining_seconds, "low_s": a.low, "high_s": a.high, "ape": ape})
+    return tallies, rows
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%" if math.isfinite(x) else "n/a"
+
+
+def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun], estimators: Sequence[str]) -> str:
+    count = {r: sum(1 for x in runs if x.rule == r) for r in RULES}
+    lines = [f"{'':32}" + "".join(f"{f'at {int(f * 100)} % of the run':^27}" for f in FRACTIONS),
+             f"{'estimator':9} {'rule':15} {'runs':>4}  " + "".join(
+                 f"  {'mdAPE':>6} {'ans':>5} {'cov80':>5} {'in':>6}" for _ in FRACTIONS)]
+    for name in estimators:
+        for rule in RULES:
+            cells = []
+            for f in FRACTIONS:
+                t = tallies.get((name, rule, f), Tally())
+                md = float(np.median(t.ape)) if t.ape else math.nan
+                n = max(t.asked, 1)
+                inside = t.inside / t.answered if t.answered else math.nan
+                cells.append(f"  {_pct(md):>6} {t.answered / n:5.0%} {t.covered / n:5.0%} {_pct(inside):>6}")
+            lines.append(f"{name:9} {rule:15} {count[rule]:>4}  " + "".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--data", type=Path, default=None, help="folder of runs.csv (default: the shipped real_curves)")
+    ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
+    ap.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=["today", "job_end"])
+    ap.add_argument("--runs", nargs="*", default=None, help="only these run ids")
+    ap.add_argument("--out", type=Path, default=None, help="write one CSV row per (run, fraction, estimator)")
+    args = ap.parse_args(argv)
+    runs = load_runs(args.data)
+    if args.split != "all":
+        runs = [r for r in runs if (r.family in TUNE_FAMILIES) == (args.split == "tune")]
+    if args.runs:
+        runs = [r for r in runs if r.run_id in args.runs]
+    chosen = {}
+    for name in args.estimators:
+        try:
+            if name == "job_end":
+                importlib.import_module("scoring.job_end")
+            chosen[name] = ESTIMATORS[name]
+        except ImportError:
+            print(f"{name}: not in this tree (scoring.job_end missing); left out")
+    families = sorted({r.family for r in runs})
+    print(f"{len(runs)} runs ({args.split}: {', '.join(families)}); fractions of each run's true duration")
+    tallies, rows = evaluate(runs, chosen)
+    print(report(tallies, runs, list(chosen)))
+    print("mdAPE: median |predicted - true| / true remaining seconds; ans: share answered; "
+          "cov80: share of asks whose truth is in the 80 % interval; in: share of answers inside their interval")
+    if args.out is not None and rows:
+        print(f"rows: {write_rows(args.out / 'job_end_eval.csv', rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
