@@ -14,28 +14,33 @@ What each run declares (and reports), whatever the estimator:
                   validation series and direction); reports the training loss every kept step and
                   each evaluation's val_loss / val_metric
   target          max_steps = its cap, target on its monitored validation series; reports that
-                  series at each evaluation as its value (today's target_metric is in the
+                  series at each evaluation as its value (the API's target_metric is in the
                   reported value's units)
   none            nothing; reports the training loss (its end, a cap it never told, is unknown)
 Estimators (each a thin adapter from JobView to Answer):
-  today   extender.http.progress_api.job_summary, what GET /v1/jobs/{ns}/{job} answers, with the
-          service's default convergence settings: it takes max_steps and target_metric; it has no
-          early stopping, so those runs give it their cap
-  job_end scoring.job_end.predict_end (issue 35), when this tree has it
+  api          extender.http.progress_api.job_summary, what GET /v1/jobs/{ns}/{job} answers, with
+               the service's default convergence settings: it takes max_steps and target_metric, and
+               the early-stopping rule where it has a parameter for it (issue 35); before that
+               early-stopping runs give it only their cap
+  convergence  scoring.convergence.estimate, what job_summary answered before issue 35
+  job_end      scoring.job_end.predict_end (issue 35), when this tree has it
+  mean_rate    a reference: the declared max_steps at the run's mean seconds per step so far
 Split: the rule, model and schedule choices of the new estimator may be tuned on TUNE_FAMILIES;
 --split heldout (default) reports the other families only.
 
-Usage: python -m benchmarks.job_end_eval [--split heldout|tune|all] [--estimators today job_end] [--out DIR]
+Usage: python -m benchmarks.job_end_eval [--split heldout|tune|all] [--out DIR]
+                                         [--estimators api convergence job_end mean_rate]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,7 @@ from benchmarks.csv_rows import write_rows
 from benchmarks.curves.real_curves import RULES, FloatArray, RealRun, load_runs
 from extender.http.progress_api import job_summary
 from extender.progress.store import JobHistory
+from scoring.convergence import estimate
 from scoring.settings import TrackerSettings
 
 FRACTIONS = (0.25, 0.5, 0.75)
@@ -107,12 +113,25 @@ def _interval(pair: Sequence[float] | None) -> tuple[float, float]:
     return (float(pair[0]), float(pair[1])) if pair else (math.nan, math.nan)
 
 
-def today(view: JobView) -> Answer:
-    """GET /v1/jobs' summary: job_summary over the job's history with the service's defaults."""
+def _early_stopping(view: JobView) -> Any:
+    """The run's rule as scoring.stopping.EarlyStopping (issue 35), None without one."""
+    if view.patience is None:
+        return None
+    st: Any = importlib.import_module("scoring.stopping")
+    return st.EarlyStopping(patience=view.patience, min_delta=view.min_delta or 0.0, metric=view.monitor,
+                            higher_is_better=view.monitor_higher_is_better)
+
+
+def api(view: JobView) -> Answer:
+    """GET /v1/jobs' summary: job_summary over the job's history with the service's defaults,
+    given the early-stopping rule and its series where job_summary takes them (issue 35)."""
     history = JobHistory("real-runs", "replay", view.steps.astype(np.int64), view.values, view.timestamps,
                          view.higher_is_better)
     ms = int(view.max_steps) if view.max_steps is not None else None
-    s = job_summary(history, TrackerSettings(), max_steps=ms, target=view.target)
+    rule: dict[str, Any] = {}
+    if view.patience is not None and "early_stopping" in inspect.signature(job_summary).parameters:
+        rule = {"early_stopping": _early_stopping(view), "monitored": (view.eval_steps, view.monitored)}
+    s = job_summary(history, TrackerSettings(), max_steps=ms, target=view.target, **rule)
     low, high = _interval(s["remaining_seconds_interval"])
     rem = s["remaining_seconds"]
     return Answer(float(rem) if rem is not None else math.nan, low, high)
@@ -123,10 +142,7 @@ def job_end(view: JobView) -> Answer:
     trees without it (an ImportError there). The one place to edit if its signature changes."""
     je: Any = importlib.import_module("scoring.job_end")
     st: Any = importlib.import_module("scoring.stopping")
-    es = None
-    if view.patience is not None:
-        es = st.EarlyStopping(patience=view.patience, min_delta=view.min_delta or 0.0, metric=view.monitor,
-                              higher_is_better=view.monitor_higher_is_better)
+    es = _early_stopping(view)
     rule = st.StoppingRule(max_steps=view.max_steps if view.max_steps is not None else math.nan,
                            target=view.target if view.target is not None else math.nan,
                            higher_is_better=view.higher_is_better, early_stopping=es)
@@ -135,13 +151,33 @@ def job_end(view: JobView) -> Answer:
     return Answer(float(end.remaining_seconds), float(end.seconds_low), float(end.seconds_high))
 
 
-ESTIMATORS: dict[str, Estimator] = {"today": today, "job_end": job_end}
+def convergence(view: JobView) -> Answer:
+    """scoring.convergence.estimate as job_summary called it before issue 35 (remaining_model auto:
+    the learnt median with a planned end, else the curve families' mean): kept beside the new
+    estimator after the merge, so that both are measured in the same run."""
+    s = replace(TrackerSettings(), higher_is_better=view.higher_is_better)
+    e = estimate(view.steps, view.values, view.timestamps, s, max_steps=view.max_steps, target=view.target)
+    return Answer(e.remaining_seconds, e.remaining_seconds_low, e.remaining_seconds_high)
+
+
+def mean_rate(view: JobView) -> Answer:
+    """A reference, not a candidate: the declared max_steps at the run's mean time per step so
+    far. With a planned end its error is the step rate's drift alone (no interval)."""
+    if view.max_steps is None or view.steps.size < 2:
+        return Answer(math.nan, math.nan, math.nan)
+    per_step = (view.timestamps[-1] - EPOCH) / view.steps[-1]
+    return Answer(max(0.0, view.max_steps - float(view.steps[-1])) * float(per_step), math.nan, math.nan)
+
+
+ESTIMATORS: dict[str, Estimator] = {"api": api, "convergence": convergence, "job_end": job_end,
+                                    "mean_rate": mean_rate}
 
 
 @dataclass
 class Tally:
     asked: int = 0
     answered: int = 0
+    intervals: int = 0  # answers with a finite interval
     covered: int = 0
     inside: int = 0
     ape: list[float] = field(default_factory=list)
@@ -154,6 +190,7 @@ class Tally:
         ape = abs(a.remaining_seconds - truth) / truth
         self.ape.append(ape)
         if math.isfinite(a.low) and math.isfinite(a.high):
+            self.intervals += 1
             self.covered += int(a.low <= truth <= a.high)
             self.inside += int(a.low <= a.remaining_seconds <= a.high)
         return ape
@@ -187,8 +224,8 @@ def _pct(x: float) -> str:
 
 def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun], estimators: Sequence[str]) -> str:
     count = {r: sum(1 for x in runs if x.rule == r) for r in RULES}
-    lines = [f"{'':32}" + "".join(f"{f'at {int(f * 100)} % of the run':^27}" for f in FRACTIONS),
-             f"{'estimator':9} {'rule':15} {'runs':>4}  " + "".join(
+    lines = [f"{'':34}" + "".join(f"{f'at {int(f * 100)} % of the run':^27}" for f in FRACTIONS),
+             f"{'estimator':11} {'rule':15} {'runs':>4}  " + "".join(
                  f"  {'mdAPE':>6} {'ans':>5} {'cov80':>5} {'in':>6}" for _ in FRACTIONS)]
     for name in estimators:
         for rule in RULES:
@@ -197,9 +234,10 @@ def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun]
                 t = tallies.get((name, rule, f), Tally())
                 md = float(np.median(t.ape)) if t.ape else math.nan
                 n = max(t.asked, 1)
-                inside = t.inside / t.answered if t.answered else math.nan
-                cells.append(f"  {_pct(md):>6} {t.answered / n:5.0%} {t.covered / n:5.0%} {_pct(inside):>6}")
-            lines.append(f"{name:9} {rule:15} {count[rule]:>4}  " + "".join(cells))
+                inside = t.inside / t.intervals if t.intervals else math.nan
+                cover = t.covered / n if t.intervals else math.nan
+                cells.append(f"  {_pct(md):>6} {t.answered / n:5.0%} {_pct(cover):>5} {_pct(inside):>6}")
+            lines.append(f"{name:11} {rule:15} {count[rule]:>4}  " + "".join(cells))
     return "\n".join(lines)
 
 
@@ -207,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=Path, default=None, help="folder of runs.csv (default: the shipped real_curves)")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
-    ap.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=["today", "job_end"])
+    ap.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=list(ESTIMATORS))
     ap.add_argument("--runs", nargs="*", default=None, help="only these run ids")
     ap.add_argument("--out", type=Path, default=None, help="write one CSV row per (run, fraction, estimator)")
     args = ap.parse_args(argv)
@@ -229,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     tallies, rows = evaluate(runs, chosen)
     print(report(tallies, runs, list(chosen)))
     print("mdAPE: median |predicted - true| / true remaining seconds; ans: share answered; "
-          "cov80: share of asks whose truth is in the 80 % interval; in: share of answers inside their interval")
+          "cov80: share of asks whose truth is in the 80 % interval; in: share of answers inside their interval "
+          "(n/a: no interval)")
     if args.out is not None and rows:
         print(f"rows: {write_rows(args.out / 'job_end_eval.csv', rows)}")
     return 0

@@ -14,7 +14,7 @@ import csv
 import json
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,7 +151,28 @@ def pack(raw: Path, dest: Path) -> tuple[int, dict[str, int]]:
     return len(records), sizes
 
 
+def describe(runs: list[RealRun]) -> str:
+    """Runs per family and rule, how they ended, and their true durations."""
+    lines = [f"{'family':18} {'runs':>4} " + " ".join(f"{r:>14}" for r in RULES) + "  seconds min/median/max"]
+    for family in sorted({r.family for r in runs}):
+        rs = [r for r in runs if r.family == family]
+        secs = np.array([r.true_end_seconds for r in rs])
+        cells = []
+        for rule in RULES:
+            ended = Counter(r.spec["stopped_by"] for r in rs if r.rule == rule)
+            cells.append(f"{'/'.join(f'{v}{k[0]}' for k, v in sorted(ended.items())) or '-':>14}")
+        lines.append(f"{family:18} {len(rs):>4} " + " ".join(cells)
+                     + f"  {secs.min():.1f}/{np.median(secs):.1f}/{secs.max():.1f}")
+    secs = np.array([r.true_end_seconds for r in runs])
+    steps = np.array([r.true_end_step for r in runs])
+    lines.append(f"{len(runs)} runs; true end {secs.min():.1f}..{secs.max():.1f} s (median {np.median(secs):.1f} s, "
+                 f"total {secs.sum() / 60:.1f} min), {steps.min()}..{steps.max()} steps (median {np.median(steps):.0f})"
+                 "; ended by m = max_steps, e = early_stopping, t = target")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     n, sizes = pack(Path(sys.argv[1]), Path(sys.argv[2]))
     print(f"{n} runs; " + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())
           + f"; total {sum(sizes.values()) / 1024:.0f} KiB")
+    print(describe(load_runs(Path(sys.argv[2]))))
