@@ -168,7 +168,20 @@ def describe(runs: list[RealRun]) -> str:
     lines.append(f"{len(runs)} runs; true end {secs.min():.1f}..{secs.max():.1f} s (median {np.median(secs):.1f} s, "
                  f"total {secs.sum() / 60:.1f} min), {steps.min()}..{steps.max()} steps (median {np.median(steps):.0f})"
                  "; ended by m = max_steps, e = early_stopping, t = target")
+    drift = np.nanpercentile([step_time_drift(r) for r in runs], [10, 50, 90])
+    lines.append("step-time drift (slowest quarter of a run's steps over its fastest, - 1): "
+                 f"p10 {drift[0]:.0%}, median {drift[1]:.0%}, p90 {drift[2]:.0%}")
     return "\n".join(lines)
+
+
+def step_time_drift(run: RealRun) -> float:
+    """How much the seconds per step of one run change over it: its slowest quarter over its fastest, - 1."""
+    per_step = []
+    for idx in np.array_split(np.arange(run.train_steps.size), 4):
+        if idx.size >= 2:
+            a, b = idx[0], idx[-1]
+            per_step.append((run.train_seconds[b] - run.train_seconds[a]) / (run.train_steps[b] - run.train_steps[a]))
+    return max(per_step) / min(per_step) - 1 if len(per_step) >= 2 and min(per_step) > 0 else math.nan
 
 
 if __name__ == "__main__":

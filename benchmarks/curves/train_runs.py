@@ -4,7 +4,7 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
 
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch numpy scikit-learn
     nice -n 10 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/real_runs
-    /work/main/.venv/bin/python -m benchmarks.curves.pack /tmp/real_runs benchmarks/data/real_curves
+    python -m benchmarks.curves.real_curves /tmp/real_runs benchmarks/data/real_curves   # pack; no torch
 
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
 rerun skips runs already written). One thread per run: the step times are a single core's.
