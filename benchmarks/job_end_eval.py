@@ -224,9 +224,9 @@ def _pct(x: float) -> str:
 
 def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun], estimators: Sequence[str]) -> str:
     count = {r: sum(1 for x in runs if x.rule == r) for r in RULES}
-    lines = [f"{'':34}" + "".join(f"{f'at {int(f * 100)} % of the run':^27}" for f in FRACTIONS),
+    lines = [f"{'':34}" + "".join(f"{f'at {int(f * 100)} % of the run':^28}" for f in FRACTIONS),
              f"{'estimator':11} {'rule':15} {'runs':>4}  " + "".join(
-                 f"  {'mdAPE':>6} {'ans':>5} {'cov80':>5} {'in':>6}" for _ in FRACTIONS)]
+                 f"  {'mdAPE':>6} {'ans':>5} {'cov80':>6} {'in':>6}" for _ in FRACTIONS)]
     for name in estimators:
         for rule in RULES:
             cells = []
@@ -236,7 +236,7 @@ def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun]
                 n = max(t.asked, 1)
                 inside = t.inside / t.intervals if t.intervals else math.nan
                 cover = t.covered / n if t.intervals else math.nan
-                cells.append(f"  {_pct(md):>6} {t.answered / n:5.0%} {_pct(cover):>5} {_pct(inside):>6}")
+                cells.append(f"  {_pct(md):>6} {t.answered / n:5.0%} {_pct(cover):>6} {_pct(inside):>6}")
             lines.append(f"{name:11} {rule:15} {count[rule]:>4}  " + "".join(cells))
     return "\n".join(lines)
 
