@@ -8,6 +8,10 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
 
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
 rerun skips runs already written). One thread per run: the step times are a single core's.
+Every point carries two clocks: wall seconds, and the training thread's CPU seconds
+(time.thread_time: the job's own work, evaluation and batching included, not the neighbours'
+load on a shared machine). Several workers may share one --out: each claims a run with an
+exclusive <run_id>.claim file before training it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import random
 import sys
@@ -43,6 +48,8 @@ SCHEDULES = ("constant", "cosine", "step", "onecycle")
 LR_RANGE = {"sgd": (0.02, 0.3), "momentum": (0.003, 0.05), "adam": (3e-4, 3e-3), "adamw": (3e-4, 3e-3)}
 RUNS_PER_RULE = 3
 CAP_FACTOR = 2  # early-stopping and target runs may run to CAP_FACTOR x the family's longest plan
+TRAIN_COLUMNS = ("step", "wall_s", "loss", "cpu_s")  # cpu_s last: files written before it read the same
+EVAL_COLUMNS = ("step", "wall_s", "val_loss", "val_metric", "cpu_s")
 
 
 @dataclass(frozen=True)
@@ -136,10 +143,10 @@ def train(spec: RunSpec) -> dict[str, Any]:
     sched = _scheduler(torch, spec, opt)
     gen = torch.Generator().manual_seed(spec.seed)
     es = EarlyStopping(spec.patience, spec.min_delta, spec.higher_is_better) if spec.rule == "early_stopping" else None
-    train_rows: list[tuple[int, float, float]] = []
-    eval_rows: list[tuple[int, float, float, float]] = []
+    train_rows: list[tuple[int, float, float, float]] = []  # TRAIN_COLUMNS
+    eval_rows: list[tuple[int, float, float, float, float]] = []  # EVAL_COLUMNS
     stopped_by = "max_steps"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for step in range(1, spec.max_steps + 1):
         model.train()
         x, y = task.batch(gen, spec.batch_size)
@@ -150,14 +157,16 @@ def train(spec: RunSpec) -> dict[str, Any]:
         opt.step()
         sched.step()
         value = loss.item()
-        train_rows.append((step, round(time.perf_counter() - t0, 4), round(value, 5)))
+        train_rows.append((step, round(time.perf_counter() - t0, 4), round(value, 5),
+                           round(time.thread_time() - c0, 4)))
         if not math.isfinite(value):
             stopped_by = "diverged"
             break
         if step % spec.eval_every == 0:
             model.eval()
             val_loss, val_metric = task.evaluate(model)
-            eval_rows.append((step, round(time.perf_counter() - t0, 4), round(val_loss, 5), round(val_metric, 5)))
+            eval_rows.append((step, round(time.perf_counter() - t0, 4), round(val_loss, 5), round(val_metric, 5),
+                              round(time.thread_time() - c0, 4)))
             watched = val_loss if spec.monitor == "val_loss" else val_metric
             if es is not None and es.should_stop(watched):
                 stopped_by = "early_stopping"
@@ -165,13 +174,24 @@ def train(spec: RunSpec) -> dict[str, Any]:
             if spec.rule == "target" and reached(watched, spec.target, spec.higher_is_better):
                 stopped_by = "target"
                 break
-    end_s = time.perf_counter() - t0
+    end_s, end_cpu = time.perf_counter() - t0, time.thread_time() - c0
     return {
         "spec": asdict(spec), "train": train_rows, "evals": eval_rows, "stopped_by": stopped_by,
         "true_end_step": train_rows[-1][0], "true_end_seconds": round(end_s, 4),
+        "true_end_cpu_seconds": round(end_cpu, 4), "columns": {"train": TRAIN_COLUMNS, "evals": EVAL_COLUMNS},
         "torch": torch.__version__, "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
     }
+
+
+def _claim(path: Path) -> bool:
+    """True if this worker now owns the run (another worker sharing --out holds it otherwise)."""
+    try:
+        with path.open("x") as f:
+            f.write(str(os.getpid()))
+    except FileExistsError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,12 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         path = args.out / f"{spec.run_id}.json"
-        if path.exists():
+        if path.exists() or not _claim(path.with_suffix(".claim")):
             continue
         rec = train(spec)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, separators=(",", ":")))
         tmp.replace(path)
+        path.with_suffix(".claim").unlink(missing_ok=True)
         end = f"step {rec['true_end_step']} after {rec['true_end_seconds']:.1f} s"
         print(f"{spec.run_id}: {rec['stopped_by']} at {end}", flush=True)
     return 0
