@@ -27,8 +27,12 @@ Estimators (each a thin adapter from JobView to Answer):
   mean_rate    a reference: the declared max_steps at the run's mean seconds per step so far
 Split: the rule, model and schedule choices of the new estimator may be tuned on TUNE_FAMILIES;
 --split heldout (default) reports the other families only.
+Clock (--clock, default cpu): every second (the points' times, the true end, the answers) is read
+on the training thread's CPU time, the job's own time, as it would run on an accelerator of its
+own. The runs were trained on a 2-core machine shared with other sessions, whose load changes a
+run's wall step time by tens of per cent (SOURCE.md): --clock wall measures that load too.
 
-Usage: python -m benchmarks.job_end_eval [--split heldout|tune|all] [--out DIR]
+Usage: python -m benchmarks.job_end_eval [--split heldout|tune|all] [--clock cpu|wall] [--out DIR]
                                          [--estimators api convergence job_end mean_rate]
 """
 
@@ -47,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.csv_rows import write_rows
-from benchmarks.curves.real_curves import RULES, FloatArray, RealRun, load_runs
+from benchmarks.curves.real_curves import CLOCKS, RULES, FloatArray, RealRun, load_runs, on_clock
 from extender.http.progress_api import job_summary
 from extender.progress.store import JobHistory
 from scoring.convergence import estimate
@@ -245,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=Path, default=None, help="folder of runs.csv (default: the shipped real_curves)")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
+    ap.add_argument("--clock", choices=CLOCKS, default="cpu",
+                    help="cpu: the training thread's CPU seconds (the job's own time); wall: wall seconds on "
+                         "the shared machine that trained the runs")
     ap.add_argument("--estimators", nargs="+", choices=sorted(ESTIMATORS), default=list(ESTIMATORS))
     ap.add_argument("--runs", nargs="*", default=None, help="only these run ids")
     ap.add_argument("--out", type=Path, default=None, help="write one CSV row per (run, fraction, estimator)")
@@ -254,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = [r for r in runs if (r.family in TUNE_FAMILIES) == (args.split == "tune")]
     if args.runs:
         runs = [r for r in runs if r.run_id in args.runs]
+    try:
+        runs = [on_clock(r, args.clock) for r in runs]
+    except ValueError as e:
+        ap.error(str(e))
     chosen = {}
     for name in args.estimators:
         try:
@@ -263,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print(f"{name}: not in this tree (scoring.job_end missing); left out")
     families = sorted({r.family for r in runs})
-    print(f"{len(runs)} runs ({args.split}: {', '.join(families)}); fractions of each run's true duration")
+    clock = "CPU seconds of the training thread" if args.clock == "cpu" else "wall seconds"
+    print(f"{len(runs)} runs ({args.split}: {', '.join(families)}); clock: {args.clock} ({clock}); "
+          "fractions of each run's true duration")
     tallies, rows = evaluate(runs, chosen)
     print(report(tallies, runs, list(chosen)))
     print("mdAPE: median |predicted - true| / true remaining seconds; ans: share answered; "

@@ -3,8 +3,8 @@
 Needs PyTorch and scikit-learn, which are not project dependencies (a script-only extra):
 
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch numpy scikit-learn
-    nice -n 10 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/real_runs
-    python -m benchmarks.curves.real_curves /tmp/real_runs benchmarks/data/real_curves   # pack; no torch
+    for w in 1 2; do nice -n 19 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/rr & done
+    python -m benchmarks.curves.real_curves /tmp/rr benchmarks/data/real_curves   # pack; no torch
 
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
 rerun skips runs already written). One thread per run: the step times are a single core's.

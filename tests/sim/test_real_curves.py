@@ -7,13 +7,14 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks import job_end_eval
-from benchmarks.curves.real_curves import RULES, RealRun, load_runs
+from benchmarks.curves.real_curves import RULES, RealRun, has_cpu_clock, load_runs, on_clock
 from benchmarks.curves.stopping import EarlyStopping, early_stop_index, target_index
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "real_curves"
@@ -55,6 +56,28 @@ def test_every_run_has_its_rule_and_true_end(runs: list[RealRun]) -> None:
             assert (r.spec["stopped_by"], r.true_end_step) == ("max_steps", r.max_steps), r.run_id
 
 
+def test_every_point_carries_both_clocks_each_monotone(runs: list[RealRun]) -> None:
+    for r in runs:
+        assert has_cpu_clock(r), r.run_id
+        for wall, cpu in ((r.train_seconds, r.train_cpu_seconds), (r.eval_seconds, r.eval_cpu_seconds)):
+            assert wall.size == cpu.size and np.all(np.isfinite(wall)) and np.all(np.isfinite(cpu)), r.run_id
+            assert np.all(np.diff(wall) >= 0) and np.all(np.diff(cpu) >= 0), r.run_id
+            # one training thread: its CPU time cannot outrun the wall clock (1 ms: the files' rounding)
+            assert np.all(cpu <= wall + 1e-3), r.run_id
+        cpu_run = on_clock(r, "cpu")
+        assert 0 < cpu_run.train_seconds[-1] <= cpu_run.true_end_seconds <= r.true_end_seconds + 1e-3, r.run_id
+        assert cpu_run.train_steps is r.train_steps and cpu_run.val_loss is r.val_loss  # only the seconds change
+    assert on_clock(runs[0], "wall") is runs[0]
+
+
+def test_a_run_without_a_cpu_clock_is_refused_on_it(runs: list[RealRun]) -> None:
+    old = replace(runs[0], train_cpu_seconds=np.full_like(runs[0].train_seconds, np.nan))
+    with pytest.raises(ValueError, match="no CPU clock"):
+        on_clock(old, "cpu")
+    with pytest.raises(ValueError, match="clock"):
+        on_clock(runs[0], "gpu")
+
+
 def _replayed_end(r: RealRun) -> tuple[str, int]:
     """The end the run's rule gives on its own evaluations, replayed here."""
     hib = r.higher_is_better
@@ -66,7 +89,7 @@ def _replayed_end(r: RealRun) -> tuple[str, int]:
 
 
 def test_early_stopping_and_target_ends_agree_with_replaying_the_rule(runs: list[RealRun]) -> None:
-    checked = Counter()
+    checked: Counter[tuple[str, str]] = Counter()
     for r in runs:
         if r.rule in ("early_stopping", "target"):
             assert (r.spec["stopped_by"], r.true_end_step) == _replayed_end(r), r.run_id
@@ -107,7 +130,7 @@ def test_the_eval_asks_the_apis_estimator_three_times_per_run(runs: list[RealRun
     job_end_eval.main(["--data", str(FOLDER), "--split", "all", "--estimators", "api",
                        "--runs", *[r.run_id for r in picked]])
     out = capsys.readouterr().out
-    assert "api         planned" in out and "2 runs" in out
+    assert "api         planned" in out and "2 runs" in out and "clock: cpu" in out
 
 
 def test_the_replay_check_has_teeth(runs: list[RealRun]) -> None:
