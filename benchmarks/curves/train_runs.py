@@ -1,0 +1,236 @@
+"""Train the real runs: a fixed matrix of models, optimizers, schedules and stopping rules.
+
+Needs PyTorch and scikit-learn, which are not project dependencies (a script-only extra):
+
+    python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch numpy scikit-learn
+    for w in 1 2; do nice -n 19 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/rr & done
+    python -m benchmarks.curves.real_curves /tmp/rr benchmarks/data/real_curves   # pack; no torch
+
+Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
+rerun skips runs already written). One thread per run: the step times are a single core's.
+Every point carries two clocks: wall seconds, and the training thread's CPU seconds
+(time.thread_time: the job's own work, evaluation and batching included, not the neighbours'
+load on a shared machine). Several workers may share one --out: each claims a run with an
+exclusive <run_id>.claim file before training it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.curves.stopping import EarlyStopping, reached
+
+# family -> (dataset, model kind, batch size, planned-step range, eval every, (target series, target))
+FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]] = {
+    "digits_mlp": ("digits", "mlp", 128, (600, 2000), 25, ("val_acc", 0.965)),
+    "digits_cnn": ("digits", "cnn", 64, (500, 1200), 25, ("val_acc", 0.985)),
+    "cancer_logreg": ("breast_cancer", "logreg", 64, (600, 2500), 25, ("val_loss", 0.11)),
+    "wine_mlp": ("wine", "mlp", 32, (500, 1500), 20, ("val_loss", 0.06)),
+    "synth_cls_mlp": ("synth_cls", "mlp", 128, (800, 2500), 50, ("val_acc", 0.73)),
+    "synth_reg_mlp": ("synth_reg", "mlp", 128, (800, 2500), 50, ("val_mse", 2.0)),
+    "chars_gru": ("stdlib_chars", "gru", 16, (500, 1000), 50, ("val_loss", 2.3)),
+    "chars_lstm": ("stdlib_chars", "lstm", 16, (500, 1000), 50, ("val_loss", 2.35)),
+    "chars_transformer": ("stdlib_chars", "transformer", 16, (500, 1000), 50, ("val_loss", 2.35)),
+}
+RULES = ("planned", "early_stopping", "target", "none")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+SCHEDULES = ("constant", "cosine", "step", "onecycle")
+LR_RANGE = {"sgd": (0.02, 0.3), "momentum": (0.003, 0.05), "adam": (3e-4, 3e-3), "adamw": (3e-4, 3e-3)}
+RUNS_PER_RULE = 3
+CAP_FACTOR = 2  # early-stopping and target runs may run to CAP_FACTOR x the family's longest plan
+TRAIN_COLUMNS = ("step", "wall_s", "loss", "cpu_s")  # cpu_s last: files written before it read the same
+EVAL_COLUMNS = ("step", "wall_s", "val_loss", "val_metric", "cpu_s")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    family: str
+    dataset: str
+    model: str
+    optimizer: str
+    lr: float
+    schedule: str
+    batch_size: int
+    seed: int
+    rule: str  # planned | early_stopping | target | none
+    max_steps: int  # the planned end; the cap for early_stopping/target; the unknown end for none
+    eval_every: int
+    monitor: str  # the series the rule watches: val_loss or the task's metric
+    higher_is_better: bool
+    patience: int = 0
+    min_delta: float = 0.0
+    target: float = math.nan
+
+
+def run_matrix(master_seed: int = 35) -> list[RunSpec]:
+    """Every (family, rule) gets RUNS_PER_RULE runs; optimizer x schedule cycle, the rest drawn from the seed."""
+    rng = random.Random(master_seed)
+    specs: list[RunSpec] = []
+    for fi, (family, (dataset, model, batch, (lo, hi), every, (target_series, target))) in enumerate(FAMILIES.items()):
+        metric_hib = dataset not in ("synth_reg", "stdlib_chars")
+        metric = "val_acc" if metric_hib else ("val_mse" if dataset == "synth_reg" else "val_loss")
+        for ri, rule in enumerate(RULES):
+            for k in range(RUNS_PER_RULE):
+                n = len(specs)
+                opt = OPTIMIZERS[(fi + ri + k) % 4]
+                sched = SCHEDULES[(fi + 2 * ri + 3 * k) % 4]
+                a, b = LR_RANGE[opt]
+                lr = math.exp(rng.uniform(math.log(a), math.log(b)))
+                planned = rng.randrange(lo, hi + 1, 50)
+                common: dict[str, Any] = dict(
+                    run_id=f"{family}-{rule}-{k}", family=family, dataset=dataset, model=model, optimizer=opt,
+                    lr=round(lr, 6), schedule=sched, batch_size=batch, seed=1000 + n, rule=rule, eval_every=every,
+                )
+                if rule in ("planned", "none"):
+                    specs.append(RunSpec(**common, max_steps=planned, monitor="val_loss", higher_is_better=False))
+                elif rule == "early_stopping":
+                    # monitor val_loss mostly; one run per family watches the task metric, as jobs do
+                    watch_metric = k == 2 and metric_hib
+                    specs.append(RunSpec(
+                        **common, max_steps=CAP_FACTOR * hi, monitor=metric if watch_metric else "val_loss",
+                        higher_is_better=watch_metric, patience=rng.choice((3, 5, 8, 10)),
+                        min_delta=rng.choice((0.0, 1e-3, 1e-2)) / (100 if watch_metric else 1),
+                    ))
+                else:
+                    specs.append(RunSpec(
+                        **common, max_steps=CAP_FACTOR * hi, monitor=target_series,
+                        higher_is_better=target_series == "val_acc", target=target,
+                    ))
+    return specs
+
+
+def _optimizer(torch: Any, spec: RunSpec, params: Any) -> Any:
+    if spec.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=spec.lr)
+    if spec.optimizer == "momentum":
+        return torch.optim.SGD(params, lr=spec.lr, momentum=0.9, nesterov=True)
+    if spec.optimizer == "adam":
+        return torch.optim.Adam(params, lr=spec.lr)
+    return torch.optim.AdamW(params, lr=spec.lr, weight_decay=0.05)
+
+
+def _scheduler(torch: Any, spec: RunSpec, opt: Any) -> Any:
+    s, n = spec.schedule, spec.max_steps
+    if s == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=n)
+    if s == "step":
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=max(1, n // 3), gamma=0.3)
+    if s == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=spec.lr, total_steps=n + 1)
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+
+
+def train(spec: RunSpec) -> dict[str, Any]:
+    import torch
+
+    from benchmarks.curves.tasks import make_task
+
+    torch.manual_seed(spec.seed)
+    task = make_task(spec.dataset, spec.seed)
+    model = task.build(spec.model)
+    opt = _optimizer(torch, spec, model.parameters())
+    sched = _scheduler(torch, spec, opt)
+    gen = torch.Generator().manual_seed(spec.seed)
+    es = EarlyStopping(spec.patience, spec.min_delta, spec.higher_is_better) if spec.rule == "early_stopping" else None
+    train_rows: list[tuple[int, float, float, float]] = []  # TRAIN_COLUMNS
+    eval_rows: list[tuple[int, float, float, float, float]] = []  # EVAL_COLUMNS
+    stopped_by = "max_steps"
+    t0, c0 = time.perf_counter(), time.thread_time()
+    for step in range(1, spec.max_steps + 1):
+        model.train()
+        x, y = task.batch(gen, spec.batch_size)
+        loss = task.loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        value = loss.item()
+        train_rows.append((step, round(time.perf_counter() - t0, 4), round(value, 5),
+                           round(time.thread_time() - c0, 4)))
+        if not math.isfinite(value):
+            stopped_by = "diverged"
+            break
+        if step % spec.eval_every == 0:
+            model.eval()
+            val_loss, val_metric = task.evaluate(model)
+            eval_rows.append((step, round(time.perf_counter() - t0, 4), round(val_loss, 5), round(val_metric, 5),
+                              round(time.thread_time() - c0, 4)))
+            watched = val_loss if spec.monitor == "val_loss" else val_metric
+            if es is not None and es.should_stop(watched):
+                stopped_by = "early_stopping"
+                break
+            if spec.rule == "target" and reached(watched, spec.target, spec.higher_is_better):
+                stopped_by = "target"
+                break
+    end_s, end_cpu = time.perf_counter() - t0, time.thread_time() - c0
+    return {
+        "spec": asdict(spec), "train": train_rows, "evals": eval_rows, "stopped_by": stopped_by,
+        "true_end_step": train_rows[-1][0], "true_end_seconds": round(end_s, 4),
+        "true_end_cpu_seconds": round(end_cpu, 4), "columns": {"train": TRAIN_COLUMNS, "evals": EVAL_COLUMNS},
+        "torch": torch.__version__, "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+    }
+
+
+def _claim(path: Path) -> bool:
+    """True if this worker now owns the run (another worker sharing --out holds it otherwise)."""
+    try:
+        with path.open("x") as f:
+            f.write(str(os.getpid()))
+    except FileExistsError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train the matrix (or --only some runs), one JSON per run")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--only", nargs="*", default=None, help="run ids or family names")
+    r.add_argument("--order", choices=("matrix", "interleave"), default="interleave",
+                   help="interleave families so a partial campaign covers them all")
+    sub.add_parser("list", help="print the matrix")
+    args = p.parse_args(argv)
+    specs = run_matrix()
+    if args.cmd == "list":
+        for s in specs:
+            print(json.dumps(asdict(s)))
+        return 0
+    import torch
+
+    torch.set_num_threads(1)
+    if args.only:
+        specs = [s for s in specs if s.run_id in args.only or s.family in args.only]
+    if args.order == "interleave":  # k-th run of every family before the (k+1)-th of any
+        pos = {s.run_id: i % (len(RULES) * RUNS_PER_RULE) for i, s in enumerate(specs)}
+        specs = sorted(specs, key=lambda s: (pos[s.run_id] % RUNS_PER_RULE, pos[s.run_id] // RUNS_PER_RULE, s.family))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        path = args.out / f"{spec.run_id}.json"
+        if path.exists() or not _claim(path.with_suffix(".claim")):
+            continue
+        rec = train(spec)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, separators=(",", ":")))
+        tmp.replace(path)
+        path.with_suffix(".claim").unlink(missing_ok=True)
+        end = f"step {rec['true_end_step']} after {rec['true_end_seconds']:.1f} s"
+        print(f"{spec.run_id}: {rec['stopped_by']} at {end}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
