@@ -51,9 +51,12 @@ class ForecastSettings:
     max_evaluations: int = 2000  # future evaluations simulated; later ends count as beyond the horizon
     target_evaluations: int = 400  # a target alone is checked at this many future points at most
     noise_points: int = 20  # recent points whose residuals around the fit give the noise
-    rate_slack: float = 0.05  # the step rate's interval: the extreme window rates, widened by this
+    rate_slack: float = 0.02  # the step rate's interval: the extreme window rates, widened by this
     rate_windows: int = 4  # the current run's time cut in this many spans, each giving a rate
     recent_share: float = 0.5  # no rule: the learnt model reads the last this share of the span
+    quantise: bool = True  # a series on a grid (accuracy k/N) is forecast on that grid
+    prior_share: float = 1.0  # too few evaluations to fit: the point is this share of the steps run so far
+    prior_high: float = 9.0  # ... and the interval's high end this multiple (the prior's 90th percentile)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -114,7 +117,26 @@ def sample_paths(steps: FloatArray, oriented: FloatArray, evaluations: int, cade
         sigma = float(np.std(np.diff(recent))) / math.sqrt(2.0) if recent.size > 1 else 0.0
         mean = np.full((fs.samples, evaluations), float(np.mean(z[-3:])))
     noise = rng.normal(0.0, sigma if math.isfinite(sigma) else 0.0, (fs.samples, evaluations))
-    return np.asarray(lo + (hi - lo) * (mean + noise), dtype=np.float64)
+    paths = np.asarray(lo + (hi - lo) * (mean + noise), dtype=np.float64)
+    unit = grid_unit(oriented) if fs.quantise else math.nan
+    if math.isfinite(unit):  # an accuracy over a fixed set moves in steps of 1/N: a tie is no improvement
+        paths = lo + np.round((paths - lo) / unit) * unit
+    return paths
+
+
+def grid_unit(values: FloatArray) -> float:
+    """The step of a series that moves on a grid (an accuracy over a fixed validation set: k / N),
+    NaN when it does not: its smallest change, when every change is a whole multiple of it."""
+    moves = np.abs(np.diff(values))
+    moves = moves[moves > 1e-12 * max(1.0, float(np.max(np.abs(values))))]
+    if moves.size < 3:
+        return math.nan
+    ratio = moves / float(moves.min())
+    whole = np.round(ratio)
+    # reported values are rounded (5 significant digits in the shipped curves): 2 % slack per move
+    if not bool(np.all(np.abs(ratio - whole) < 0.02 * whole)):
+        return math.nan
+    return float(np.mean(moves / whole))
 
 
 def first_stop(paths: FloatArray, best: float, wait: int, rule: EarlyStopping | None,
@@ -256,6 +278,41 @@ def _forecast_end(loss: tuple[FloatArray, FloatArray], monitored: tuple[FloatArr
     return point, low, high, reason
 
 
+def few_evaluations_end(ms: FloatArray, mv: FloatArray, rule: StoppingRule, last_step: float, fs: ForecastSettings
+                        ) -> tuple[float, float, float, EndReason] | None:
+    """(point, low, high) steps to the end when the series has too few evaluations to fit, from the
+    rule alone: early stopping cannot fire before `patience` evaluations without improvement from
+    its state now, a target not before the next evaluation (the low end); the high end is a Lindy
+    prior's 90th percentile (prior_high x the steps run), capped by the planned end. The point: as
+    many steps again as the job has run (prior_share x its last step), within those bounds.
+    Evaluations are assumed at the cadence of those reported (one evaluation: at multiples of its
+    step). None without any evaluation: no cadence."""
+    if ms.size == 0:
+        return None
+    cadence = float(np.median(np.diff(ms))) if ms.size >= 2 else float(ms[0])
+    if not cadence > 0:
+        return None
+    es = rule.early_stopping
+    next_at = max(0.0, float(ms[-1]) + cadence - last_step)
+    if es is not None:
+        oriented = -mv if _monitored_hib(rule) else mv
+        _, wait, fired = rule_state(oriented, es)
+        if fired >= 0:
+            return 0.0, 0.0, 0.0, EndReason.EARLY_STOPPING
+        low = next_at + (es.patience - wait - 1) * cadence
+        reason = EndReason.EARLY_STOPPING
+    else:
+        low, reason = next_at, EndReason.TARGET
+    # the 80 % range of a Lindy prior (P(left > x * run) = 1 / (1 + x)): up to 9 x the steps run
+    high = max(low, fs.prior_high * max(last_step, cadence))
+    if rule.planned:
+        high = min(high, max(0.0, rule.max_steps - last_step))
+    if low >= high:  # the planned end comes first
+        return high, high, high, EndReason.PLANNED_END
+    point = min(high, max(low, fs.prior_share * last_step))
+    return point, low, high, reason
+
+
 def _plateau_end(steps: FloatArray, values: FloatArray, rule: StoppingRule, conv: ConvergenceSettings,
                  fs: ForecastSettings) -> tuple[float, float, float]:
     """(point, low, high) steps to the plateau, measured on the recent part of the curve alone:
@@ -319,7 +376,9 @@ def predict_end(
     # a named metric never reported is an empty series: its early stopping is unknown, not the loss's
     series = clean_series(*monitored) if rule.early_stopping is not None and monitored is not None else clean
     out = _forecast_end((clean.steps, clean.values), (series.steps, series.values), rule, conv, forecast)
-    if out is None:  # too few evaluations to forecast: the planned end is then only a cap, not the end
+    if out is None:  # too few evaluations to forecast: what the rule itself allows, a wide interval
+        out = few_evaluations_end(series.steps, series.values, rule, float(clean.steps[-1]), forecast)
+    if out is None:  # not one evaluation yet: no cadence, nothing to say (the planned end is only a cap)
         return JobEnd.unknown(EndReason.EARLY_STOPPING if rule.early_stopping else EndReason.TARGET)
     point, low, high, reason = out
     return _finish((point, low, high), rates, reason)

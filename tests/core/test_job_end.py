@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from scoring.convergence import ConvergenceSettings
-from scoring.job_end import first_stop, predict_end, rule_state
+from scoring.job_end import ForecastSettings, first_stop, grid_unit, predict_end, rule_state, sample_paths
 from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
 from scoring.tracker import ConvergenceTracker
@@ -131,10 +132,19 @@ def test_point_always_inside_interval(seed: int) -> None:
 @pytest.mark.parametrize("values", [[], [math.nan] * 10, [1.0] * 3])
 def test_empty_and_invalid_input_is_neutral(values: list[float]) -> None:
     steps = np.arange(len(values), dtype=np.float64)
-    for rule in (StoppingRule(), StoppingRule(early_stopping=EarlyStopping(patience=3)), StoppingRule(target=0.5)):
+    rules = (StoppingRule(), StoppingRule(early_stopping=EarlyStopping(patience=3)), StoppingRule(target=0.5))
+    for rule in rules if len(values) != 3 else rules[:1]:
         end = predict_end(steps, values, None, rule, CONV)
         assert not end.known and end.evidence == 0.0
         assert math.isnan(end.remaining_seconds)
+
+
+def test_three_flat_evaluations_under_a_rule_are_answered_from_the_rule() -> None:
+    # best at the first, two without improvement: patience 3 can fire at the very next evaluation
+    steps = np.arange(3, dtype=np.float64)
+    end = predict_end(steps, [1.0] * 3, None, StoppingRule(early_stopping=EarlyStopping(patience=3)), CONV)
+    assert end.steps_low == 1.0 and end.steps_low <= end.remaining_steps <= end.steps_high
+    assert math.isnan(end.remaining_seconds)  # no timestamps: no rate, no seconds
 
 
 def test_bad_rules_are_refused() -> None:
@@ -174,10 +184,50 @@ def test_seconds_come_from_the_runs_average_rate_pauses_included() -> None:
     assert end.seconds_low <= 150.0 <= end.seconds_high
 
 
-def test_too_few_evaluations_under_a_rule_is_unknown_not_the_cap() -> None:
+def test_too_few_evaluations_answer_what_the_rule_allows_not_the_cap() -> None:
+    # 3 evaluations every 100 steps, patience 4, the last one no improvement: the rule cannot fire
+    # before 3 more evaluations (step 600), and the cap ends it at 5000 at the latest
     steps = np.arange(1, 4) * 100.0
+    rule = StoppingRule(max_steps=5000.0, early_stopping=EarlyStopping(patience=4))
+    end = predict_end(steps, [1.0, 0.8, 0.85], steps / 10.0, rule, CONV)
+    assert end.reason == EndReason.EARLY_STOPPING
+    assert (end.steps_low, end.remaining_steps, end.steps_high) == (300.0, 300.0, 2700.0)  # 9 x 300 run
+    assert end.seconds_low <= end.remaining_seconds <= end.seconds_high
+    # a target: not before the next evaluation, the point as many steps again as run so far
     end = predict_end(steps, [1.0, 0.8, 0.7], steps, StoppingRule(max_steps=5000.0, target=0.1), CONV)
-    assert not end.known and end.reason == EndReason.TARGET
+    assert end.reason == EndReason.TARGET
+    assert (end.steps_low, end.remaining_steps, end.steps_high) == (100.0, 300.0, 2700.0)
+    # the cap comes before the rule could fire: the planned end
+    end = predict_end(steps, [1.0, 0.8, 0.85], steps, dataclasses.replace(rule, max_steps=450.0), CONV)
+    assert (end.remaining_steps, end.steps_high, end.reason) == (150.0, 150.0, EndReason.PLANNED_END)
+
+
+def test_one_evaluation_gives_the_cadence_none_leaves_it_unknown() -> None:
+    loss = (np.arange(1, 31) * 10.0, np.linspace(2.0, 1.0, 30))
+    rule = StoppingRule(max_steps=10_000.0, early_stopping=EarlyStopping(patience=5, metric="val"))
+    end = predict_end(*loss, None, rule, CONV, monitored=([250.0], [1.3]))
+    # evaluations every 250: five in a row without improvement after the best at 250 end it at
+    # 1500 at the soonest, 1200 steps after the last reported step
+    assert end.steps_low == 1200.0 and end.steps_low <= end.remaining_steps <= end.steps_high
+    assert not predict_end(*loss, None, rule, CONV, monitored=([], [])).known
+
+
+def test_grid_unit_finds_an_accuracy_over_a_fixed_set() -> None:
+    acc = np.array([61, 64, 64, 66, 65, 69, 69, 70]) / 170.0
+    assert grid_unit(np.round(acc, 5)) == pytest.approx(1 / 170.0, rel=1e-3)
+    assert math.isnan(grid_unit(np.array([1.0, 0.71, 0.6234, 0.5, 0.4811])))
+
+
+def test_a_metric_on_a_grid_is_forecast_on_it() -> None:
+    # an accuracy over 170 examples: ties with the best are no improvement, so the forecast
+    # values must be ties too, not a continuum that improves by 1e-6
+    steps = np.arange(1, 13, dtype=np.float64) * 25.0
+    acc = np.array([150, 155, 160, 162, 163, 163, 165, 164, 165, 166, 166, 166], dtype=np.float64) / 170.0
+    paths = sample_paths(steps, -acc, 50, 25.0, CONV, ForecastSettings())
+    k = np.round(-paths * 170.0)
+    assert np.allclose(-paths * 170.0, k, atol=1e-6)
+    loose = sample_paths(steps, -acc, 50, 25.0, CONV, ForecastSettings(quantise=False))
+    assert not np.allclose(-loose * 170.0, np.round(-loose * 170.0), atol=1e-6)
 
 
 @pytest.mark.parametrize("min_delta", [0.0, 0.02])
