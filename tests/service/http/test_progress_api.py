@@ -21,6 +21,7 @@ from extender.http.auth import (
 )
 from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.progress.store import ProgressStore, ProgressStoreSettings
+from scoring.job_end import ForecastSettings
 
 TOKENS = {"team-a-token": frozenset({"team-a"}), "admin-token": frozenset({"*"})}
 A = {"Authorization": "Bearer team-a-token"}
@@ -75,7 +76,8 @@ def test_job_shows_the_remaining_interval_and_plateau_probability(client: TestCl
     assert 0 <= lo <= hi
     lo_s, hi_s = job["remaining_seconds_interval"]
     # 0.2 steps/s, the seconds' interval widened by the step rate's uncertainty (ForecastSettings.rate_slack)
-    assert lo_s == pytest.approx(lo * 5.0 / 1.05) and hi_s == pytest.approx(hi * 5.0 * 1.05)
+    slack = 1.0 + ForecastSettings().rate_slack
+    assert lo_s == pytest.approx(lo * 5.0 / slack) and hi_s == pytest.approx(hi * 5.0 * slack)
     assert lo <= job["remaining_steps"] <= hi and job["end_reason"] == "plateau"
     assert 0.0 <= job["plateau_probability"] <= 1.0 and 0.0 <= job["evidence_weight"] <= 1.0
     short = [{"step": i, "loss": 1.0 / (i + 1), "timestamp": 100.0 + i} for i in range(3)]
