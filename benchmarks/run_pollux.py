@@ -32,6 +32,7 @@ from benchmarks.sim.variants import (
     INTEGRATED,
     MIX_TEXT,
     MIXES,
+    THROUGHPUT_TEXT,
     core_settings,
     known,
     loop_counts,
@@ -50,13 +51,13 @@ REFS = (("fifo", "fifo"), ("kube-default", "kube"), ("binpack", "bin"), ("tiresi
 _PROFILES: dict[str, ProfileSet] = {}
 
 
-def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...]
-          ) -> tuple[RunMetrics, dict[str, float]]:
+def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...],
+          throughput: str = "learned") -> tuple[RunMetrics, dict[str, float]]:
     if data not in _PROFILES:
         _PROFILES[data] = load_profiles(Path(data) / "traces")
     profiles = _PROFILES[data]
     specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles, mix)
-    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets))
+    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets), throughput)
     return m, loop_counts(v)
 
 
@@ -166,6 +167,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mix", default="all", help=f"job mixes, comma list from {', '.join(MIXES)}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a control-core setting, e.g. elastic.horizon_s=600 (printed with the table)")
+    p.add_argument("--throughput", choices=tuple(THROUGHPUT_TEXT), default="learned",
+                   help="what flowsched is told of step times: learned (as the service) or oracle (an upper bound)")
     p.add_argument("--out", default="")
     p.add_argument("--tuned", default="1-2", help="workloads the defaults were tuned on (reported apart)")
     p.add_argument("--report", default="", metavar="DIR", help="print the tables of an earlier --out DIR; run nothing")
@@ -189,7 +192,8 @@ def main(argv: list[str]) -> int:
         p.error(f"--set: {e}")
     for mix, load in [(m, ld) for m in mixes for ld in a.loads.split(",")]:
         t0 = time.perf_counter()
-        tasks = [(a.data, load, w, pol, seed, mix, sets) for w in wids for pol in policies for seed in range(a.seeds)
+        tasks = [(a.data, load, w, pol, seed, mix, sets, a.throughput)
+                 for w in wids for pol in policies for seed in range(a.seeds)
                  if not (seed > 0 and pol in DETERMINISTIC)]
         if a.procs > 1:
             with ProcessPoolExecutor(a.procs) as ex:
@@ -204,6 +208,7 @@ def main(argv: list[str]) -> int:
         summary = aggregate(runs)
         pollux = PUBLISHED[load]["pollux"]
         print(f"\n== job mix {mix!r}: {MIX_TEXT[mix]} (the baselines ignore the marks)")
+        print(f"== throughput: {THROUGHPUT_TEXT[a.throughput]}")
         print(f"== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), 16x4 GPUs, "
               f"{a.seeds} seed(s) for the randomised policies (fifo, tiresias: 1); restart penalty "
               f"{EngineSettings().restart_penalty:g} s; {time.perf_counter() - t0:.0f} s wall")

@@ -189,9 +189,10 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     if job.step_samples:
         g = np.array(sorted(job.step_samples), dtype=np.float64)
         t = np.array([job.step_samples[int(x)] for x in g])
-        scale = float(t[0] / prior.step_time(g[0], nominal))
+        b = np.array([job.step_batches.get(int(x), nominal) for x in g], dtype=np.float64)
+        scale = float(t[0] / prior.step_time(g[0], b[0]))
         scaled = StepTimeModel(0.0, prior.per_sample_s * scale, prior.sync_s * scale, 0.0)
-        model = fit_step_time(g, np.full_like(g, nominal), t, prior=scaled) or scaled
+        model = fit_step_time(g, b, t, prior=scaled) or scaled
     batches = np.array([nominal], dtype=np.int64)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = np.union1d(batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), batches)

@@ -71,6 +71,8 @@ class JobState:
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    # GPUs -> the global batch its step_samples entry was measured at; a GPU count not here: batch_size.
+    step_batches: Mapping[int, int] = field(default_factory=dict)
     gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
     # How a rescaled job's GPUs split into pods: 0 = pods of per_pod GPUs each (a PyTorchJob's
     # workers); k > 0 = one pod per node of up to k GPUs (the simulator's kube-scheduler model).

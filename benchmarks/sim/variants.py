@@ -54,6 +54,11 @@ MIX_TEXT = {
     "half": "half the jobs elastic 1..N GPUs (every other arrival; batch size changed live), every job checkpointable",
     "none": "no job elastic (users' own GPU counts), every job checkpointable",
 }
+THROUGHPUT_TEXT = {
+    "learned": "step times learned: each job's measured step times at the sizes it ran (5 % noise), "
+               "the core's prior for the rest",
+    "oracle": "ORACLE step times (the profile at every size and batch; an upper bound no cluster gives)",
+}
 
 
 def core_settings(engine: EngineSettings | None = None, loops: Sequence[str] = (),
@@ -131,7 +136,7 @@ def known(name: str) -> bool:
 
 
 def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings | None = None,
-          overrides: dict[str, str] | None = None) -> Variant:
+          overrides: dict[str, str] | None = None, throughput: str = "learned") -> Variant:
     loops = loops_of(name)
     if loops is None:
         if name not in BASELINES:
@@ -141,7 +146,7 @@ def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings
     settings = core_settings(engine, loops, overrides)
     policy = make_policy("flowsched", seed, settings.placement)  # kube-scheduler with flowsched's extender
     core_loops = tuple(dict.fromkeys("migrator" if x == "las" else x for x in loops))
-    control = SimControl(settings, core_loops) if core_loops else None
+    control = SimControl(settings, core_loops, throughput=throughput) if core_loops else None
     return Variant(name, policy, [control] if control else [], control, settings)
 
 
@@ -164,9 +169,11 @@ def completing_hook(v: Variant, profiles: ProfileSet) -> CompletingFn | None:
 
 
 def run_one(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int, settings: EngineSettings,
-            workload: str, overrides: dict[str, str] | None = None) -> tuple[RunMetrics, RunTrace, Variant]:
-    """One variant on one workload (specs as `prepare` marked them)."""
-    v = build(name, profiles, seed, settings, overrides)
+            workload: str, overrides: dict[str, str] | None = None, throughput: str = "learned"
+            ) -> tuple[RunMetrics, RunTrace, Variant]:
+    """One variant on one workload (specs as `prepare` marked them); `throughput`: what the
+    control core is told of step times (benchmarks/sim/world.py THROUGHPUT_MODES)."""
+    v = build(name, profiles, seed, settings, overrides, throughput)
     t0 = time.perf_counter()
     completing = completing_hook(v, profiles) if name.startswith("flowsched") else None
     eng = Engine(specs, profiles, v.policy, replace(settings, seed=seed), control_loops=v.loops,
