@@ -124,6 +124,11 @@ class ElasticLoopSettings(LoopSettings):
     # it) did worse than into free ones only.
     grow_in_cooldown: bool = True
     sync_fraction: float = 0.1  # prior: share of a 1-GPU step spent syncing (multi-GPU)
+    # A job known only by its measured step times and the prior (no throughput table) is offered at
+    # most this multiple of the largest size it has measured (or of its size now), as Pollux limits
+    # a job to twice its largest allocation so far: the prior's near-linear speed-up is not trusted
+    # far beyond what was measured. 0 = off.
+    explore_factor: float = 2.0
     reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
     # ...and those of gated non-elastic jobs. Off: gated work reaches GPUs through admission's
     # order and preemption instead, and reserving for it left GPUs idle (it raised the average JCT
@@ -166,7 +171,8 @@ class ElasticLoopSettings(LoopSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power", "srpt_power",
+        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "explore_factor", "las_power",
+                      "srpt_power",
                       "grow_waiting_within", "growing_weight", "watching_weight", "completing_weight")
         _positive(self, "horizon_s", "batch_points")
         if not 0.0 <= self.srpt_rank_p < 1.0:

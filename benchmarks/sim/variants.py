@@ -20,6 +20,15 @@ Job mixes (DESIGN §7: every table names its mix). `prepare(specs, profiles, mix
 - "half": every other job (by arrival) elastic as above, all checkpointable;
 - "none": no job elastic (users' own GPU counts), all checkpointable.
 The Pollux artifact's jobs all checkpoint and restart on every reallocation. Baselines ignore the marks.
+
+End mixes (DESIGN §7: what each job declares about its end, beside the elastic mix; the job's true
+end is the trace's whatever it declares). `mark_ends(specs, ends)`, every job by arrival order:
+- "default": 2 of 4 declare a planned end (max_steps, as a script with a fixed epoch count does),
+  1 of 4 an early-stopping rule, 1 of 4 nothing (stopped by a person). A guess at a realistic
+  cluster, not a measured one; the end estimate (scoring.convergence) is all flowsched has for
+  the other two;
+- "planned": every job declares its planned end (the tables before the end mix existed);
+- "none": no job declares anything.
 """
 
 from __future__ import annotations
@@ -53,6 +62,13 @@ MIX_TEXT = {
     "all": "every job elastic 1..N GPUs (its batch size changed live, as AdaptDL's) and checkpointable",
     "half": "half the jobs elastic 1..N GPUs (every other arrival; batch size changed live), every job checkpointable",
     "none": "no job elastic (users' own GPU counts), every job checkpointable",
+}
+END_RULES = ("planned", "early", "none")
+END_MIXES = {"default": ("planned", "planned", "early", "none"), "planned": ("planned",), "none": ("none",)}
+END_TEXT = {
+    "default": "ends: 1/2 declare a planned end (max_steps), 1/4 early stopping, 1/4 nothing (a guessed mix)",
+    "planned": "ends: every job declares its planned end (max_steps)",
+    "none": "ends: no job declares its end",
 }
 THROUGHPUT_TEXT = {
     "learned": "step times learned: each job's measured step times at the sizes it ran (5 % noise), "
@@ -99,7 +115,18 @@ def mark_elastic(specs: Sequence[JobSpec], profiles: ProfileSet, mix: str = "all
     return out
 
 
-prepare = mark_elastic
+def mark_ends(specs: Sequence[JobSpec], ends: str = "default") -> list[JobSpec]:
+    """The end mix (module docstring), cycling over the jobs by arrival."""
+    if ends not in END_MIXES:
+        raise ValueError(f"unknown end mix {ends!r}; known: {', '.join(END_MIXES)}")
+    cycle = END_MIXES[ends]
+    return [replace(s, end_rule=cycle[i % len(cycle)]) for i, s in enumerate(sorted(specs, key=lambda s: s.arrival))]
+
+
+def prepare(specs: Sequence[JobSpec], profiles: ProfileSet, mix: str = "all", ends: str = "default",
+            cap: int = ELASTIC_CAP) -> list[JobSpec]:
+    """The job mix and the end mix, both printed in every table header."""
+    return mark_ends(mark_elastic(specs, profiles, mix, cap), ends)
 
 
 @dataclass

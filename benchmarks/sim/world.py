@@ -20,7 +20,7 @@ pods (DCGM attributed to the pod), its workload class and its flowsched.io/recla
 Step times (`throughput`): "learned", the default, is what the service has: for each elastic
 job the seconds per step it measured at each GPU count it has run at (its true step time on its
 placement, batch and CPU share, read once it has run `measure_after_s` past its restart, times a
-lognormal measurement error of `step_noise`, drawn afresh each round as a new report would be),
+lognormal measurement error of `step_noise`, drawn once per size and batch),
 recorded by the service's rule (scoring.step_samples), and the core's prior for the other sizes
 (scoring.control.prior_throughput, fitted by scoring.elastic.fit_step_time). "oracle" hands the
 core the profile's step time at every size and candidate batch (the Pollux artifact's measured
@@ -121,6 +121,7 @@ class SimWorldBuilder:
     _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
     _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
     _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
+    _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
 
     def __post_init__(self) -> None:
         if self.throughput_mode not in THROUGHPUT_MODES:
@@ -138,11 +139,20 @@ class SimWorldBuilder:
         true_s = true_step_s(engine.profiles.apps[job.spec.app], job) if steady else math.nan
         err = 1.0
         if self.step_noise > 0 and math.isfinite(true_s):
-            rng = np.random.default_rng([engine.settings.seed, job.idx, job.gpus, int(now)])
-            err = math.exp(self.step_noise * float(rng.standard_normal()))
+            err = self._error(engine.settings.seed, job)
         record_step_sample(samples, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus,
                            settling=not steady, noise=err, batches=batches, batch=int(job.batch_size))
         return samples, batches
+
+    def _error(self, seed: int, job: SimJob) -> float:
+        """The measurement's error at the job's size and batch now: drawn once per configuration
+        (a step time averaged over a window is biased by that configuration's noise, not redrawn)."""
+        key = (job.idx, job.gpus, int(job.batch_size))
+        err = self._errors.get(key)
+        if err is None:
+            rng = np.random.default_rng([seed, *key])
+            err = self._errors[key] = math.exp(self.step_noise * float(rng.standard_normal()))
+        return err
 
     def estimate(self, engine: Engine, job: SimJob) -> ConvergenceEstimate | None:
         engine.sync(job)  # its series up to now, as the job would have posted it
@@ -247,7 +257,9 @@ class SimWorldBuilder:
             if gated else (),
             wait_s=math.nan if placed else now - engine.queue_time(j),
             pod_chunk=engine.cluster.settings.gpus_per_node,
-            planned_steps=float(engine.profiles.apps[s.app].max_epochs),
+            # Only a job that declares its planned end reports it (JobSpec.end_rule); the others'
+            # ends are what the core estimates from their curves.
+            planned_steps=float(engine.profiles.apps[s.app].max_epochs) if s.end_rule == "planned" else math.nan,
             workload=self.sources.workload_of(j),
         )
 
