@@ -33,6 +33,7 @@ from scoring.elastic import (
     job_options,
     plan_elastic,
 )
+from scoring.job_end import predicted_end_s
 from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, place, plan_migrations
 from scoring.remedy import cap_growth
 from scoring.safety import (
@@ -292,7 +293,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     if s.srpt_power > 0 and math.isfinite(left):
         weight *= (1.0 + left / 3600.0) ** -s.srpt_power
     live = bool(cur) and job.batch_live and min_b != max_b  # only when the optimizer chooses its batch
-    end = job.seconds_to_planned_end() if cur and s.horizon_to_end else math.nan
+    end = predicted_end_s(job, s.min_evidence) if cur and s.horizon_to_end else math.nan
     horizon = min(s.horizon_s, max(end, 1.0)) if math.isfinite(end) else math.nan
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
                       batch_live=live, horizon_s=horizon)
