@@ -9,7 +9,7 @@ Per interval:
 1. The order: Tiresias' discretised least attained service. A job's queue is the number of
    `queue_thresholds_gpu_s` its attained GPU-seconds have passed (a job evicted earlier keeps
    what it had attained); lower queues first; within a queue, shortest first (`order_value`):
-   by the predicted remaining GPU-time where the evidence allows (scoring.job_end), else by
+   by the predicted remaining GPU-time where the evidence allows (predicted_gpu_s), else by
    attained service; then the job whose pods have waited longest. A job waiting longer than
    `starvation_factor` x max(attained, 1 GPU-hour) goes ahead of all queues (the starvation bound).
 2. Gangs: the pods kube-scheduler already sees (ungated pending pods) are placed best-fit on the
@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from scoring import job_end
 from scoring.actions import Preempt, Release
 from scoring.migration import place
+from scoring.remaining import evidence_weight
 from scoring.safety import namespace_refusal
 from scoring.settings import AdmissionLoopSettings, CoreSettings
 from scoring.world import JobState, World
@@ -69,9 +69,22 @@ def starving(job: JobState, factor: float) -> bool:
 
 
 def predicted_end_s(job: JobState, s: AdmissionLoopSettings) -> float:
-    """Seconds until the job ends as far as admission may lean on it (scoring.job_end); NaN when
-    there is no such prediction (a job that never reported is never ahead)."""
-    return job_end.predicted_end_s(job, s.min_evidence)
+    """Seconds until the job ends, as far as flowsched may lean on it: its planned end at its step
+    rate, else its time to the plateau when the learnt interval weighs at least min_evidence;
+    NaN when there is no such prediction (a job that never reported is never ahead)."""
+    end = job.seconds_to_planned_end()
+    if math.isfinite(end):
+        return end
+    est = job.estimate
+    if est is None or not math.isfinite(est.remaining_seconds):
+        return math.nan
+    return est.remaining_seconds if evidence_weight(est.remaining_distribution()) >= s.min_evidence else math.nan
+
+
+def predicted_gpu_s(job: JobState, gpus: float, s: AdmissionLoopSettings) -> float:
+    """GPU-seconds left at `gpus` GPUs until its predicted end (predicted_end_s); NaN unknown."""
+    end = predicted_end_s(job, s)
+    return end * gpus if math.isfinite(end) else math.nan
 
 
 def order_value(job: JobState, s: AdmissionLoopSettings) -> tuple[int, float]:
@@ -84,7 +97,7 @@ def order_value(job: JobState, s: AdmissionLoopSettings) -> tuple[int, float]:
     soon = 0 if predicted_end_s(job, s) <= s.finish_first_s else 1  # NaN: not soon
     if s.order == "finish_first":
         return (soon, 0.0)
-    left = job_end.predicted_gpu_s(job, float(sum(job.gated_pods)) or float(job.live_gpus), s.min_evidence)
+    left = predicted_gpu_s(job, float(sum(job.gated_pods)) or float(job.live_gpus), s)
     return (soon, left if math.isfinite(left) else (job.attained_gpu_s if math.isfinite(job.attained_gpu_s) else 0.0))
 
 
@@ -209,7 +222,7 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
     # evicting it costs the same restart and frees its GPUs for longest.
     def most_left(r: JobState) -> tuple[int, float, str]:
         att = r.attained_gpu_s if math.isfinite(r.attained_gpu_s) else 0.0
-        left = job_end.predicted_gpu_s(r, r.held_gpus, s.min_evidence) if s.order == "remaining" else math.nan
+        left = predicted_gpu_s(r, r.held_gpus, s) if s.order == "remaining" else math.nan
         return (-queue_of(att, s.queue_thresholds_gpu_s), -(left if math.isfinite(left) else att), r.key)
 
     cands.sort(key=most_left)

@@ -33,8 +33,8 @@ from scoring.elastic import (
     job_options,
     plan_elastic,
 )
-from scoring.job_end import predicted_end_s
 from scoring.migration import WHY_TEXT, Demands, JobArrays, MigrationPlan, Why, place, plan_migrations
+from scoring.remaining import evidence_weight
 from scoring.remedy import cap_growth
 from scoring.safety import (
     NO_PLANNABLE_SIZE,
@@ -293,10 +293,23 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     if s.srpt_power > 0 and math.isfinite(left):
         weight *= (1.0 + left / 3600.0) ** -s.srpt_power
     live = bool(cur) and job.batch_live and min_b != max_b  # only when the optimizer chooses its batch
-    end = predicted_end_s(job, s.min_evidence) if cur and s.horizon_to_end else math.nan
+    end = _predicted_end_s(job, s.min_evidence) if cur and s.horizon_to_end else math.nan
     horizon = min(s.horizon_s, max(end, 1.0)) if math.isfinite(end) else math.nan
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
                       batch_live=live, horizon_s=horizon)
+
+
+def _predicted_end_s(job: JobState, min_evidence: float) -> float:
+    """Its planned end at its step rate, else the end estimate when its interval weighs at least
+    min_evidence; NaN unknown (the rule of scoring.admission.predicted_end_s; the job-end
+    estimator's JobState.seconds_to_end is its successor)."""
+    end = job.seconds_to_planned_end()
+    if math.isfinite(end):
+        return end
+    est = job.estimate
+    if est is None or not math.isfinite(est.remaining_seconds):
+        return math.nan
+    return est.remaining_seconds if evidence_weight(est.remaining_distribution()) >= min_evidence else math.nan
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,

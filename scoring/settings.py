@@ -111,9 +111,9 @@ class ElasticLoopSettings(LoopSettings):
     max_per_hour: int = 300
     restart_s: float = 120.0  # progress a job loses to a rescale (checkpoint + restart)
     horizon_s: float = 1800.0  # how long a plan is expected to hold
-    # ...or until the job's predicted end when that comes sooner (scoring.job_end: its planned end
-    # when it reports one, else the end estimate when its interval weighs at least min_evidence):
-    # a rescale must pay its restart back before the job ends.
+    # ...or until the job's predicted end when that comes sooner (as admission's predicted_end_s:
+    # its planned end when it reports one, else the end estimate when its interval weighs at least
+    # min_evidence): a rescale must pay its restart back before the job ends.
     horizon_to_end: bool = True
     min_evidence: float = 0.5
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase

@@ -26,7 +26,7 @@ from tests.k8s_factories import node, pod
 class Est:
     phase: Phase
     step_rate: float = math.nan
-    remaining_seconds: float = math.nan  # no end estimate (scoring.job_end reads it)
+    remaining_seconds: float = math.nan  # no end estimate (the elastic horizon reads it)
 
 
 def worker(job: str, i: int, node_name: str | None, elastic: str | None = "1-8", gpus: int = 1) -> dict[str, Any]:
