@@ -28,10 +28,13 @@ from benchmarks.sim.report import RunMetrics, aggregate, read_csv, write_csv, wr
 from benchmarks.sim.variants import (
     BASELINES,
     DETERMINISTIC,
+    END_MIXES,
+    END_TEXT,
     FLOWSCHED_VARIANTS,
     INTEGRATED,
     MIX_TEXT,
     MIXES,
+    THROUGHPUT_TEXT,
     core_settings,
     known,
     loop_counts,
@@ -50,13 +53,13 @@ REFS = (("fifo", "fifo"), ("kube-default", "kube"), ("binpack", "bin"), ("tiresi
 _PROFILES: dict[str, ProfileSet] = {}
 
 
-def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...]
-          ) -> tuple[RunMetrics, dict[str, float]]:
+def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...],
+          throughput: str = "learned", ends: str = "default") -> tuple[RunMetrics, dict[str, float]]:
     if data not in _PROFILES:
         _PROFILES[data] = load_profiles(Path(data) / "traces")
     profiles = _PROFILES[data]
-    specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles, mix)
-    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets))
+    specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles, mix, ends)
+    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets), throughput)
     return m, loop_counts(v)
 
 
@@ -70,7 +73,7 @@ def _wids(spec: str) -> list[int]:
 def format_headline(summary: dict[str, dict[str, float]], loops: dict[str, dict[str, float]], pollux: float) -> str:
     refs = [(r, n) for r, n in REFS if r in summary]
     w = max([21, *(len(p) + 1 for p in summary)])
-    head = (f"{'policy':<{w}}{'avg JCT':>8}{'p50':>7}{'p99':>7}{'makespan':>9}{'queue':>7}{'restarts':>9}"
+    head = (f"{'policy':<{w}}{'avg JCT':>8}{'p50':>7}{'p99':>7}{'makespan':>9}{'queue':>7}{'restarts':>9}{'rst/job':>8}"
             f"{'resize':>7}{'evict':>6}{'GPU alloc':>10}{'GPU busy':>9}"
             + "".join(f"{'/' + n:>7}" for _, n in refs) + f"{'/Pollux':>8}")
     lines = [head, "-" * len(head)]
@@ -82,7 +85,8 @@ def format_headline(summary: dict[str, dict[str, float]], loops: dict[str, dict[
             return "-" if not np.isfinite(x) else f"{x:.0f}"
 
         row = (f"{p:<{w}}{s['avg_jct']:>8.0f}{s['p50_jct']:>7.0f}{s['p99_jct']:>7.0f}{s['makespan']:>9.0f}"
-               f"{s['avg_queueing']:>7.0f}{s['restarts']:>9.1f}{num('resizes'):>7}{num('evictions'):>6}"
+               f"{s['avg_queueing']:>7.0f}{s['restarts']:>9.1f}{s['restarts_per_job']:>8.2f}{num('resizes'):>7}"
+               f"{num('evictions'):>6}"
                f"{s['gpu_allocated']:>10.1%}{s['gpu_busy']:>9.1%}"
                + "".join(f"{s['avg_jct'] / summary[r]['avg_jct']:>7.3f}" for r, _ in refs)
                + f"{s['avg_jct'] / pollux:>8.3f}")
@@ -147,6 +151,9 @@ def report(folder: Path, tuned: list[int]) -> int:
         print(f"\n== job mix {mix!r}: {MIX_TEXT.get(mix, mix)}\n== load {load}x: "
               f"{len({r.workload for r in runs})} workloads, {seeds} seed(s) for the randomised policies "
               f"(from {path})")
+        mode = path.parent / "mode.txt"
+        print(f"== {mode.read_text().strip()}" if mode.exists() else "== (saved before the end mix: every job "
+              "declared its planned end; ORACLE step times)")
         summary = aggregate(runs)
         print(format_headline(summary, read_loops(path.parent / "loops.csv"),
                               PUBLISHED.get(load, {}).get("pollux", float("nan"))))
@@ -166,6 +173,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mix", default="all", help=f"job mixes, comma list from {', '.join(MIXES)}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a control-core setting, e.g. elastic.horizon_s=600 (printed with the table)")
+    p.add_argument("--ends", choices=tuple(END_MIXES), default="default",
+                   help="end mix: what the jobs declare of their end (benchmarks/sim/variants.py)")
+    p.add_argument("--throughput", choices=tuple(THROUGHPUT_TEXT), default="learned",
+                   help="what flowsched is told of step times: learned (as the service) or oracle (an upper bound)")
     p.add_argument("--out", default="")
     p.add_argument("--tuned", default="1-2", help="workloads the defaults were tuned on (reported apart)")
     p.add_argument("--report", default="", metavar="DIR", help="print the tables of an earlier --out DIR; run nothing")
@@ -189,7 +200,8 @@ def main(argv: list[str]) -> int:
         p.error(f"--set: {e}")
     for mix, load in [(m, ld) for m in mixes for ld in a.loads.split(",")]:
         t0 = time.perf_counter()
-        tasks = [(a.data, load, w, pol, seed, mix, sets) for w in wids for pol in policies for seed in range(a.seeds)
+        tasks = [(a.data, load, w, pol, seed, mix, sets, a.throughput, a.ends)
+                 for w in wids for pol in policies for seed in range(a.seeds)
                  if not (seed > 0 and pol in DETERMINISTIC)]
         if a.procs > 1:
             with ProcessPoolExecutor(a.procs) as ex:
@@ -204,6 +216,7 @@ def main(argv: list[str]) -> int:
         summary = aggregate(runs)
         pollux = PUBLISHED[load]["pollux"]
         print(f"\n== job mix {mix!r}: {MIX_TEXT[mix]} (the baselines ignore the marks)")
+        print(f"== {END_TEXT[a.ends]}; throughput: {THROUGHPUT_TEXT[a.throughput]}")
         print(f"== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), 16x4 GPUs, "
               f"{a.seeds} seed(s) for the randomised policies (fifo, tiresias: 1); restart penalty "
               f"{EngineSettings().restart_penalty:g} s; {time.perf_counter() - t0:.0f} s wall")
@@ -211,7 +224,8 @@ def main(argv: list[str]) -> int:
         split = format_split(runs, _wids(a.tuned))
         if split:
             print(split)
-        print("queue: mean first start - arrival; restarts, resize, evict: per run; /x: avg JCT / x's avg JCT; "
+        print("queue: mean first start - arrival; restarts, resize, evict: per run; rst/job: restarts per job; "
+              "/x: avg JCT / x's avg JCT; "
               f"/Pollux: / published Pollux {pollux:.0f} s")
         tir = PUBLISHED[load]["tiresias"]
         if "tiresias" in summary:
@@ -224,6 +238,7 @@ def main(argv: list[str]) -> int:
             write_csv(out / "runs.csv", runs)
             write_summary_csv(out / "summary.csv", summary)
             write_loops(out / "loops.csv", loops)
+            (out / "mode.txt").write_text(f"{END_TEXT[a.ends]}; throughput: {THROUGHPUT_TEXT[a.throughput]}\n")
     return 0
 
 

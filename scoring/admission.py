@@ -8,10 +8,10 @@ template or flowsched's webhook) and kube-scheduler ignores them until the gate 
 Per interval:
 1. The order: Tiresias' discretised least attained service. A job's queue is the number of
    `queue_thresholds_gpu_s` its attained GPU-seconds have passed (a job evicted earlier keeps
-   what it had attained); lower queues first; within a queue, a job that ran before and is
-   predicted to end within `finish_first_s` first (`predicted_end_s`), then the job whose pods
-   have waited longest. A job waiting longer than `starvation_factor` x max(attained, 1 GPU-hour)
-   goes ahead of all queues.
+   what it had attained); lower queues first; within a queue, shortest first (`order_value`):
+   by the predicted remaining GPU-time where the evidence allows (predicted_gpu_s), else by
+   attained service; then the job whose pods have waited longest. A job waiting longer than
+   `starvation_factor` x max(attained, 1 GPU-hour) goes ahead of all queues (the starvation bound).
 2. Gangs: the pods kube-scheduler already sees (ungated pending pods) are placed best-fit on the
    free GPUs first; then each gated job in order is admitted only if *all* its pods fit what is
    left (no partial gang ever holds GPUs); a job that does not fit is skipped and later, smaller
@@ -20,7 +20,7 @@ Per interval:
 3. Preemption (DynamoML): the first job in order that has waited `preempt_after_s` and does not
    fit may have running jobs of a *later* queue evicted for it (checkpointable, namespace
    allowed, running at least `min_runtime_s`, not predicted to end within the migrator's
-   `min_remaining_s`), most attained service first, only as many as its
+   `min_remaining_s`), latest queue first and, among equals, the most work left, only as many as its
    pods need to fit, and only if they then do. The evicted jobs' replacement pods carry the gate
    again and are ordered by what they had attained.
 4. Namespaces flowsched must not touch (excluded or labelled out) are never held: their gated
@@ -38,7 +38,6 @@ import numpy as np
 
 from scoring.actions import Preempt, Release
 from scoring.migration import place
-from scoring.remaining import evidence_weight
 from scoring.safety import namespace_refusal
 from scoring.settings import AdmissionLoopSettings, CoreSettings
 from scoring.world import JobState, World
@@ -69,20 +68,29 @@ def starving(job: JobState, factor: float) -> bool:
 
 
 def predicted_end_s(job: JobState, s: AdmissionLoopSettings) -> float:
-    """Seconds until the job ends, as far as flowsched may lean on it: its end under its stopping
-    rule (JobState.seconds_to_end) when that weighs at least min_evidence; without a predicted end,
-    its planned end at its step rate, else its time to the plateau when the learnt interval weighs
-    at least min_evidence; NaN when there is no such prediction (a job that never reported is never
-    ahead)."""
-    if job.estimate is not None and job.estimate.end is not None:
-        return job.seconds_to_end(s.min_evidence)
-    end = job.seconds_to_planned_end()
-    if math.isfinite(end):
-        return end
-    est = job.estimate
-    if est is None or not math.isfinite(est.remaining_seconds):
-        return math.nan
-    return est.remaining_seconds if evidence_weight(est.remaining_distribution()) >= s.min_evidence else math.nan
+    """Seconds until the job ends, as far as admission leans on it (JobState.predicted_end_s at
+    min_evidence); NaN when there is no such prediction."""
+    return job.predicted_end_s(s.min_evidence)
+
+
+def predicted_gpu_s(job: JobState, gpus: float, s: AdmissionLoopSettings) -> float:
+    """GPU-seconds left at `gpus` GPUs until its predicted end (predicted_end_s); NaN unknown."""
+    end = predicted_end_s(job, s)
+    return end * gpus if math.isfinite(end) else math.nan
+
+
+def order_value(job: JobState, s: AdmissionLoopSettings) -> tuple[int, float]:
+    """Within a queue: a job predicted to end within finish_first_s first, then shortest first
+    (order "remaining"): by its predicted remaining GPU-seconds where the evidence allows, else by
+    its attained GPU-seconds, Tiresias' least attained service. One axis: for the heavy-tailed job
+    sizes of real clusters a job's expected remaining work grows with what it attained, so
+    attained service stands in for the remaining work nothing predicts. Order "finish_first":
+    the first tier only (then the longest waiting)."""
+    soon = 0 if predicted_end_s(job, s) <= s.finish_first_s else 1  # NaN: not soon
+    if s.order == "finish_first":
+        return (soon, 0.0)
+    left = predicted_gpu_s(job, float(sum(job.gated_pods)) or float(job.live_gpus), s)
+    return (soon, left if math.isfinite(left) else (job.attained_gpu_s if math.isfinite(job.attained_gpu_s) else 0.0))
 
 
 @dataclass
@@ -128,11 +136,10 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
 
     ends = {j.key: predicted_end_s(j, s) for j in open_ns}
 
-    def key(j: JobState) -> tuple[int, int, int, float, str]:
+    def key(j: JobState) -> tuple[int, int, int, float, float, str]:
         q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
         wait = j.wait_s if math.isfinite(j.wait_s) else 0.0
-        soon = ends[j.key] <= s.finish_first_s  # NaN: False
-        return (0 if starving(j, s.starvation_factor) else 1, q, 0 if soon else 1, -wait, j.key)
+        return (0 if starving(j, s.starvation_factor) else 1, q, *order_value(j, s), -wait, j.key)
 
     admits: list[Release] = []
     preempts: list[Preempt] = []
@@ -203,7 +210,14 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
         if r.since_migration_s < settings.safety.hold_s or r.since_scaled_s < settings.safety.hold_s:
             continue
         cands.append(r)
-    cands.sort(key=lambda r: (-(r.attained_gpu_s if math.isfinite(r.attained_gpu_s) else 0.0), r.key))
+    # Latest queue first; among equals, the most work left (predicted, else attained service):
+    # evicting it costs the same restart and frees its GPUs for longest.
+    def most_left(r: JobState) -> tuple[int, float, str]:
+        att = r.attained_gpu_s if math.isfinite(r.attained_gpu_s) else 0.0
+        left = predicted_gpu_s(r, r.held_gpus, s) if s.order == "remaining" else math.nan
+        return (-queue_of(att, s.queue_thresholds_gpu_s), -(left if math.isfinite(left) else att), r.key)
+
+    cands.sort(key=most_left)
     extra = np.zeros_like(room.free)
     chosen: list[JobState] = []
     for r in cands:

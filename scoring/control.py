@@ -14,6 +14,7 @@ rescaled within hold_s; the optimizer leaves a job the migrator moved alone for 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -184,14 +185,9 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     """Step time at each GPU count (and candidate batch, when the job reports its batch range)
     when the job reports nothing but its step rate: a linear model (per-sample compute + a sync
     share) scaled to the measured step times, fitted when more than one size was measured."""
-    prior = StepTimeModel(0.0, 1.0 / nominal, s.sync_fraction, 0.0)
-    model = prior
-    if job.step_samples:
-        g = np.array(sorted(job.step_samples), dtype=np.float64)
-        t = np.array([job.step_samples[int(x)] for x in g])
-        scale = float(t[0] / prior.step_time(g[0], nominal))
-        scaled = StepTimeModel(0.0, prior.per_sample_s * scale, prior.sync_s * scale, 0.0)
-        model = fit_step_time(g, np.full_like(g, nominal), t, prior=scaled) or scaled
+    gs_known = tuple(sorted(job.step_samples))
+    model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
+                          tuple(job.step_samples[x] for x in gs_known), s.sync_fraction, nominal)
     batches = np.array([nominal], dtype=np.int64)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = np.union1d(batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), batches)
@@ -199,6 +195,22 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     step = model.step_time(np.maximum(gs, 1.0), batches[None, :].astype(np.float64))
     realised = np.broadcast_to(batches[None, :].astype(np.float64), step.shape).copy()
     return Throughput(batches, np.asarray(step, dtype=np.float64), realised)
+
+
+@functools.lru_cache(maxsize=8192)
+def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple[float, ...], sync_fraction: float,
+                  nominal: int) -> StepTimeModel:
+    """prior_throughput's model: pure in its arguments, so kept for the next round (and the next
+    loop's World) that asks with the same measurements."""
+    prior = StepTimeModel(0.0, 1.0 / nominal, sync_fraction, 0.0)
+    if not gpus:
+        return prior
+    g = np.array(gpus, dtype=np.float64)
+    t = np.array(step_s, dtype=np.float64)
+    b = np.array(batches, dtype=np.float64)
+    scale = float(t[0] / prior.step_time(g[0], b[0]))
+    scaled = StepTimeModel(0.0, prior.per_sample_s * scale, prior.sync_s * scale, 0.0)
+    return fit_step_time(g, b, t, prior=scaled) or scaled
 
 
 def _place_pods(pods: list[float], free: FloatArray) -> tuple[bool, FloatArray]:
@@ -232,6 +244,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     g = np.arange(g_max + 1)
     rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
     rate[0] = 0.0
+    if job.throughput is None and s.explore_factor > 0:  # the prior is trusted only near what was measured
+        known = max([*job.step_samples, job.live_gpus, 1])
+        rate[math.ceil(known * s.explore_factor) + 1:] = np.nan
     # Its size now when any pod is bound, wherever (a job on a cordoned node is running, not
     # waiting: its cooldown and settling hold apply as anywhere).
     cur = job.live_gpus if job.bound else 0
@@ -277,7 +292,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     if s.srpt_power > 0 and math.isfinite(left):
         weight *= (1.0 + left / 3600.0) ** -s.srpt_power
     live = bool(cur) and job.batch_live and min_b != max_b  # only when the optimizer chooses its batch
-    end = job.seconds_to_planned_end() if cur and s.horizon_to_end else math.nan
+    end = job.predicted_end_s(s.min_evidence) if cur and s.horizon_to_end else math.nan
     horizon = min(s.horizon_s, max(end, 1.0)) if math.isfinite(end) else math.nan
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
                       batch_live=live, horizon_s=horizon)

@@ -83,7 +83,11 @@ def fit_step_time(
 
     Terms the measurements cannot identify (no multi-GPU point: sync; one batch size: the
     per-sample slope) are taken from `prior`; None when nothing usable was measured and no
-    prior is given. Coefficients are clipped at zero (time never shrinks with more work)."""
+    prior is given. The error is relative (a 60 s step at a large batch must not drown the 0.5 s
+    ones), and no coefficient is negative (time never shrinks with more work): a term the
+    unconstrained fit makes negative is set to zero and the rest refitted, as non-negative least
+    squares does; clipping after the fit instead turned three honest samples of one job into a
+    model in which GPUs did not matter, and the job was never grown again."""
     g = np.asarray(gpus, dtype=np.float64).reshape(-1)
     b = np.asarray(batch, dtype=np.float64).reshape(-1)
     t = np.asarray(step_time, dtype=np.float64).reshape(-1)
@@ -108,11 +112,18 @@ def fit_step_time(
     for i in range(4):
         if i not in use:
             fixed += cols[i] * getattr(base, names[i])
-    a = np.stack([cols[i] for i in use], axis=1)
-    coef, *_ = np.linalg.lstsq(a, t - fixed, rcond=None)
     vals = {names[i]: getattr(base, names[i]) for i in range(4)}
-    for i, c in zip(use, coef, strict=True):
-        vals[names[i]] = max(float(c), 0.0)
+    w = 1.0 / t
+    while use:
+        a = np.stack([cols[i] for i in use], axis=1)
+        coef, *_ = np.linalg.lstsq(a * w[:, None], (t - fixed) * w, rcond=None)
+        worst = int(np.argmin(coef))
+        if coef[worst] >= 0:
+            for i, c in zip(use, coef, strict=True):
+                vals[names[i]] = float(c)
+            break
+        vals[names[use[worst]]] = 0.0
+        del use[worst]
     if vals["compute_s"] + vals["per_sample_s"] <= 0:
         return prior
     return StepTimeModel(max_local_bsz=mlb, **vals)

@@ -111,9 +111,11 @@ class ElasticLoopSettings(LoopSettings):
     max_per_hour: int = 300
     restart_s: float = 120.0  # progress a job loses to a rescale (checkpoint + restart)
     horizon_s: float = 1800.0  # how long a plan is expected to hold
-    # ...or until the job's planned end, when it reports one (max_steps) and that comes sooner: a
-    # rescale must pay its restart back before the job ends (JobState.seconds_to_planned_end).
+    # ...or until the job's predicted end when that comes sooner (as admission's predicted_end_s:
+    # its planned end when it reports one, else the end estimate when its interval weighs at least
+    # min_evidence): a rescale must pay its restart back before the job ends.
     horizon_to_end: bool = True
+    min_evidence: float = 0.5
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase
     # weights and las_power 0 below: smaller gains did not pay for the restarts they cost.
     min_gain: float = 0.30
@@ -124,6 +126,11 @@ class ElasticLoopSettings(LoopSettings):
     # it) did worse than into free ones only.
     grow_in_cooldown: bool = True
     sync_fraction: float = 0.1  # prior: share of a 1-GPU step spent syncing (multi-GPU)
+    # A job known only by its measured step times and the prior (no throughput table) is offered at
+    # most this multiple of the largest size it has measured (or of its size now), as Pollux limits
+    # a job to twice its largest allocation so far: the prior's near-linear speed-up is not trusted
+    # far beyond what was measured. 0 = off.
+    explore_factor: float = 2.0
     reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
     # ...and those of gated non-elastic jobs. Off: gated work reaches GPUs through admission's
     # order and preemption instead, and reserving for it left GPUs idle (it raised the average JCT
@@ -166,8 +173,9 @@ class ElasticLoopSettings(LoopSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "las_power", "srpt_power",
-                      "grow_waiting_within", "growing_weight", "watching_weight", "completing_weight")
+        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "explore_factor", "min_evidence",
+                      "las_power", "srpt_power", "grow_waiting_within", "growing_weight", "watching_weight",
+                      "completing_weight")
         _positive(self, "horizon_s", "batch_points")
         if not 0.0 <= self.srpt_rank_p < 1.0:
             raise ValueError(f"elastic.srpt_rank_p must be in [0, 1), not {self.srpt_rank_p}")
@@ -226,6 +234,10 @@ class AdmissionLoopSettings(LoopSettings):
     # weak evidence). A job predicted to end within migrator.min_remaining_s is never preempted.
     finish_first_s: float = 600.0
     min_evidence: float = 0.5
+    # Within a queue: "remaining", shortest predicted remaining GPU-time first where the evidence
+    # allows and least attained service where it does not (scoring.admission.order_value);
+    # "finish_first", the rule above only, then the longest waiting.
+    order: Literal["remaining", "finish_first"] = "remaining"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -234,6 +246,8 @@ class AdmissionLoopSettings(LoopSettings):
         _require(bool(self.gate), "gate must be a non-empty name")
         _require(list(self.queue_thresholds_gpu_s) == sorted(self.queue_thresholds_gpu_s),
                  "queue_thresholds_gpu_s must be ascending")
+        _require(self.order in ("remaining", "finish_first"),
+                 f"order must be remaining or finish_first, not {self.order!r}")
 
 
 @dataclass(frozen=True)

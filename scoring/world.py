@@ -19,6 +19,7 @@ import numpy.typing as npt
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import GradientNoise
+from scoring.remaining import evidence_weight
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -71,6 +72,8 @@ class JobState:
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
+    # GPUs -> the global batch its step_samples entry was measured at; a GPU count not here: batch_size.
+    step_batches: Mapping[int, int] = field(default_factory=dict)
     gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
     # How a rescaled job's GPUs split into pods: 0 = pods of per_pod GPUs each (a PyTorchJob's
     # workers); k > 0 = one pod per node of up to k GPUs (the simulator's kube-scheduler model).
@@ -104,6 +107,22 @@ class JobState:
         if not (math.isfinite(last) and math.isfinite(rate) and rate > 0):
             return math.nan
         return max(0.0, self.planned_steps - last) / rate
+
+    def predicted_end_s(self, min_evidence: float) -> float:
+        """Seconds until it ends, as far as a loop may lean on it (admission's order and
+        finish-first, its preemption guard, the elastic horizon: one rule for all): its end under
+        its stopping rule (seconds_to_end) when its estimate has one; else its planned end at its
+        step rate, else its time to the plateau when that interval weighs at least min_evidence;
+        NaN when there is no such prediction (a job that never reported is never ahead)."""
+        if self.estimate is not None and self.estimate.end is not None:
+            return self.seconds_to_end(min_evidence)
+        end = self.seconds_to_planned_end()
+        if math.isfinite(end):
+            return end
+        est = self.estimate
+        if est is None or not math.isfinite(est.remaining_seconds):
+            return math.nan
+        return est.remaining_seconds if evidence_weight(est.remaining_distribution()) >= min_evidence else math.nan
 
     def seconds_to_end(self, min_evidence: float = 0.0) -> float:
         """Seconds until it frees its GPUs under its stopping rule (end_seconds() of its estimate);

@@ -93,6 +93,7 @@ class SimControl:
     resizer: SimResizer = field(default_factory=SimResizer)  # the pods' CPU, opt-ins and cpu_model
     sources: WorldSources = field(default_factory=WorldSources)  # what the engine does not model
     remedies_interval_s: float = REMEDY_INTERVAL_S
+    throughput: str = "learned"  # what the World tells of step times (benchmarks/sim/world.py THROUGHPUT_MODES)
     builder: SimWorldBuilder = field(init=False)
     budgets: dict[str, Budget] = field(init=False)
     memory: Memory = field(default_factory=Memory)
@@ -107,7 +108,7 @@ class SimControl:
         if unknown:
             raise ValueError(f"unknown control loops {unknown}; known: {', '.join(LOOP_ORDER)}")
         self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence),
-                                       sources=self.sources)
+                                       sources=self.sources, throughput_mode=self.throughput)
         self.budgets = {n: Budget(self.settings.loop(n).max_per_interval, self.settings.loop(n).max_per_hour)
                         for n in self.loops if n not in UNBUDGETED}
         a = self.settings.admission

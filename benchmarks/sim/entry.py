@@ -27,10 +27,13 @@ from benchmarks.sim.report import (
 from benchmarks.sim.variants import (
     BASELINES,
     DETERMINISTIC,
+    END_MIXES,
+    END_TEXT,
     FLOWSCHED_VARIANTS,
     INTEGRATED,
     MIX_TEXT,
     MIXES,
+    THROUGHPUT_TEXT,
     core_settings,
     known,
     overrides_line,
@@ -57,18 +60,21 @@ def run_matrix(
     settings: EngineSettings,
     mix: str = "all",
     log: Callable[[str], None] | None = None,
+    ends: str = "default",
+    throughput: str = "learned",
 ) -> MatrixResult:
     """Every policy (benchmarks.sim.variants names) on every workload; deterministic policies
-    (fifo, tiresias) run one seed. Jobs are marked with the job mix (variants.prepare)."""
+    (fifo, tiresias) run one seed. Jobs are marked with the job mix and the end mix
+    (variants.prepare); `throughput`: what flowsched is told of step times."""
     runs: list[RunMetrics] = []
     traces: list[RunTrace] = []
     for wi, (wname, raw) in enumerate(workloads):
-        specs = prepare(raw, profiles, mix)
+        specs = prepare(raw, profiles, mix, ends)
         for policy in policies:
             for si, seed in enumerate(seeds):
                 if si > 0 and policy in DETERMINISTIC:  # no randomness in these
                     continue
-                m, tr, _ = run_one(specs, profiles, policy, seed, settings, wname)
+                m, tr, _ = run_one(specs, profiles, policy, seed, settings, wname, throughput=throughput)
                 runs.append(m)
                 if wi == 0 and si == 0:
                     traces.append(tr)
@@ -90,6 +96,10 @@ def _common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interference", type=float, default=0.0, help="throughput lost by co-located jobs (0..1)")
     p.add_argument("--interference-scope", choices=("distributed", "any"), default="distributed")
     p.add_argument("--mix", choices=MIXES, default="all", help="job mix: which jobs are elastic (all checkpointable)")
+    p.add_argument("--ends", choices=tuple(END_MIXES), default="default",
+                   help="end mix: what jobs declare of their end")
+    p.add_argument("--throughput", choices=tuple(THROUGHPUT_TEXT), default="learned",
+                   help="what flowsched is told of step times: learned (as the service) or oracle (an upper bound)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--progress", action="store_true", help="progress bar on stderr")
     p.add_argument("--verbose", action="store_true", help="one line per run on stderr")
@@ -120,6 +130,7 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     summary = aggregate(result.runs)
     notes = [f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control kernel, scoring/kernel.py); "
              f"job mix: {MIX_TEXT[a.mix]}; the baselines ignore the marks",
+             f"{END_TEXT[a.ends]}; {THROUGHPUT_TEXT[a.throughput]}",
              overrides_line(core_settings(_settings(a), INTEGRATED))]
     table = format_table(summary)
     print(title)
@@ -160,7 +171,7 @@ def simulate_main(argv: list[str]) -> int:
     policies = _policies(a)
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
-    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log)
+    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log, a.ends, a.throughput)
     title = f"{len(files)} workload(s) x {len(seeds)} seed(s), load {a.load}x, {a.nodes}x{a.gpus_per_node} GPUs"
     return _finish(a, result, title)
 
@@ -184,7 +195,7 @@ def demo_main(argv: list[str]) -> int:
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
     t0 = time.perf_counter()
-    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log)
+    result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log, a.ends, a.throughput)
     title = (
         f"flowsched demo: {len(workloads)} generated workload(s) of {a.jobs} jobs over {a.hours:g} h "
         f"(calibrated from the Pollux artifact's profiles), {a.nodes}x{a.gpus_per_node} GPUs, "

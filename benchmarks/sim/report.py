@@ -97,6 +97,7 @@ def aggregate(runs: Sequence[RunMetrics]) -> dict[str, dict[str, float]]:
     for policy in dict.fromkeys(r.policy for r in runs):
         mine = [r for r in runs if r.policy == policy]
         out[policy] = {f: float(np.mean([float(getattr(r, f)) for r in mine])) for f in METRIC_FIELDS}
+        out[policy]["restarts_per_job"] = float(np.mean([r.restarts / max(1, r.jobs) for r in mine]))
         out[policy]["runs"] = float(len(mine))
         out[policy]["unfinished"] = float(sum(r.jobs - r.finished for r in mine))
     return out
@@ -109,7 +110,7 @@ def format_table(summary: dict[str, dict[str, float]], reference: str = "flowsch
     w = max([13, *(len(p) + 1 for p in summary)])
     head = (
         f"{'policy':<{w}}{'avg JCT s':>11}{'p50 JCT':>10}{'p99 JCT':>10}{'makespan':>10}{'queue s':>9}"
-        f"{'GPU alloc':>10}{'GPU busy':>9}{'restarts':>9}"
+        f"{'GPU alloc':>10}{'GPU busy':>9}{'restarts':>9}{'rst/job':>8}"
     )
     if ref:
         head += f"{'avg/fs':>8}{'p99/fs':>8}{'mkspn/fs':>9}"
@@ -118,6 +119,7 @@ def format_table(summary: dict[str, dict[str, float]], reference: str = "flowsch
         row = (
             f"{policy:<{w}}{s['avg_jct']:>11.0f}{s['p50_jct']:>10.0f}{s['p99_jct']:>10.0f}{s['makespan']:>10.0f}"
             f"{s['avg_queueing']:>9.0f}{s['gpu_allocated']:>10.1%}{s['gpu_busy']:>9.1%}{s['restarts']:>9.1f}"
+            f"{s['restarts_per_job']:>8.2f}"
         )
         if ref:
             row += (

@@ -20,6 +20,15 @@ Job mixes (DESIGN §7: every table names its mix). `prepare(specs, profiles, mix
 - "half": every other job (by arrival) elastic as above, all checkpointable;
 - "none": no job elastic (users' own GPU counts), all checkpointable.
 The Pollux artifact's jobs all checkpoint and restart on every reallocation. Baselines ignore the marks.
+
+End mixes (DESIGN §7: what each job declares about its end, beside the elastic mix; the job's true
+end is the trace's whatever it declares). `mark_ends(specs, ends)`, every job by arrival order:
+- "default": 2 of 4 declare a planned end (max_steps, as a script with a fixed epoch count does),
+  1 of 4 an early-stopping rule, 1 of 4 nothing (stopped by a person). A guess at a realistic
+  cluster, not a measured one; the end estimate (scoring.convergence) is all flowsched has for
+  the other two;
+- "planned": every job declares its planned end (the tables before the end mix existed);
+- "none": no job declares anything.
 """
 
 from __future__ import annotations
@@ -53,6 +62,18 @@ MIX_TEXT = {
     "all": "every job elastic 1..N GPUs (its batch size changed live, as AdaptDL's) and checkpointable",
     "half": "half the jobs elastic 1..N GPUs (every other arrival; batch size changed live), every job checkpointable",
     "none": "no job elastic (users' own GPU counts), every job checkpointable",
+}
+END_RULES = ("planned", "early", "none")
+END_MIXES = {"default": ("planned", "planned", "early", "none"), "planned": ("planned",), "none": ("none",)}
+END_TEXT = {
+    "default": "ends: 1/2 declare a planned end (max_steps), 1/4 early stopping, 1/4 nothing (a guessed mix)",
+    "planned": "ends: every job declares its planned end (max_steps)",
+    "none": "ends: no job declares its end",
+}
+THROUGHPUT_TEXT = {
+    "learned": "step times learned: each job's measured step times at the sizes it ran (5 % noise), "
+               "the core's prior for the rest",
+    "oracle": "ORACLE step times (the profile at every size and batch; an upper bound no cluster gives)",
 }
 
 
@@ -94,7 +115,18 @@ def mark_elastic(specs: Sequence[JobSpec], profiles: ProfileSet, mix: str = "all
     return out
 
 
-prepare = mark_elastic
+def mark_ends(specs: Sequence[JobSpec], ends: str = "default") -> list[JobSpec]:
+    """The end mix (module docstring), cycling over the jobs by arrival."""
+    if ends not in END_MIXES:
+        raise ValueError(f"unknown end mix {ends!r}; known: {', '.join(END_MIXES)}")
+    cycle = END_MIXES[ends]
+    return [replace(s, end_rule=cycle[i % len(cycle)]) for i, s in enumerate(sorted(specs, key=lambda s: s.arrival))]
+
+
+def prepare(specs: Sequence[JobSpec], profiles: ProfileSet, mix: str = "all", ends: str = "default",
+            cap: int = ELASTIC_CAP) -> list[JobSpec]:
+    """The job mix and the end mix, both printed in every table header."""
+    return mark_ends(mark_elastic(specs, profiles, mix, cap), ends)
 
 
 @dataclass
@@ -131,7 +163,7 @@ def known(name: str) -> bool:
 
 
 def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings | None = None,
-          overrides: dict[str, str] | None = None) -> Variant:
+          overrides: dict[str, str] | None = None, throughput: str = "learned") -> Variant:
     loops = loops_of(name)
     if loops is None:
         if name not in BASELINES:
@@ -141,7 +173,7 @@ def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings
     settings = core_settings(engine, loops, overrides)
     policy = make_policy("flowsched", seed, settings.placement)  # kube-scheduler with flowsched's extender
     core_loops = tuple(dict.fromkeys("migrator" if x == "las" else x for x in loops))
-    control = SimControl(settings, core_loops) if core_loops else None
+    control = SimControl(settings, core_loops, throughput=throughput) if core_loops else None
     return Variant(name, policy, [control] if control else [], control, settings)
 
 
@@ -164,9 +196,11 @@ def completing_hook(v: Variant, profiles: ProfileSet) -> CompletingFn | None:
 
 
 def run_one(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int, settings: EngineSettings,
-            workload: str, overrides: dict[str, str] | None = None) -> tuple[RunMetrics, RunTrace, Variant]:
-    """One variant on one workload (specs as `prepare` marked them)."""
-    v = build(name, profiles, seed, settings, overrides)
+            workload: str, overrides: dict[str, str] | None = None, throughput: str = "learned"
+            ) -> tuple[RunMetrics, RunTrace, Variant]:
+    """One variant on one workload (specs as `prepare` marked them); `throughput`: what the
+    control core is told of step times (benchmarks/sim/world.py THROUGHPUT_MODES)."""
+    v = build(name, profiles, seed, settings, overrides, throughput)
     t0 = time.perf_counter()
     completing = completing_hook(v, profiles) if name.startswith("flowsched") else None
     eng = Engine(specs, profiles, v.policy, replace(settings, seed=seed), control_loops=v.loops,

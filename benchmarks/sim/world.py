@@ -17,9 +17,14 @@ them the World is what it always was): each job's bottleneck diagnosis (what the
 diagnoser puts on JobState.diagnosis), and for the idle loop the GPU utilisation of each of its
 pods (DCGM attributed to the pod), its workload class and its flowsched.io/reclaim-idle opt-in.
 
-Step times: the engine's profile (the Pollux artifact's measured placements) at the core's
-candidate batches, i.e. what the job measures once it has run at a size (Pollux's agent fits
-the same). The service has only the sizes a job actually ran at and a prior for the others.
+Step times (`throughput`): "learned", the default, is what the service has: for each elastic
+job the seconds per step it measured at each GPU count it has run at (its true step time on its
+placement, batch and CPU share, read once it has run `measure_after_s` past its restart, times a
+lognormal measurement error of `step_noise`, drawn once per size and batch),
+recorded by the service's rule (scoring.step_samples), and the core's prior for the other sizes
+(scoring.control.prior_throughput, fitted by scoring.elastic.fit_step_time). "oracle" hands the
+core the profile's step time at every size and candidate batch (the Pollux artifact's measured
+placements): an upper bound no cluster gives, which tables label as such.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
 from scoring.remedy import with_diagnoses
 from scoring.settings import CoreSettings
+from scoring.step_samples import record_step_sample
 from scoring.tracker import ConvergenceTracker
 from scoring.workload import WorkloadClass
 from scoring.world import IdlePod, JobState, NodeState, PendingPod, Throughput, World
@@ -98,6 +104,10 @@ def node_name(k: int) -> str:
     return f"node-{k:03d}"
 
 
+THROUGHPUT_MODES = ("learned", "oracle")
+STEP_NOISE = 0.05  # sd of log(measured / true step time) in one report: jitter of a real job's timing
+
+
 @dataclass
 class SimWorldBuilder:
     settings: CoreSettings
@@ -105,7 +115,44 @@ class SimWorldBuilder:
     marks: Marks = field(default_factory=Marks)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     sources: WorldSources = field(default_factory=WorldSources)
+    throughput_mode: str = "learned"  # THROUGHPUT_MODES (module docstring)
+    step_noise: float = STEP_NOISE
+    measure_after_s: float = 60.0  # a job reports a steady step time this long after its restart
     _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
+    _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
+    _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
+    _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
+
+    def __post_init__(self) -> None:
+        if self.throughput_mode not in THROUGHPUT_MODES:
+            raise ValueError(f"unknown throughput mode {self.throughput_mode!r}; known: {', '.join(THROUGHPUT_MODES)}")
+        if not (math.isfinite(self.step_noise) and self.step_noise >= 0):
+            raise ValueError(f"step_noise must be a finite number >= 0, got {self.step_noise!r}")
+
+    def step_samples(self, engine: Engine, job: SimJob) -> tuple[dict[int, float], dict[int, int]]:
+        """The job's measured seconds per step by GPU count and the batch each was measured at
+        (learned mode), this round's added."""
+        samples = self._samples.setdefault(job.idx, {})
+        batches = self._batches.setdefault(job.idx, {})
+        now = engine.now
+        steady = bool(job.placement) and now >= job.restart_until + self.measure_after_s
+        true_s = true_step_s(engine.profiles.apps[job.spec.app], job) if steady else math.nan
+        err = 1.0
+        if self.step_noise > 0 and math.isfinite(true_s):
+            err = self._error(engine.settings.seed, job)
+        record_step_sample(samples, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus,
+                           settling=not steady, noise=err, batches=batches, batch=int(job.batch_size))
+        return samples, batches
+
+    def _error(self, seed: int, job: SimJob) -> float:
+        """The measurement's error at the job's size and batch now: drawn once per configuration
+        (a step time averaged over a window is biased by that configuration's noise, not redrawn)."""
+        key = (job.idx, job.gpus, int(job.batch_size))
+        err = self._errors.get(key)
+        if err is None:
+            rng = np.random.default_rng([seed, *key])
+            err = self._errors[key] = math.exp(self.step_noise * float(rng.standard_normal()))
+        return err
 
     def estimate(self, engine: Engine, job: SimJob) -> ConvergenceEstimate | None:
         engine.sync(job)  # its series up to now, as the job would have posted it
@@ -175,11 +222,16 @@ class SimWorldBuilder:
         noise = None
         batch_range = None
         throughput = None
+        samples: dict[int, float] = {}
+        sample_batches: dict[int, int] = {}
         if elastic is not None:
             sqr, var = app.grad_stats(j.batch_size, epoch_of(app, j.progress))
             noise = GradientNoise(sqr, var, int(app.init_batch_size))
             batch_range = (int(app.init_batch_size), int(getattr(app, "max_batch_size", app.init_batch_size)))
-            throughput = self.throughput(engine, j, elastic[1])
+            if self.throughput_mode == "oracle":
+                throughput = self.throughput(engine, j, elastic[1])
+            else:
+                samples, sample_batches = self.step_samples(engine, j)
         before = m.attained.get(j.idx, 0.0)
         since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
         gated = j.idx in engine.gated
@@ -199,12 +251,15 @@ class SimWorldBuilder:
             # The engine carries a plan out at once: the job's replicas are its latest plan's GPUs.
             planned_gpus=j.replicas if j.idx in m.scaled_at else 0,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
+            step_samples=dict(samples), step_batches=dict(sample_batches),
             batch_live=changes_batch_live(j),
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
             if gated else (),
             wait_s=math.nan if placed else now - engine.queue_time(j),
             pod_chunk=engine.cluster.settings.gpus_per_node,
-            planned_steps=float(engine.profiles.apps[s.app].max_epochs),
+            # Only a job that declares its planned end reports it (JobSpec.end_rule); the others'
+            # ends are what the core estimates from their curves.
+            planned_steps=float(engine.profiles.apps[s.app].max_epochs) if s.end_rule == "planned" else math.nan,
             workload=self.sources.workload_of(j),
         )
 
@@ -212,6 +267,14 @@ class SimWorldBuilder:
 def epoch_of(app: AppModel, progress: float) -> int:
     e = int(np.searchsorted(app.progress_at, progress * (1 + 1e-12), side="right")) - 1
     return min(max(e, 0), app.max_epochs - 1)
+
+
+def true_step_s(app: AppModel, job: SimJob) -> float:
+    """Seconds per optimizer step the job runs at now: its placement, micro-batch and gradient
+    accumulation, slowed by interference and its CPU share as the engine runs it."""
+    step, sync = app.throughput([g for _, g in job.placement], job.atomic)
+    keep = (1.0 - job.slowdown) * job.cpu_speed
+    return (step + (step - sync) * job.accum) / keep if keep > 0 else math.nan
 
 
 def measured_throughput(app: AppModel, max_gpus: int, gpus_per_node: int, batches: np.ndarray) -> Throughput:

@@ -28,6 +28,7 @@ from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
 from scoring.remedy import with_diagnoses
+from scoring.step_samples import record_step_sample
 from scoring.workload import workload_class
 from scoring.world import JobState, NodeState, PendingPod, World
 
@@ -61,6 +62,7 @@ class WorldBuilder:
     gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
     diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
+    step_batches: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> GPUs -> batch measured at
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
               now: float) -> World:
@@ -106,12 +108,13 @@ class WorldBuilder:
         elastic = next(iter(ranges)) if len(ranges) == 1 else None
         settling = any(p.terminating or not p.node or p.phase != "Running" for p in ps)
         held = int(sum(gpus_on.values()))
-        if elastic is not None and est is not None and not settling and held > 0 and \
-                math.isfinite(est.step_rate) and est.step_rate > 0:
-            self.step_samples.setdefault(key, {})[held] = 1.0 / est.step_rate
+        report = report or JobReport()
+        if elastic is not None:
+            record_step_sample(self.step_samples.setdefault(key, {}),
+                               est.step_rate if est is not None else math.nan, held, settling,
+                               batches=self.step_batches.setdefault(key, {}), batch=report.batch_size)
         # Since its size last changed: a plan that changed only a live job's batch restarts nothing.
         plan_at = [p.elastic_resized_at for p in ps if p.elastic_resized_at is not None]
-        report = report or JobReport()
         return JobState(
             key=key, namespace=ps[0].namespace, gpus_on=gpus_on,
             live_gpus=int(sum(p.requests.gpus for p in ps if not p.terminating)),
@@ -131,6 +134,7 @@ class WorldBuilder:
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
             planned_steps=report.planned_steps, batch_live=report.batch_live,
             step_samples=dict(self.step_samples.get(key, {})),
+            step_batches=dict(self.step_batches.get(key, {})),
             gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
             # Inference if any pod is (DESIGN §3 classes; never moved or rescaled by flowsched).
             workload=min((str(workload_class(p.workload, p.owner_kind)) for p in ps),

@@ -125,3 +125,28 @@ def test_a_job_about_to_reach_its_planned_end_is_not_preempted() -> None:
     assert plan_admission_for(world(waiting, ending, free=(0, 0)), S).preempts == ()
     later = replace(ending, planned_steps=100_000.0)
     assert [p.job for p in plan_admission_for(world(waiting, later, free=(0, 0)), S).preempts] == ["a/served"]
+
+
+def test_within_a_queue_the_least_predicted_work_goes_first_and_attained_service_where_nothing_is_predicted() -> None:
+    # Three preempted jobs in queue 0: one predicted to need 2 GPU-h more (4 GPUs x 1800 s to its
+    # planned end), one with 1 GPU-h attained and no prediction, one with 3 GPU-h attained and none.
+    short = replace(_ran_before("a/short", 100, planned=2700.0), attained_gpu_s=5 * H)
+    little = replace(gated("a/little", (4.0,), wait_s=50), attained_gpu_s=1 * H)
+    much = replace(gated("a/much", (4.0,), wait_s=800), attained_gpu_s=3 * H)
+    plan = plan_admission_for(world(short, little, much, free=(0, 0)), S)
+    assert [o[0] for o in plan.order] == ["a/little", "a/short", "a/much"]
+    old = replace(S, admission=replace(S.admission, order="finish_first"))  # waited longest first
+    assert [o[0] for o in plan_admission_for(world(short, little, much, free=(0, 0)), old).order] == \
+        ["a/much", "a/short", "a/little"]
+
+
+def test_among_equals_the_job_with_the_most_work_left_is_preempted() -> None:
+    from scoring.convergence import ConvergenceEstimate, Phase
+    waiting = gated("a/new", (4.0,), wait_s=120)
+    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
+                            remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=1.0, points_used=40,
+                            last_step=900.0)
+    # Both in queue 1; the one with less attained has far more left to its planned end.
+    near = running("a/near", "n0", 4, attained=40 * H, estimate=e, planned_steps=5_000.0)
+    far = running("a/far", "n1", 4, attained=20 * H, estimate=e, planned_steps=100_000.0)
+    assert [p.job for p in plan_admission_for(world(waiting, near, far, free=(0, 0)), S).preempts] == ["a/far"]

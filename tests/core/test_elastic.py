@@ -255,3 +255,28 @@ def test_efficiency_is_pollux_gain_over_scale() -> None:
     scale = np.array([1.0, 2.0, 4.0])
     np.testing.assert_allclose(e, (6 + 2) / (6 / scale + 2) / scale)
     assert e[0] == pytest.approx(1.0) and np.all(np.diff(e) < 0)
+
+
+def test_the_step_time_fit_keeps_gpus_mattering_when_one_sample_ran_a_far_larger_batch() -> None:
+    # One imagenet job's samples in the simulator: 1 GPU at batch 12800, 2 at 200, 5 at 264.
+    # Clipping the unconstrained fit's negative terms left a model where GPUs did not matter.
+    from scoring.elastic import StepTimeModel, fit_step_time
+
+    prior = StepTimeModel(0.0, 58.0 / 12800, 5.8, 0.0)
+    m = fit_step_time([1, 2, 5], [12800, 200, 264], [58.0, 0.51, 0.52], prior=prior)
+    assert m is not None and min(m.compute_s, m.per_sample_s, m.sync_s, m.sync_per_gpu_s) >= 0
+    t = m.step_time([1, 8], [12800, 12800])
+    assert t[1] < t[0] / 4  # eight GPUs take a large batch's step far faster than one
+
+
+def test_a_step_sample_keeps_the_batch_it_was_measured_at() -> None:
+    from scoring.step_samples import record_step_sample
+
+    samples: dict[int, float] = {}
+    batches: dict[int, int] = {}
+    record_step_sample(samples, 2.0, 4, settling=False, batches=batches, batch=256)
+    record_step_sample(samples, 1.0, 8, settling=True, batches=batches, batch=256)  # mid-change: nothing
+    record_step_sample(samples, float("nan"), 2, settling=False, batches=batches, batch=256)
+    assert samples == {4: 0.5} and batches == {4: 256}
+    record_step_sample(samples, 4.0, 4, settling=False, batches=batches, batch=0)  # batch unknown now
+    assert samples == {4: 0.25} and batches == {}

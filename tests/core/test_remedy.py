@@ -76,7 +76,9 @@ def test_a_communication_bound_job_is_not_grown_and_its_gpus_go_to_the_other_job
     other = job("ns/b", gpus_on={"n1": 1.0})
     plan = plan_elastic_for(world(comm, other, free=(1.0, 2.0)), CoreSettings())
     assert not grown(plan.actions, "ns/a")
-    assert any(a.job == "ns/b" and a.gpus == 4 for a in plan.actions)
+    # ns/b has measured nothing: it grows to twice its size, as far as the prior is trusted
+    # (elastic.explore_factor), into the GPUs ns/a is not given.
+    assert any(a.job == "ns/b" and a.gpus == 2 for a in plan.actions)
     undiagnosed = plan_elastic_for(world(replace(comm, diagnosis=None), other, free=(1.0, 2.0)), CoreSettings())
     assert grown(undiagnosed.actions, "ns/a")  # the same world without the diagnosis: it is grown
 

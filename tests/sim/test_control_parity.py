@@ -23,9 +23,12 @@ simulator's World cannot tell the two kinds apart, and neither may the World the
 the same World and plans are expected (extender/snapshot/dra_control.py, docs/dra.md).
 
 Both shells estimate convergence with the same core tracker from the same points (the service
-through its SQLite progress store). The one documented difference is what a job reports about
-its throughput (the simulator measures its profile; the service has a prior scaled to measured
-step rates), so the elastic plans are compared with that input cleared on both sides.
+through its SQLite progress store). What a job reports beyond its points (batch, batch range,
+gradient noise, planned end) reaches the service through its report book and the simulator
+through its jobs; its step times the service measures from the step rate of its posted points and
+the simulator from its engine (learned mode, scoring.step_samples' rule for both), so the elastic
+scenario posts its points at the engine's step time and the simulator's measurement error is off:
+the elastic plans are compared with throughput included.
 """
 
 from __future__ import annotations
@@ -45,11 +48,12 @@ from benchmarks.sim.generator import calibrated_profiles
 from benchmarks.sim.policies import make_policy, pod_sizes
 from benchmarks.sim.variants import core_settings
 from benchmarks.sim.workload import JobSpec
-from benchmarks.sim.world import WorldSources, node_name, pod_name
+from benchmarks.sim.world import WorldSources, node_name, pod_name, true_step_s
 from extender.control.elastic import Elastic
 from extender.control.events import LogRecorder
 from extender.control.migrator import Migrator
 from extender.progress.convergence import ConvergenceTracker
+from extender.progress.reports import JobReportBook, TrainingReport
 from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreSettings
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
@@ -246,13 +250,42 @@ def comparable(world: World, shift: float) -> dict[str, Any]:
     }
 
 
-def without_reports(world: World) -> World:
-    """The documented difference cleared: what a job reports about its throughput, its batch and
-    its planned end (the simulated jobs report their epochs as max_steps; the service's here none)."""
-    return replace(world, now=0.0, jobs=tuple(replace(j, throughput=None, step_samples={}, noise=None,
-                                                      batch_range=None, batch_size=0, planned_steps=math.nan,
-                                                      batch_live=False)
-                                              for j in world.jobs))
+def timed_like_the_engine(loops: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The scenario with each elastic job's points posted one step apart at the step time the
+    engine runs it at (what a job reporting every step posts), the latest a step before now."""
+    _, eng = sim_side(loops)
+    by_name = {j.spec.name: j for j in eng.jobs}
+    out = []
+    for j in SCENARIO:
+        if "elastic" in j:
+            t = true_step_s(PROFILES.apps[APP], by_name[j["name"]])
+            j = {**j, "series": growing(20, NOW - 20 * t, t)}
+        out.append(j)
+    return out
+
+
+def post_reports(ctx: Any, world: World) -> None:
+    """What each simulated job reports beyond its points, posted to the service's report book."""
+    book = JobReportBook()
+    for j in world.jobs:
+        rng = j.batch_range
+        base = rng[0] if rng is not None else j.batch_size
+        noise = j.noise
+        book.put(j.key, TrainingReport(
+            batch_size=j.batch_size or None, batch_min=rng[0] if rng else None, batch_max=rng[1] if rng else None,
+            grad_sqr=noise.grad_sqr if noise else None,
+            grad_var=noise.grad_var * base / j.batch_size if noise else None,
+            max_steps=int(j.planned_steps) if math.isfinite(j.planned_steps) else None,
+            batch_live=j.batch_live, at=T0 + NOW))
+    ctx.world.job_reports = book.job_reports
+
+
+def reports(world: World) -> list[tuple[Any, ...]]:
+    return [(j.key, j.batch_size, j.batch_range, j.planned_steps, j.batch_live, dict(j.step_batches),
+             {g: float(f"{t:.7g}") for g, t in j.step_samples.items()},  # the store keeps times to ~1e-7 s
+             None if j.noise is None else (j.noise.base_batch, float(f"{j.noise.grad_sqr:.9g}"),
+                                           float(f"{j.noise.grad_var:.9g}")))
+            for j in world.jobs]
 
 
 # The nodes whose GPUs the service side gets through DRA: none, all, half (a mixed cluster). The
@@ -265,12 +298,18 @@ NO_DRA, ALL_DRA, HALF_DRA = frozenset(), frozenset(range(4)), frozenset({0, 3})
                          ids=["migrator", "elastic+migrator", "elastic+migrator-dra", "elastic+migrator-mixed"])
 def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loops: tuple[str, ...],
                                                              dra: frozenset[int]) -> None:
-    control, eng = sim_side(loops)
-    migrator, _ = service_side(tmp_path, list(loops), dra=dra)
+    scenario = timed_like_the_engine(loops)
+    control, eng = sim_side(loops, scenario=scenario)
+    control.builder.step_noise = 0.0  # the scenario's points are timed exactly
     sim_world = control.builder.build(eng, NOW)
+    ctx = service_context(tmp_path, list(loops), scenario=scenario, dra=dra)
+    post_reports(ctx, sim_world)
+    migrator = Migrator(ctx)
     svc_world = migrator.world(T0 + NOW)
     assert svc_world is not None
     assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
+    assert reports(svc_world) == reports(sim_world)
+    assert {j.key: len(j.step_samples) for j in sim_world.jobs if j.elastic} == {"team-b/el": 1, "team-b/el2": 1}
     phases = {j.key: j.phase.name for j in sim_world.jobs}
     assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
 
@@ -286,11 +325,11 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     assert decided["team-b/moved"]["decision"] in ("too_young", "cooldown")
     assert control.plan("migrator", sim_world, budget_left=0) == ()  # budget spent: nothing
 
-    # The elastic optimizer, with the reported throughput cleared on both sides.
+    # The elastic optimizer, throughput and reports included.
     if "elastic" in loops:
         core = control.settings
-        a_svc = plan_elastic_for(without_reports(svc_world), core, migrator_on=True).actions
-        a_sim = plan_elastic_for(without_reports(sim_world), core, migrator_on=True).actions
+        a_svc = plan_elastic_for(replace(svc_world, now=0.0), core, migrator_on=True).actions
+        a_sim = plan_elastic_for(replace(sim_world, now=0.0), core, migrator_on=True).actions
         assert a_svc == a_sim
         assert all(isinstance(a, Scale) for a in a_sim)
         assert "team-b/el2" not in {a.job for a in a_sim}  # rescaled a minute ago: held
@@ -372,24 +411,27 @@ def test_a_dry_run_plans_the_same_in_both_shells_and_carries_nothing_out(tmp_pat
 def test_an_elastic_dry_run_resizes_the_same_jobs_in_both_shells_and_carries_nothing_out(tmp_path: Path) -> None:
     # The elastic optimizer's rounds in a dry run, each shell building its own World: nothing is
     # carried out in either, each budget is spent by its planned actions, and the size changes
-    # agree action for action. What a job reports about its batch is the documented difference
-    # (the simulated jobs report theirs; the service's jobs here report none), so the simulator
-    # also sets batch sizes and plans a rebatch the service cannot: those are compared apart.
+    # agree action for action, the batch changes included: the service's jobs report what the
+    # simulated ones do, and post their points at the engine's step time.
     from prometheus_client import CollectorRegistry
 
     from extender.control.leader import AlwaysLeader
     from extender.control.loop import ControlLoop, ControlMetrics
     from scoring.kernel import DRY_RUN
 
-    control, eng = sim_side(("elastic",))
+    scenario = timed_like_the_engine(("elastic",))
+    control, eng = sim_side(("elastic",), scenario=scenario)
+    control.builder.step_noise = 0.0
     control.settings = replace(control.settings, safety=replace(control.settings.safety, dry_run=True))
+    ctx = service_context(tmp_path, ["elastic"], scenario=scenario)
+    post_reports(ctx, control.builder.build(eng, NOW))
     before = {j.idx: (tuple(j.placement), j.batch_size) for j in eng.jobs}
     control(eng, NOW)
     sim_done = control.last_round.outcomes["elastic"] if control.last_round is not None else ()
     assert {j.idx: (tuple(j.placement), j.batch_size) for j in eng.jobs} == before  # nothing carried out
     assert control.stats.resizes == 0 and {o.outcome for o in sim_done} == {DRY_RUN}
 
-    _, elastic = service_side(tmp_path, ["elastic"])
+    elastic = Elastic(ctx, ctx.core.elastic)
     actions = FakeActions()
     elastic.ctx.actions = actions
     lp = ControlLoop(elastic, AlwaysLeader(), ControlMetrics.build(CollectorRegistry()), interval_s=60, dry_run=True,
@@ -402,8 +444,12 @@ def test_an_elastic_dry_run_resizes_the_same_jobs_in_both_shells_and_carries_not
 
     svc = [o.action.plan for o in tick.outcomes]
     sim = [o.action for o in sim_done]
-    assert sizes(svc) == sizes(sim) == [("team-b/el", 1, 2)]
-    assert [a.job for a in sim if isinstance(a, Scale) and a.gpus == a.from_gpus] == ["team-b/el2"]  # rebatch
+    # every action, batch changes included (the reasons name each shell's restart_s: 120 s, 30 s)
+    assert [replace(a, reason="") for a in svc] == [replace(a, reason="") for a in sim]
+    assert sizes(sim) == [("team-b/el", 1, 2)]
+    # el2 runs alone on its GPU: what it measured gives a larger batch no faster steps per sample,
+    # and its gradient noise no gain, so neither shell rebatches it (the oracle's table did).
+    assert [a.job for a in sim if isinstance(a, Scale) and a.gpus == a.from_gpus] == []
     assert lp.budget.remaining(T0 + NOW)["interval"] == 16 - len(svc)
     assert control.budgets["elastic"].remaining(NOW)["interval"] == control.settings.elastic.max_per_interval - len(sim)
 

@@ -24,9 +24,12 @@ from scoring.safety import (
     resizer_refusal,
 )
 from scoring.settings import CoreSettings
-from scoring.world import JobState, NodeState, PendingPod, World
+from scoring.world import JobState, NodeState, PendingPod, Throughput, World
 
-S = CoreSettings()
+# The elastic rules here are tested on jobs that report no throughput table, without the
+# exploration cap (elastic.explore_factor), which has its own test below.
+DEFAULTS = CoreSettings()
+S = replace(DEFAULTS, elastic=replace(DEFAULTS.elastic, explore_factor=0.0))
 LABELS = {"frozen": {"flowsched.io/migrate": "false"}, "open": {"flowsched.io/migrate": "true"}}
 
 
@@ -344,3 +347,19 @@ def test_a_job_running_on_a_cordoned_node_keeps_its_cooldown_and_settling_hold()
     free = replace(cordoned, since_scaled_s=math.inf, planned_gpus=0)
     assert [(a.from_gpus, a.gpus) for a in plan_elastic_for(world(free), S).actions] == [(4, 8)]
 
+
+
+def test_a_job_known_only_by_its_measurements_is_offered_at_most_twice_its_largest_measured_size() -> None:
+    # Pollux's exploration rule: the prior's near-linear speed-up is not trusted far beyond what
+    # the job measured; with a throughput table (what the job reports of every size) no cap.
+    base = job("open/run", gpus=1, elastic=(1, 16), estimate=est(Phase.GROWING, 1.0))
+    nodes = (NodeState("n0", 8.0, 1.0), NodeState("n1", 8.0, 0.0))
+
+    def top(j: JobState) -> int:
+        [o] = plan_elastic_for(World(0.0, nodes, (j,), (), LABELS), DEFAULTS).options
+        return max(g for g in range(o.rate.shape[0]) if g > 0 and np.isfinite(o.rate[g]).any())
+
+    assert top(base) == 2
+    assert top(replace(base, step_samples={1: 1.0, 3: 0.4})) == 6
+    table = Throughput(np.array([256]), np.vstack([[np.nan], np.full((16, 1), 1.0)]), np.full((17, 1), 256.0))
+    assert top(replace(base, throughput=table, batch_size=256)) == 16

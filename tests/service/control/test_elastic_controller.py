@@ -26,6 +26,8 @@ from tests.k8s_factories import node, pod
 class Est:
     phase: Phase
     step_rate: float = math.nan
+    remaining_seconds: float = math.nan  # no end estimate (the elastic horizon reads it)
+    end: None = None  # no end under a stopping rule either
 
 
 def worker(job: str, i: int, node_name: str | None, elastic: str | None = "1-8", gpus: int = 1) -> dict[str, Any]:
@@ -43,7 +45,8 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est] | None = None, nodes: i
         state.upsert_pod(parse_pod(p))
     state.mark_synced()
     actions, rec = FakeActions(), LogRecorder()
-    cfg_ = ElasticConfig(**{"las_power": 0.0, **cfg})
+    # Without the exploration cap unless a test asks (its own test: the lone job below).
+    cfg_ = ElasticConfig(**{"las_power": 0.0, "explore_factor": 0.0, **cfg})
     ctx = make_context(state, FakeTracker(est or {}), actions, rec, settings=Settings(kube=False, elastic=cfg_))
     return Elastic(ctx, cfg_), actions, rec, state
 
@@ -55,13 +58,14 @@ def test_parse_range() -> None:
 
 
 def test_lone_elastic_job_grows_into_free_gpus_and_the_plan_is_published() -> None:
-    el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")])
+    el, actions, rec, _ = make([worker("a", 0, "n0"), worker("a", 1, "n0")], explore_factor=2.0)
     acts = plan_at(el, 1000.0)
-    assert len(acts) == 1 and acts[0].kind == "scale-up" and acts[0].as_dict()["detail"]["gpus"] == 8
+    # It has measured only its own size: it grows to twice that (elastic.explore_factor), not to all 8.
+    assert len(acts) == 1 and acts[0].kind == "scale-up" and acts[0].as_dict()["detail"]["gpus"] == 4
     assert el.act(acts[0], 1000.0) == "planned"
     plans = [json.loads(a[2][PLAN]) for a in actions.annotations]
     assert [a[1] for a in actions.annotations] == ["a-0", "a-1"]
-    assert all(p["gpus"] == 8 and p["replicas"] == 8 and p["at"] == 1000.0 for p in plans)
+    assert all(p["gpus"] == 4 and p["replicas"] == 4 and p["at"] == 1000.0 for p in plans)
     assert [e[1] for e in rec.events] == [REASON_PLAN, REASON_PLAN]
 
 
