@@ -33,6 +33,7 @@ import numpy as np
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import AppModel
 from benchmarks.sim.policies import pod_sizes
+from benchmarks.sim.typed import TypeBook
 from scoring.bottleneck import Diagnosis
 from scoring.control import batch_grid
 from scoring.convergence import ConvergenceEstimate
@@ -106,6 +107,7 @@ class SimWorldBuilder:
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     sources: WorldSources = field(default_factory=WorldSources)
     _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
+    types: TypeBook = field(default_factory=TypeBook)  # GPU types (none on an untyped cluster)
 
     def estimate(self, engine: Engine, job: SimJob) -> ConvergenceEstimate | None:
         engine.sync(job)  # its series up to now, as the job would have posted it
@@ -133,8 +135,8 @@ class SimWorldBuilder:
 
     def build(self, engine: Engine, now: float) -> World:
         c = engine.cluster
-        nodes = tuple(NodeState(node_name(k), float(c.gpu_alloc[k]), float(c.gpu_used[k]))
-                      for k in range(c.gpu_alloc.shape[0]))
+        nodes = tuple(NodeState(node_name(k), float(c.gpu_alloc[k]), float(c.gpu_used[k]),
+                                self.types.node_type(engine, k)) for k in range(c.gpu_alloc.shape[0]))
         per_node = c.settings.gpus_per_node
         active = [j for j in engine.active.values() if j.completion is None]
         pending: list[PendingPod] = []
@@ -183,6 +185,7 @@ class SimWorldBuilder:
         before = m.attained.get(j.idx, 0.0)
         since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
         gated = j.idx in engine.gated
+        self.types.observe(engine, j, now)
         return JobState(
             key=job_key(j), namespace=s.namespace, gpus_on=gpus_on,
             live_gpus=j.gpus if placed else j.replicas,
@@ -206,6 +209,8 @@ class SimWorldBuilder:
             pod_chunk=engine.cluster.settings.gpus_per_node,
             planned_steps=float(engine.profiles.apps[s.app].max_epochs),
             workload=self.sources.workload_of(j),
+            gpu_measured=dict(self.types.measured.get(j.idx, {})) if self.types.types(engine) else {},
+            model_class=self.types.model_class(j),
         )
 
 
