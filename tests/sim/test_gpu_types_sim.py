@@ -113,3 +113,14 @@ def test_typed_flowsched_keeps_each_job_on_one_type_when_one_holds_it() -> None:
     assert eng.done == len(specs) and spans == 0
     book = v.control.builder.types if v.control else None
     assert book is not None and book.measured  # it learned speeds from the jobs that ran
+
+
+def test_run_pollux_names_the_cluster_file_in_its_header(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import run_pollux
+
+    rc = run_pollux.main(["--cluster", str(CLUSTERS / "three-types-64.yaml"), "--loads", "1.0", "--workloads", "1",
+                          "--mix", "none", "--policies", "tiresias", "--procs", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "cluster three-types-64: 64 GPUs (16 v100, 24 p100, 24 k80)" in out
+    with pytest.raises(SystemExit):
+        run_pollux.main(["--cluster", str(CLUSTERS / "missing.yaml"), "--workloads", "1"])
