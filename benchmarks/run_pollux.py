@@ -5,7 +5,7 @@ the same means on the workloads the defaults were tuned on (`--tuned`, 1-2) and 
 unseen while tuning.
 
     .venv/bin/python -m benchmarks.run_pollux [--data benchmarks/data/pollux] [--seeds 1] \\
-        [--loads 1.0,2.0] [--workloads 1-8] [--policies ...] [--procs 2] [--out DIR]
+        [--loads 1.0,2.0] [--workloads 1-8] [--policies ...] [--procs 2] [--out DIR] [--cluster FILE]
     .venv/bin/python -m benchmarks.run_pollux --report DIR   # the tables again from DIR's runs.csv
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import data_paths
+from benchmarks.sim.cluster_spec import load_cluster
 from benchmarks.sim.engine import EngineSettings
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
 from benchmarks.sim.report import RunMetrics, aggregate, read_csv, write_csv, write_summary_csv
@@ -54,12 +55,13 @@ _PROFILES: dict[str, ProfileSet] = {}
 
 
 def _task(data: str, load: str, w: int, policy: str, seed: int, mix: str, sets: tuple[tuple[str, str], ...],
-          throughput: str = "learned", ends: str = "default") -> tuple[RunMetrics, dict[str, float]]:
+          throughput: str = "learned", ends: str = "default", cluster: str = "") -> tuple[RunMetrics, dict[str, float]]:
     if data not in _PROFILES:
         _PROFILES[data] = load_profiles(Path(data) / "traces")
     profiles = _PROFILES[data]
     specs = prepare(read_workload(Path(data) / FOLDERS[load] / f"workload-{w}.csv"), profiles, mix, ends)
-    m, _, v = run_one(specs, profiles, policy, seed, EngineSettings(), f"workload-{w}", dict(sets), throughput)
+    engine = EngineSettings(cluster=load_cluster(Path(cluster)).settings) if cluster else EngineSettings()
+    m, _, v = run_one(specs, profiles, policy, seed, engine, f"workload-{w}", dict(sets), throughput)
     return m, loop_counts(v)
 
 
@@ -180,6 +182,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="")
     p.add_argument("--tuned", default="1-2", help="workloads the defaults were tuned on (reported apart)")
     p.add_argument("--report", default="", metavar="DIR", help="print the tables of an earlier --out DIR; run nothing")
+    p.add_argument("--cluster", default="", metavar="FILE",
+                   help="a cluster file with GPU types (benchmarks/clusters/three-types-64.yaml; format in "
+                        "benchmarks/sim/cluster_spec.py) instead of the artifact's 16x4 GPUs of one type")
     a = p.parse_args(argv)
     if a.report:
         return report(Path(a.report), _wids(a.tuned))
@@ -198,9 +203,13 @@ def main(argv: list[str]) -> int:
         print(overrides_line(core_settings(EngineSettings(), INTEGRATED, dict(sets))))
     except (ValueError, TypeError) as e:
         p.error(f"--set: {e}")
+    try:
+        where = load_cluster(Path(a.cluster)).describe() if a.cluster else "16x4 GPUs"
+    except ValueError as e:
+        p.error(str(e))
     for mix, load in [(m, ld) for m in mixes for ld in a.loads.split(",")]:
         t0 = time.perf_counter()
-        tasks = [(a.data, load, w, pol, seed, mix, sets, a.throughput, a.ends)
+        tasks = [(a.data, load, w, pol, seed, mix, sets, a.throughput, a.ends, a.cluster)
                  for w in wids for pol in policies for seed in range(a.seeds)
                  if not (seed > 0 and pol in DETERMINISTIC)]
         if a.procs > 1:
@@ -217,7 +226,7 @@ def main(argv: list[str]) -> int:
         pollux = PUBLISHED[load]["pollux"]
         print(f"\n== job mix {mix!r}: {MIX_TEXT[mix]} (the baselines ignore the marks)")
         print(f"== {END_TEXT[a.ends]}; throughput: {THROUGHPUT_TEXT[a.throughput]}")
-        print(f"== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), 16x4 GPUs, "
+        print(f"== load {load}x: workload-{','.join(map(str, wids))} (means over workloads x seeds), {where}, "
               f"{a.seeds} seed(s) for the randomised policies (fifo, tiresias: 1); restart penalty "
               f"{EngineSettings().restart_penalty:g} s; {time.perf_counter() - t0:.0f} s wall")
         print(format_headline(summary, loops, pollux))

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from extender.prometheus.config import DiagnosisConfig, TelemetryConfig
 from scoring.bottleneck import BottleneckSettings
+from scoring.gpu_types import GpuTypeSettings
 from scoring.placement import PlacementSettings
 from scoring.settings import (
     AdmissionLoopSettings,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # to the type checker they are scoring's classes, which they 
     AdmissionConfig = AdmissionLoopSettings
     IdleConfig = IdleLoopSettings
     BottleneckConfig = BottleneckSettings
+    GpuTypesConfig = GpuTypeSettings
 else:
     ConvergenceConfig = _parsed(TrackerSettings)
     PlacementConfig = _parsed(PlacementSettings)
@@ -59,6 +61,7 @@ else:
     AdmissionConfig = _parsed(AdmissionLoopSettings)
     IdleConfig = _parsed(IdleLoopSettings)
     BottleneckConfig = _parsed(BottleneckSettings)
+    GpuTypesConfig = _parsed(GpuTypeSettings)
 
 
 class ControlConfig(BaseModel):
@@ -177,6 +180,7 @@ class Settings(BaseSettings):
     idle: IdleConfig = IdleConfig()  # idle GPUs: Events, metric, opt-in reclamation (docs/sharing.md)
     # The diagnosis' thresholds (docs/bottlenecks.md); `diagnosis` turns it on and sets its window.
     bottleneck: BottleneckConfig = BottleneckConfig()
+    gpu_types: GpuTypesConfig = GpuTypesConfig()  # mixed GPU generations (docs/gpu-types.md)
     # POST /webhook/gate (docs/admission.md, "Opting in") gates new pods whose schedulerName is one of these.
     webhook_schedulers: list[str] = ["flowsched"]
     telemetry: TelemetryConfig = TelemetryConfig()
@@ -260,7 +264,7 @@ class Settings(BaseSettings):
         return CoreSettings(convergence=self.convergence, placement=self.placement, safety=self.control.safety(),
                             migrator=self.migrator, elastic=self.elastic, resizer=self.resizer,
                             admission=self.admission, idle=self.idle, bottleneck=self.bottleneck,
-                            completing_horizon_s=self.completing_horizon_s)
+                            completing_horizon_s=self.completing_horizon_s, gpu_types=self.gpu_types)
 
     @property
     def prefix(self) -> str:

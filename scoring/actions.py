@@ -114,6 +114,7 @@ class Scale(OnJob):
     hi: int
     reason: str
     attained_gpu_s: float = math.nan  # the job's attained service at the plan (recorded with it)
+    gpu_type: str = ""  # the GPU type its pods are to run on (a typed plan); "": any
     budgeted: ClassVar[bool] = True
 
     @property

@@ -285,7 +285,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
         min_b = max_b = job.batch_size if job.batch_size > 0 else nominal
     elif job.batch_range is not None:
         min_b, max_b = job.batch_range
-    weight = convergence_weight(job.estimate, s)
+    weight = convergence_weight(job.estimate, s) * job.type_weight  # type_weight: 1.0 unless typed
     if s.las_power > 0 and math.isfinite(job.attained_gpu_s):
         weight *= (1.0 + max(0.0, job.attained_gpu_s) / 3600.0) ** -s.las_power
     left = job.remaining_gpu_s()

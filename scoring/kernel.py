@@ -38,12 +38,13 @@ from typing import Any
 from scoring.actions import ControlAction, Evict, IdleReport, IdleWarn, Preempt, Reclaim, Release, Scale
 from scoring.admission import plan_admission_for
 from scoring.compose import Memory
-from scoring.control import plan_elastic_for, plan_migrations_for
+from scoring.control import plan_migrations_for
 from scoring.idle import IdlePlan, plan_idle, warning_delivered
 from scoring.remedy import plan_remedies
 from scoring.resize_loop import plan_resizes
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
+from scoring.typed_elastic import plan_typed_elastic_for
 from scoring.world import IdlePod, World
 
 LOOP_ORDER = ("elastic", "admission", "migrator", "resizer", "idle", "remedies")
@@ -73,7 +74,7 @@ def plan_loop(loop: str, world: World, settings: CoreSettings, memory: Memory, b
     """One loop's plan. `enabled`: the loops that run (the composition rules apply only between
     loops that both run); `preempt_left`: admission's preemption budget (None: budget_left)."""
     if loop == "elastic":
-        ep = plan_elastic_for(world, settings, migrator_on="migrator" in enabled)
+        ep = plan_typed_elastic_for(world, settings, migrator_on="migrator" in enabled)  # untyped: plan_elastic_for
         return Plan(loop, ep.actions, memory, ep.refusals, ep.describe(world), ep)
     if loop == "migrator":
         mp = plan_migrations_for(world, settings, max_moves=budget_left, elastic_on="elastic" in enabled)

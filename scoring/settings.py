@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from scoring.bottleneck import BottleneckSettings
 from scoring.convergence import ConvergenceSettings
+from scoring.gpu_types import GpuTypeSettings
 from scoring.placement import PlacementSettings
 
 
@@ -299,6 +300,7 @@ class CoreSettings:
     idle: IdleLoopSettings = field(default_factory=IdleLoopSettings)
     bottleneck: BottleneckSettings = field(default_factory=BottleneckSettings)  # diagnosis and its remedies
     completing_horizon_s: float = 600.0  # a job predicted to plateau within this counts as finishing soon
+    gpu_types: GpuTypeSettings = field(default_factory=GpuTypeSettings)  # neutral with one GPU type
 
     def loop(self, name: str) -> LoopSettings:
         s = getattr(self, name, None)

@@ -30,6 +30,7 @@ class NodeState:
     name: str
     gpus: float  # allocatable
     used_gpus: float  # requested by pods holding resources there
+    gpu_type: str = ""  # scoring.gpu_types short type (gpu.product); "": untyped
 
     @property
     def free_gpus(self) -> float:
@@ -88,6 +89,12 @@ class JobState:
     # GPUs its bound pods hold on nodes not in the World (cordoned or NotReady): not in gpus_on,
     # which counts schedulable nodes only. 0: none, or not filled in by the shell.
     gpus_elsewhere: float = 0.0
+    # GPU types (scoring/gpu_types.py): the job's measured speed on each type it ran on (relative to
+    # the type its throughput describes), its model class for the prior, and the weight a typed
+    # elastic plan gives it on the type it plans it for (1.0: untyped, neutral).
+    gpu_measured: Mapping[str, float] = field(default_factory=dict)
+    model_class: str = ""
+    type_weight: float = 1.0
 
     def remaining_gpu_s(self) -> float:
         """GPU-seconds of work left if the job runs to its planned end: the service attained so far

@@ -21,6 +21,19 @@ class ClusterSettings:
     # What a training pod requests besides GPUs (proportional, as GPU jobs are usually sized).
     cpu_per_gpu: float = 12_000.0
     mem_per_gpu: float = 48 * GiB
+    # GPU types (benchmarks/sim/cluster_spec.py reads them from a cluster file): each node's type,
+    # and each application's speed on a type relative to its profile (app, type, speed). Empty:
+    # one untyped kind of GPU, every job at its profile's speed.
+    node_types: tuple[str, ...] = ()
+    type_speeds: tuple[tuple[str, str, float], ...] = ()
+
+    def speed(self, app: str, nodes: Sequence[int]) -> float:
+        """How fast `app` runs on these nodes relative to its profile: on mixed types, the slowest
+        type's speed (synchronous data-parallel steps wait for the slowest worker)."""
+        if not self.node_types or not self.type_speeds:
+            return 1.0
+        table = {(a, t): v for a, t, v in self.type_speeds}
+        return min((table.get((app, self.node_types[n]), 1.0) for n in nodes), default=1.0)
 
 
 class Cluster:

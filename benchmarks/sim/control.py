@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.resizer import SimResizer
+from benchmarks.sim.typed import TypeBook
 from benchmarks.sim.world import SimWorldBuilder, WorldSources, changes_batch_live, job_key, pod_name
 from scoring.actions import (
     AddPs,
@@ -108,7 +109,8 @@ class SimControl:
         if unknown:
             raise ValueError(f"unknown control loops {unknown}; known: {', '.join(LOOP_ORDER)}")
         self.builder = SimWorldBuilder(self.settings, ConvergenceTracker(self.settings.convergence),
-                                       sources=self.sources, throughput_mode=self.throughput)
+                                       sources=self.sources, throughput_mode=self.throughput,
+                                       types=TypeBook(self.settings.gpu_types))
         self.budgets = {n: Budget(self.settings.loop(n).max_per_interval, self.settings.loop(n).max_per_hour)
                         for n in self.loops if n not in UNBUDGETED}
         a = self.settings.admission
@@ -234,6 +236,7 @@ class SimControl:
             return DONE
         if not engine.resize(job, a.gpus, a.batch_size or None):
             return SKIPPED
+        self.builder.types.pin(job, a.gpu_type)  # its pods go to the type the plan sized it for
         self._bind = True
         self.builder.marks.scaled_at[job.idx] = now
         self._record_attained(job, a.attained_gpu_s, now)

@@ -71,6 +71,7 @@ class SimJob:
     restart_until: float = 0.0
     slowdown: float = 0.0
     cpu_speed: float = 1.0  # throughput factor from the CPU share (1 = as profiled); see cpu_model.py
+    type_speed: float = 1.0  # throughput factor of the GPU type it runs on (1 = as profiled); cluster.py
     batch_size: int = 0  # global batch size the job runs at (its spec's until an elastic resize)
     first_start: float | None = None
     completion: float | None = None
@@ -245,7 +246,7 @@ class Engine:
         if table is not None and job.placement:
             start = max(job.synced_at, job.restart_until)
             if t > start:
-                keep = (1.0 - job.slowdown) * job.cpu_speed
+                keep = (1.0 - job.slowdown) * job.cpu_speed * job.type_speed
                 p0 = job.progress
                 t0 = table.time_at(p0)
                 p1 = table.progress_after(p0, (t - start) * keep)
@@ -272,7 +273,8 @@ class Engine:
         table = job.table
         assert table is not None
         start = max(self.now, job.restart_until)
-        remaining = (table.total - table.time_at(job.progress)) / ((1.0 - job.slowdown) * job.cpu_speed)
+        remaining = (table.total - table.time_at(job.progress)) / ((1.0 - job.slowdown) * job.cpu_speed
+                                                                    * job.type_speed)
         heapq.heappush(self._heap, (start + remaining, job.version, job.idx))
 
     def _release(self, job: SimJob, t: float) -> None:
@@ -307,6 +309,7 @@ class Engine:
             job.first_start = self.now
         job.slowdown = 0.0
         job.cpu_speed = 1.0  # a (re)started pod comes back with its template's CPU request
+        job.type_speed = self.cluster.settings.speed(job.spec.app, [n for n, _ in placement])
         self._busy[job.idx] = job.table.busy_fraction * 100.0
         self._restart_until[job.idx] = job.restart_until
         self._busy_sum += job.table.busy_fraction * job.gpus

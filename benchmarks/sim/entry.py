@@ -11,6 +11,7 @@ from pathlib import Path
 
 from benchmarks import data_paths
 from benchmarks.sim.cluster import ClusterSettings
+from benchmarks.sim.cluster_spec import load_cluster
 from benchmarks.sim.engine import EngineSettings, InterferenceSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
 from benchmarks.sim.html_report import write_html_report
@@ -100,6 +101,8 @@ def _common_args(p: argparse.ArgumentParser) -> None:
                    help="end mix: what jobs declare of their end")
     p.add_argument("--throughput", choices=tuple(THROUGHPUT_TEXT), default="learned",
                    help="what flowsched is told of step times: learned (as the service) or oracle (an upper bound)")
+    p.add_argument("--cluster", default="", metavar="FILE",
+                   help="a cluster file with GPU types (benchmarks/clusters/*.yaml); replaces --nodes/--gpus-per-node")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--progress", action="store_true", help="progress bar on stderr")
     p.add_argument("--verbose", action="store_true", help="one line per run on stderr")
@@ -109,11 +112,25 @@ def _settings(a: argparse.Namespace) -> EngineSettings:
     return EngineSettings(
         interval=a.interval,
         restart_penalty=a.restart_penalty,
-        cluster=ClusterSettings(nodes=a.nodes, gpus_per_node=a.gpus_per_node),
+        cluster=load_cluster(Path(a.cluster)).settings if a.cluster else ClusterSettings(nodes=a.nodes,
+                                                                                          gpus_per_node=a.gpus_per_node),
         interference=InterferenceSettings(a.interference, a.interference_scope),
         seed=a.seed,
         progress=a.progress,
     )
+
+
+def _check_cluster(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    if a.cluster:
+        try:
+            load_cluster(Path(a.cluster))
+        except ValueError as e:
+            p.error(str(e))
+
+
+def _where(a: argparse.Namespace) -> str:
+    """The cluster as the header names it."""
+    return load_cluster(Path(a.cluster)).describe() if a.cluster else f"{a.nodes}x{a.gpus_per_node} GPUs"
 
 
 def _policies(a: argparse.Namespace) -> list[str]:
@@ -158,6 +175,7 @@ def simulate_main(argv: list[str]) -> int:
     p.add_argument("--out", default="flowsched-sim")
     _common_args(p)
     a = p.parse_args(argv)
+    _check_cluster(p, a)
     files: list[Path] = []
     for w in a.workload:
         path = Path(w)
@@ -172,7 +190,7 @@ def simulate_main(argv: list[str]) -> int:
     seeds = list(range(a.seed, a.seed + max(1, a.seeds)))
     log = (lambda s: print(s, file=sys.stderr)) if a.verbose else None
     result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log, a.ends, a.throughput)
-    title = f"{len(files)} workload(s) x {len(seeds)} seed(s), load {a.load}x, {a.nodes}x{a.gpus_per_node} GPUs"
+    title = f"{len(files)} workload(s) x {len(seeds)} seed(s), load {a.load}x, {_where(a)}"
     return _finish(a, result, title)
 
 
@@ -187,6 +205,7 @@ def demo_main(argv: list[str]) -> int:
     _common_args(p)
     p.set_defaults(seeds=2)  # keeps the demo under a minute on a 2-core machine
     a = p.parse_args(argv)
+    _check_cluster(p, a)
     profiles = calibrated_profiles(a.gpus_per_node)
     workloads = [
         (f"generated-{k}", generate(GeneratorSettings(a.jobs, a.hours, a.seed + k))) for k in range(max(1, a.workloads))
@@ -198,7 +217,7 @@ def demo_main(argv: list[str]) -> int:
     result = run_matrix(workloads, profiles, policies, seeds, _settings(a), a.mix, log, a.ends, a.throughput)
     title = (
         f"flowsched demo: {len(workloads)} generated workload(s) of {a.jobs} jobs over {a.hours:g} h "
-        f"(calibrated from the Pollux artifact's profiles), {a.nodes}x{a.gpus_per_node} GPUs, "
+        f"(calibrated from the Pollux artifact's profiles), {_where(a)}, "
         f"{len(seeds)} seed(s); {time.perf_counter() - t0:.1f} s"
     )
     return _finish(a, result, title)

@@ -8,7 +8,9 @@ Names (`flowsched simulate --policies`, `flowsched demo`, `benchmarks/run_pollux
   scheduling gate, as flowsched's webhook would put it there, and the admission loop releases
   jobs), `migrator` and `las` (the migrator with the override migrator.order="attained"); at most
   one of migrator / las;
-- `flowsched`: the integrated policy, `flowsched+` + "+".join(INTEGRATED).
+- `flowsched`: the integrated policy, `flowsched+` + "+".join(INTEGRATED);
+- `flowsched-typeblind`: the integrated policy with GPU types ignored (gpu_types.enabled=False),
+  the ablation on clusters of several types (benchmarks/sim/typed.py).
 
 The loops are the service's: benchmarks/sim/control.py runs scoring.control's plans (composition
 and safety rules included) with `core_settings()`: CoreSettings() plus the overrides
@@ -43,10 +45,12 @@ import numpy as np
 from benchmarks.sim.control import SimControl
 from benchmarks.sim.engine import CompletingFn, ControlLoop, Engine, EngineSettings, Policy, SimJob
 from benchmarks.sim.jobmodel import ProfileSet
-from benchmarks.sim.policies import make_policy
+from benchmarks.sim.policies import FlowschedScorer, make_policy
 from benchmarks.sim.report import RunMetrics, RunTrace, measure
+from benchmarks.sim.typed import TypedPlacement
 from benchmarks.sim.workload import JobSpec
 from benchmarks.sim.world import job_key
+from scoring.gpu_types import cluster_types, typed
 from scoring.settings import CoreSettings, differences, with_overrides
 from scoring.world import end_seconds, is_completing
 
@@ -55,6 +59,7 @@ LOOPS = ("elastic", "admission", "migrator", "las")
 INTEGRATED = ("elastic", "admission", "migrator")
 FLOWSCHED_VARIANTS = ("flowsched-placement", "flowsched+elastic", "flowsched+migrator", "flowsched+las",
                       "flowsched+admission", "flowsched+elastic+migrator", "flowsched")
+TYPEBLIND = "flowsched-typeblind"  # flowsched with gpu_types.enabled=False: the GPU-type ablation
 DETERMINISTIC = ("fifo", "tiresias")  # no random tie-breaks: one seed is enough
 ELASTIC_CAP = 64
 MIXES = ("all", "half", "none")
@@ -140,7 +145,7 @@ class Variant:
 
 def loops_of(name: str) -> tuple[str, ...] | None:
     """The control loops of a flowsched variant, () for placement only, None for a baseline."""
-    if name == "flowsched":
+    if name in ("flowsched", TYPEBLIND):
         return INTEGRATED
     if name == "flowsched-placement":
         return ()
@@ -171,9 +176,16 @@ def build(name: str, profiles: ProfileSet, seed: int = 0, engine: EngineSettings
                              f"or flowsched+<loops> with loops from {', '.join(LOOPS)}")
         return Variant(name, make_policy(name, seed), [])
     settings = core_settings(engine, loops, overrides)
+    if name == TYPEBLIND:  # the same core with GPU types ignored (the ablation)
+        settings = replace(settings, gpu_types=replace(settings.gpu_types, enabled=False))
     policy = make_policy("flowsched", seed, settings.placement)  # kube-scheduler with flowsched's extender
     core_loops = tuple(dict.fromkeys("migrator" if x == "las" else x for x in loops))
     control = SimControl(settings, core_loops, throughput=throughput) if core_loops else None
+    node_types = (engine or EngineSettings()).cluster.node_types
+    if control is not None and typed(cluster_types(node_types), settings.gpu_types):
+        # The extender's filter keeps each job on one type (benchmarks/sim/typed.py).
+        policy = TypedPlacement("flowsched", FlowschedScorer(settings.placement), control.builder.types,
+                                node_types, seed)
     return Variant(name, policy, [control] if control else [], control, settings)
 
 

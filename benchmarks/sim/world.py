@@ -38,6 +38,7 @@ import numpy as np
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import AppModel
 from benchmarks.sim.policies import pod_sizes
+from benchmarks.sim.typed import TypeBook
 from scoring.bottleneck import Diagnosis
 from scoring.control import batch_grid
 from scoring.convergence import ConvergenceEstimate
@@ -119,6 +120,7 @@ class SimWorldBuilder:
     step_noise: float = STEP_NOISE
     measure_after_s: float = 60.0  # a job reports a steady step time this long after its restart
     _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
+    types: TypeBook = field(default_factory=TypeBook)  # GPU types (none on an untyped cluster)
     _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
     _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
@@ -180,8 +182,8 @@ class SimWorldBuilder:
 
     def build(self, engine: Engine, now: float) -> World:
         c = engine.cluster
-        nodes = tuple(NodeState(node_name(k), float(c.gpu_alloc[k]), float(c.gpu_used[k]))
-                      for k in range(c.gpu_alloc.shape[0]))
+        nodes = tuple(NodeState(node_name(k), float(c.gpu_alloc[k]), float(c.gpu_used[k]),
+                                self.types.node_type(engine, k)) for k in range(c.gpu_alloc.shape[0]))
         per_node = c.settings.gpus_per_node
         active = [j for j in engine.active.values() if j.completion is None]
         pending: list[PendingPod] = []
@@ -235,6 +237,7 @@ class SimWorldBuilder:
         before = m.attained.get(j.idx, 0.0)
         since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
         gated = j.idx in engine.gated
+        self.types.observe(engine, j, now)
         return JobState(
             key=job_key(j), namespace=s.namespace, gpus_on=gpus_on,
             live_gpus=j.gpus if placed else j.replicas,
@@ -261,6 +264,8 @@ class SimWorldBuilder:
             # ends are what the core estimates from their curves.
             planned_steps=float(engine.profiles.apps[s.app].max_epochs) if s.end_rule == "planned" else math.nan,
             workload=self.sources.workload_of(j),
+            gpu_measured=dict(self.types.measured.get(j.idx, {})) if self.types.types(engine) else {},
+            model_class=self.types.model_class(j),
         )
 
 
@@ -271,9 +276,10 @@ def epoch_of(app: AppModel, progress: float) -> int:
 
 def true_step_s(app: AppModel, job: SimJob) -> float:
     """Seconds per optimizer step the job runs at now: its placement, micro-batch and gradient
-    accumulation, slowed by interference and its CPU share as the engine runs it."""
+    accumulation, slowed by interference, its CPU share and its GPU type as the engine runs it
+    (engine.py's keep factor; type_speed is 1 on an untyped cluster)."""
     step, sync = app.throughput([g for _, g in job.placement], job.atomic)
-    keep = (1.0 - job.slowdown) * job.cpu_speed
+    keep = (1.0 - job.slowdown) * job.cpu_speed * job.type_speed
     return (step + (step - sync) * job.accum) / keep if keep > 0 else math.nan
 
 

@@ -1,0 +1,139 @@
+"""GPU types in the simulator's shell: what the World reports of them, and the extender's filter.
+
+TypeBook is what the service learns and reads (DESIGN §7: no more): each node's type (its
+gpu.product label), each job's model class (what its pods would declare) and its measured speed
+on each type it has run on; a job that ran on a type measured its step time there, i.e. its
+speed there over the profile's (SimJob.type_speed), and nothing about the types it has not run on.
+With types off (CoreSettings.gpu_types.enabled False: flowsched-typeblind) or a cluster of one
+type, the World has no type and nothing here filters.
+
+TypedPlacement is kube-scheduler with flowsched's extender whose filter keeps a job's pods on one
+type: the one its latest elastic plan named, else the one scoring.gpu_types.assign_types gives it
+among the waiting jobs for the free GPUs of each type, until it has waited fallback_s; then every
+type, fastest for it first, still one type for all its pods.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.sim.cluster_spec import app_classes
+from benchmarks.sim.engine import Engine, SimJob
+from benchmarks.sim.policies import IntArray, KubeSchedulerPolicy, NodeScorer
+from scoring.gpu_types import ANY, Claim, GpuTypeSettings, allowed_types, assign_types, cluster_types, speeds_for, typed
+from scoring.world import FloatArray
+
+
+@dataclass
+class TypeBook:
+    settings: GpuTypeSettings = field(default_factory=GpuTypeSettings)
+    measured: dict[int, dict[str, float]] = field(default_factory=dict)  # job idx -> type -> speed measured
+    pinned: dict[int, str] = field(default_factory=dict)  # job idx -> type of its latest elastic plan
+    classes: dict[str, str] = field(default_factory=app_classes)
+
+    def types(self, engine: Engine) -> tuple[str, ...]:
+        t = cluster_types(engine.cluster.settings.node_types)
+        return t if typed(t, self.settings) else ()
+
+    def node_type(self, engine: Engine, k: int) -> str:
+        return engine.cluster.settings.node_types[k] if self.types(engine) else ""
+
+    def observe(self, engine: Engine, job: SimJob, now: float) -> None:
+        """A running job past its restart has measured its step time on the type it runs on."""
+        if not job.placement or now < job.restart_until or not self.types(engine):
+            return
+        kinds = {engine.cluster.settings.node_types[n] for n, _ in job.placement}
+        if len(kinds) == 1:
+            self.measured.setdefault(job.idx, {})[kinds.pop()] = job.type_speed
+
+    def model_class(self, job: SimJob) -> str:
+        return self.classes.get(job.spec.app, "")
+
+    def speeds(self, engine: Engine, job: SimJob) -> dict[str, float]:
+        types = self.types(engine)
+        return speeds_for(types, self.model_class(job), self.measured.get(job.idx, {})) if types else {}
+
+    def pin(self, job: SimJob, gpu_type: str) -> None:
+        if gpu_type:
+            self.pinned[job.idx] = gpu_type
+
+
+@dataclass
+class TypeFilter:
+    """The extender's filter with a type constraint: the inner scorer on the nodes of `allowed`."""
+
+    inner: NodeScorer
+    node_types: np.ndarray  # per node
+    allowed: str | None = None
+
+    def __call__(self, engine: Engine, idx: IntArray, gpus: int) -> tuple[IntArray, FloatArray]:
+        if self.allowed is not None and self.allowed != ANY:
+            idx = idx[self.node_types[idx] == self.allowed]
+            if idx.size == 0:
+                return idx, np.zeros(0)
+        return self.inner(engine, idx, gpus)
+
+
+class TypedPlacement(KubeSchedulerPolicy):
+    def __init__(self, name: str, scorer: NodeScorer, book: TypeBook, node_types: tuple[str, ...], seed: int = 0):
+        self.filter = TypeFilter(scorer, np.array(node_types, dtype=object))
+        super().__init__(name, self.filter, seed)
+        self.book = book
+        self.assigned: dict[int, str] = {}
+
+    def schedule(self, engine: Engine, now: float) -> None:
+        """Every waiting job in queue order, as kube-scheduler tries every pod: with types, a job
+        that does not fit on its type says nothing of a later job of the same size on another."""
+        self._assign(engine)
+        order = sorted(((e, shape) for shape, h in self.pending.items() for e in h), key=lambda x: x[0])
+        placed = {e[2] for e, _ in order if self._place(engine, self.by_idx[e[2]])}
+        if placed:
+            for shape, h in self.pending.items():
+                kept = [e for e in h if e[2] not in placed]
+                heapq.heapify(kept)
+                self.pending[shape] = kept
+
+    def _assign(self, engine: Engine) -> None:
+        types = self.book.types(engine)
+        if not types:
+            self.assigned = {}
+            return
+        c = engine.cluster
+        room = {t: 0.0 for t in types}
+        for k, t in enumerate(c.settings.node_types):
+            if t in room:
+                room[t] += float(c.free[k])
+        waiting = sorted((j for j in self.by_idx.values() if not j.placement and j.completion is None
+                          and j.idx not in self.book.pinned),
+                         key=lambda j: (self.queued_at.get(j.idx, j.spec.arrival), j.idx))
+        claims = [Claim(str(j.idx), self.book.speeds(engine, j), float(j.replicas))
+                  for j in waiting[: self.book.settings.queue_window]]
+        self.assigned = {int(k): t for k, t in assign_types(claims, room, self.book.settings.min_share).items()}
+
+    def _capacity(self, engine: Engine) -> dict[str, float]:
+        c = engine.cluster.settings
+        out: dict[str, float] = {}
+        for t in c.node_types:
+            out[t] = out.get(t, 0.0) + c.gpus_per_node
+        return out
+
+    def _place(self, engine: Engine, job: SimJob) -> bool:
+        if engine.cluster.total_free < job.replicas:
+            return False
+        speeds = self.book.speeds(engine, job)
+        if not speeds:
+            self.filter.allowed = None
+            return super()._place(engine, job)
+        own = self.book.pinned.get(job.idx) or self.assigned.get(job.idx)
+        waited = engine.now - engine.queue_time(job)
+        try:
+            for t in allowed_types(own, speeds, waited, self.book.settings, job.replicas, self._capacity(engine)):
+                self.filter.allowed = t
+                if super()._place(engine, job):
+                    return True
+            return False
+        finally:
+            self.filter.allowed = None
