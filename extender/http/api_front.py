@@ -34,9 +34,10 @@ import orjson
 
 from extender.http.admission import BUSY, CLIENT_BUSY, CLIENT_RATE, ELSEWHERE, PROBES, UNRATED, ClientSlots, PeerRate
 from extender.http.ratelog import RateLimitedLog
+from extender.http.reply_cache import Key, ReplyCache, cache_key, storable
 from extender.http.server import FlowschedServer, server_config
 from extender.http.server_limits import ServerLimits
-from extender.http.upstream import Upstream, UpstreamError
+from extender.http.upstream import Answer, Upstream, UpstreamError
 
 log = logging.getLogger("flowsched.front")
 
@@ -68,6 +69,10 @@ class FrontConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     reserved_fds: int = 0
+    # A job read's 200 is kept here this long (the verbs' process's own replies may be as old:
+    # job_reply_ttl_s) and repeats answered without forwarding (finding 13); 0: none kept.
+    job_reply_ttl_s: float = 1.0
+    reply_cache_bytes: int = 32 << 20
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -90,6 +95,10 @@ class FrontApp:
         self.rate = PeerRate(config.rate_per_client_s)
         self.slots = ClientSlots(config.per_client)
         self.events = RateLimitedLog(log)
+        self.replies = ReplyCache(config.job_reply_ttl_s, config.reply_cache_bytes)
+        # A kept reply's key -> the forward under way for it: readers arriving as it expires wait
+        # for that one answer rather than each sending the verbs' process the same read.
+        self.fetching: dict[Key, asyncio.Future[Answer]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -131,15 +140,48 @@ class FrontApp:
             return
         query = scope.get("query_string") or b""
         target = (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
+        key = cache_key(scope["method"], target, scope["headers"]) if not body else None
+        if key is not None:
+            kept = self.replies.get(key, time.monotonic())
+            if kept is None and key in self.fetching:
+                with contextlib.suppress(UpstreamError):
+                    status, headers, out = await asyncio.shield(self.fetching[key])
+                    kept = (headers, out) if storable(status, headers) else None
+            if kept is not None:
+                await _reply(send, 200, *kept)
+                return
         try:
-            status, headers, out = await self.upstream.request(scope["method"], target, scope["headers"], body, peer)
+            status, headers, out = await self._fetch(key, scope["method"], target, scope["headers"], body, peer)
         except UpstreamError as e:
             self.events.note("upstream", "could not forward a request: %s", e)
             await _send(send, 503, b'{"error":"flowsched is restarting; retry"}', _RETRY)
             return
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (b"content-length", str(len(out)).encode())]})
-        await send({"type": "http.response.body", "body": out})
+        await _reply(send, status, headers, out)
+
+    async def _fetch(self, key: Key | None, method: str, target: bytes, headers: list[tuple[bytes, bytes]],
+                     body: bytes, peer: str) -> Answer:
+        if key is None:
+            return await self.upstream.request(method, target, headers, body, peer)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self.fetching[key] = future
+        try:
+            answer = await self.upstream.request(method, target, headers, body, peer)
+        except BaseException as e:
+            future.set_exception(e if isinstance(e, UpstreamError) else UpstreamError("forward cancelled"))
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            raise
+        finally:
+            self.fetching.pop(key, None)
+        if storable(answer[0], answer[1]):
+            self.replies.put(key, answer[1], answer[2], time.monotonic())
+        future.set_result(answer)
+        return answer
+
+
+async def _reply(send: Send, status: int, headers: list[tuple[bytes, bytes]], out: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-length", str(len(out)).encode())]})
+    await send({"type": "http.response.body", "body": out})
 
 
 class _Gone:

@@ -10,9 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -22,10 +23,12 @@ from extender.http.app import build_app
 from extender.http.extender_app import ExtenderApp
 from extender.http.front_process import ApiFront, FrontPeer, bind_listener, private_socket_path
 from extender.http.listeners import ApiListener, VerbsServer
+from extender.http.reply_cache import ReplyCache, cache_key, storable
 from extender.http.server import server_config
 from extender.http.server_limits import ServerLimits
 from extender.http.upstream import FRONT_PEER_HEADER, encode_request
 from extender.metrics import build_metrics
+from extender.service import build_service
 from extender.settings import Settings
 from tests.k8s_factories import pod
 from tests.service.http.test_slow_clients import FAST, free_port, small_cluster
@@ -39,11 +42,13 @@ def _app() -> ExtenderApp:
 
 @contextmanager
 def served(app: ExtenderApp, limits: ServerLimits = FAST, restarts: int = 5, rate_per_client_s: float = 50.0,
-           refusal_delay_s: float = 0.0) -> Iterator[tuple[int, int, VerbsServer]]:
-    """The verbs on one port, the API behind its front on another, as `flowsched serve` wires them."""
+           refusal_delay_s: float = 0.0, upstream: Callable[[Any], Any] = lambda a: a,
+           ) -> Iterator[tuple[int, int, VerbsServer]]:
+    """The verbs on one port, the API behind its front on another, as `flowsched serve` wires them;
+    `upstream` wraps what the verbs' process serves to the front."""
     port, api_port = free_port(), free_port()
     uds = private_socket_path()
-    api = ApiListener(server_config(FrontPeer(app.listener("api")), host="", port=0, uds=uds, limits=limits,
+    api = ApiListener(server_config(upstream(FrontPeer(app.listener("api"))), host="", port=0, uds=uds, limits=limits,
                                     log_level="warning", lifespan="off"))
     assert api.start()
     front = ApiFront(FrontConfig(uds=uds, limits=limits, max_in_flight=64, per_client=16,
@@ -182,3 +187,72 @@ def test_sigterm_stops_the_front_then_the_api_then_the_verbs() -> None:
             time.sleep(0.05)
         # The forwarded requests' socket and its private directory are removed on the way out.
         assert not Path(server.front.config.uds).parent.exists()
+
+
+class _Counted:
+    """The verbs' process's API as the front reaches it, counting the requests that arrive."""
+
+    def __init__(self, app: Any) -> None:
+        self.app, self.seen = app, []  # type: list[tuple[str, str]]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.seen.append((scope["method"], scope["path"]))
+        await self.app(scope, receive, send)
+
+
+def test_repeated_job_reads_are_answered_by_the_front_and_another_token_is_forwarded(tmp_path: Path) -> None:
+    """Finding 13 on a quiet box: every forwarded read of a 4,000-point job cost the verbs'
+    process (its API thread, on the verbs' GIL) a large reply: p99 2.71x idle. Repeats within
+    job_reply_ttl_s are answered by the front; a different or missing token reaches the verbs'
+    process, which authorises it."""
+    (tmp_path / "tokens").write_text("tok-a team-a\ntok-b team-b\n")
+    service = build_service(Settings(kube=False, progress_db=str(tmp_path / "p.sqlite"), progress_auth="static",
+                                     static_tokens_file=str(tmp_path / "tokens")))
+    counted: list[_Counted] = []
+
+    def count(app: Any) -> Any:
+        counted.append(_Counted(app))
+        return counted[0]
+
+    points = [{"step": 10 * k, "loss": 3.0 - 0.01 * k, "timestamp": time.time() - 300 + k} for k in range(50)]
+    a, b = {"Authorization": "Bearer tok-a"}, {"Authorization": "Bearer tok-b"}
+    with served(service.app, upstream=count) as (_port, api_port, _server):
+        api = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=10)
+        r = api.post("/v1/progress", headers=a, json={"namespace": "team-a", "job": "big", "points": points})
+        assert r.status_code == 200, r.text
+        seen = counted[0].seen
+        first = api.get("/v1/jobs/team-a/big", headers=a)
+        assert first.status_code == 200 and first.json()["points"] == 50, first.text
+        forwarded = len(seen)
+        repeats = [api.get("/v1/jobs/team-a/big", headers=a) for _ in range(20)]
+        assert [r.status_code for r in repeats] == [200] * 20 and {r.content for r in repeats} == {first.content}
+        assert len(seen) == forwarded, "a repeat within the TTL reached the verbs' process"
+        # Another token, or none, is the verbs' process's to judge: forwarded every time.
+        assert api.get("/v1/jobs/team-a/big", headers=b).status_code == 403
+        assert api.get("/v1/jobs/team-a/big", headers=b).status_code == 403
+        assert api.get("/v1/jobs/team-a/big").status_code == 401
+        assert len(seen) == forwarded + 3
+        # Only the job reads are kept: other GETs and every POST go through.
+        api.get("/metrics")
+        api.get("/metrics")
+        assert len(seen) == forwarded + 5
+        time.sleep(1.1)  # past the TTL: read afresh
+        assert api.get("/v1/jobs/team-a/big", headers=a).status_code == 200
+        assert len(seen) == forwarded + 6
+
+
+def test_the_front_keeps_only_200_job_reads_under_its_byte_cap() -> None:
+    h = [(b"authorization", b"Bearer x")]
+    assert cache_key("GET", b"/v1/jobs/a/b", h) == (b"GET", b"/v1/jobs/a/b", b"Bearer x")
+    assert cache_key("POST", b"/v1/jobs/a/b", h) is None and cache_key("GET", b"/metrics", h) is None
+    assert cache_key("GET", b"/v1/jobs/a/b", h + h) is None
+    assert not storable(404, []) and not storable(200, [(b"cache-control", b"no-store")]) and storable(200, [])
+    cache = ReplyCache(ttl_s=1.0, max_bytes=400)
+    for i in range(5):
+        cache.put((b"GET", b"/v1/jobs/a/%d" % i, b""), [], b"x" * 100, now=0.0)
+    assert cache.bytes == 400 and len(cache) == 4 and cache.get((b"GET", b"/v1/jobs/a/0", b""), 0.5) is None
+    assert cache.get((b"GET", b"/v1/jobs/a/4", b""), 0.5) == ([], b"x" * 100)
+    assert cache.get((b"GET", b"/v1/jobs/a/4", b""), 1.0) is None and cache.bytes == 300  # expired, dropped
+    cache.put((b"GET", b"/v1/jobs/a/big", b""), [], b"x" * 101, now=0.0)  # over a quarter: not kept
+    assert len(cache) == 3
