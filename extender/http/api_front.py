@@ -26,13 +26,13 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from extender.http.admission import BUSY, CLIENT_BUSY, CLIENT_RATE, ELSEWHERE, PROBES, UNRATED, ClientSlots, PeerRate
+from extender.http.body import BodyTooLarge, ClientGone, Receive, Scope, Send, receive_whole_body
 from extender.http.ratelog import RateLimitedLog
 from extender.http.reply_cache import Key, ReplyCache, cache_key, storable
 from extender.http.server import FlowschedServer, server_config
@@ -41,9 +41,6 @@ from extender.http.upstream import Answer, Upstream, UpstreamError
 
 log = logging.getLogger("flowsched.front")
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
 _RETRY = [(b"retry-after", b"1")]
@@ -132,10 +129,11 @@ class FrontApp:
                 self.slots.give_back(peer)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, peer: str) -> None:
-        body = await _read_body(scope, receive, self.config.max_body_bytes)
-        if isinstance(body, _Gone):
+        try:
+            body = await receive_whole_body(scope.get("headers", ()), receive, self.config.max_body_bytes)
+        except ClientGone:
             return  # the client went mid-body: nothing to carry across
-        if body is None:
+        except BodyTooLarge:
             await _send(send, 413, orjson.dumps({"error": f"request body over {self.config.max_body_bytes} bytes"}))
             return
         query = scope.get("query_string") or b""
@@ -182,33 +180,6 @@ async def _reply(send: Send, status: int, headers: list[tuple[bytes, bytes]], ou
     await send({"type": "http.response.start", "status": status,
                 "headers": [*headers, (b"content-length", str(len(out)).encode())]})
     await send({"type": "http.response.body", "body": out})
-
-
-class _Gone:
-    """The client disconnected mid-body."""
-
-
-_GONE = _Gone()
-
-
-async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes | _Gone | None:
-    """The whole body, None past limit (declared or read), _GONE (the object) if the client went."""
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            return None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return _GONE
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def _send(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import Request
+if TYPE_CHECKING:  # the API front reads bodies too and does not load FastAPI
+    from fastapi import Request
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -16,10 +17,13 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
-    """The request body off an ASGI receive channel; BodyTooLarge past limit (declared or read).
+class ClientGone(Exception):
+    """The client disconnected mid-body."""
 
-    A client that disconnects mid-body gets b"" (its answer goes nowhere anyway)."""
+
+async def receive_whole_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
+    """The request body off an ASGI receive channel; BodyTooLarge past limit (declared or read),
+    ClientGone if the client disconnects mid-body."""
     for name, value in headers:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
             raise BodyTooLarge
@@ -28,7 +32,7 @@ async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive,
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b""
+            raise ClientGone
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -36,6 +40,15 @@ async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive,
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
+    """receive_whole_body, except that a client that disconnects mid-body gets b"" (its answer
+    goes nowhere anyway)."""
+    try:
+        return await receive_whole_body(headers, receive, limit)
+    except ClientGone:
+        return b""
 
 
 async def read_body(request: Request, limit: int) -> bytes:
