@@ -27,7 +27,8 @@ import numpy as np
 import orjson
 
 from benchmarks import openb
-from benchmarks.extender_latency import _free_port, rss_mib
+from benchmarks.extender_latency import rss_mib
+from benchmarks.local_serve import free_port
 
 
 def serve(ns: argparse.Namespace) -> int:
@@ -119,7 +120,7 @@ def _stats(ms: list[float]) -> dict[str, float]:
 
 
 def client(ns: argparse.Namespace) -> int:
-    port = _free_port()
+    port = free_port()
     me = [sys.executable, "-m", "benchmarks.debug_contention"]
     server = subprocess.Popen([*me, "serve", "--port", str(port), "--nodes", str(ns.nodes), "--pods", str(ns.pods),
                                "--data", ns.data], stdout=subprocess.PIPE, text=True)

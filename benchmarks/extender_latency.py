@@ -34,12 +34,7 @@ import orjson
 
 from benchmarks import openb
 from benchmarks.csv_rows import write_rows
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from benchmarks.local_serve import free_port
 
 
 def rss_mib(pid: int) -> float:
@@ -174,7 +169,7 @@ def client(ns: argparse.Namespace) -> int:
     import httpx
 
     sizes = [int(x) for x in ns.sizes.split(",")]
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "benchmarks.extender_latency", "serve", "--port", str(port),
            "--nodes", str(max(sizes)), "--pods", str(ns.pods), "--data", ns.data, "--loop", ns.loop, "--http", ns.http,
            *(["--gc-freeze"] if ns.gc_freeze else []), *(["--dra"] if ns.dra else [])]

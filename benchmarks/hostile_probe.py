@@ -28,7 +28,6 @@ import http.client
 import multiprocessing as mp
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,7 +38,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from benchmarks.extender_latency import _free_port, rss_mib
+from benchmarks.extender_latency import rss_mib
+from benchmarks.local_serve import local_flowsched
 
 TOKEN = "probe-token"
 NAMES = [f"node-{i:04d}" for i in range(200)]
@@ -284,40 +284,21 @@ def main() -> int:
                     help="the attack process's nice value: on a box this small it stands for a client on another "
                          "machine (its own CPU is not flowsched's); 0 lets it compete with the verbs for the cores")
     ns = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))
-    (work / "tokens").write_text(f"{TOKEN} team-a\n")
-    port, api_port = _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
-    env.update({"FLOWSCHED_PROGRESS_DB": str(work / "p.sqlite"), "FLOWSCHED_PROGRESS_AUTH": "static",
-                "FLOWSCHED_STATIC_TOKENS_FILE": str(work / "tokens"), "FLOWSCHED_LOG_LEVEL": "warning"})
-    log = (work / "serve.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())",
-                             "serve", "--no-kube", "--host", "127.0.0.1", "--port", str(port),
-                             "--api-port", str(api_port)], stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=1)
-                c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "flowsched serve did not come up"
-            time.sleep(0.2)
+    work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))  # kept: its serve.log is printed at the end
+    with local_flowsched(TOKEN, "team-a", keep_in=work) as served:
+        port, api_port = served.verbs_port, served.api_port
         seed_big_job(api_port)
         verb_round(port, 1.0)  # warm up
         print(f"load average {os.getloadavg()[0]:.1f}; attacker nice {ns.attacker_nice}; "
               f"{len(NAMES)} names per /prioritize; "
-              f"{ns.seconds:.0f} s per round; server RSS (both processes) {tree_rss_mib(proc.pid):.0f} MiB")
+              f"{ns.seconds:.0f} s per round; server RSS (both processes) {tree_rss_mib(served.pid):.0f} MiB")
         for name in ns.only.split(","):
             idle, busy, idle_failed, busy_failed, peak = [], [], 0, 0, 0.0
             for r in range(ns.rounds):  # alternating, so that the box's other load falls on both
                 lat, failed = verb_round(port, ns.seconds)
                 idle.append(lat)
                 idle_failed += failed
-                lat, failed, seen, round_peak = attack_round(name, ns, api_port, port, proc.pid)
+                lat, failed, seen, round_peak = attack_round(name, ns, api_port, port, served.pid)
                 busy.append(lat)
                 busy_failed += failed
                 peak = max(peak, round_peak)
@@ -330,10 +311,6 @@ def main() -> int:
                       f"p99={np.percentile(lat, 99):7.2f} ms max={lat.max():8.2f} ms")
             ratio = np.percentile(np.concatenate(busy), 99) / np.percentile(np.concatenate(idle), 99)
             print(f"  p99 ratio ({name} / idle) = {ratio:.2f}")
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
     print(f"server log: {work / 'serve.log'}")
     return 0
 

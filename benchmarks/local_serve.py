@@ -3,6 +3,7 @@ temporary SQLite store, the verbs and the API on free local ports; stopped on ex
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import signal
@@ -27,6 +28,7 @@ def free_port() -> int:
 class Served:
     api_url: str
     api_port: int
+    verbs_port: int
     token: str
     namespace: str
     db: Path  # the progress store's SQLite file
@@ -34,9 +36,12 @@ class Served:
 
 
 @contextmanager
-def local_flowsched(token: str = "bench-token", namespace: str = "team-a", ready_s: float = 60.0) -> Iterator[Served]:
-    with tempfile.TemporaryDirectory(prefix="flowsched-serve-") as tmp:
-        work = Path(tmp)
+def local_flowsched(token: str = "bench-token", namespace: str = "team-a", ready_s: float = 60.0,
+                    keep_in: Path | None = None) -> Iterator[Served]:
+    """keep_in: a folder that keeps the store and serve.log after exit (else a temporary one)."""
+    with contextlib.ExitStack() as stack:
+        work = keep_in if keep_in is not None else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="flowsched-serve-")))
         (work / "tokens").write_text(f"{token} {namespace}\n")
         port, api_port = free_port(), free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWSCHED_")}
@@ -61,7 +66,8 @@ def local_flowsched(token: str = "bench-token", namespace: str = "team-a", ready
                         tail = (work / "serve.log").read_text()[-2000:]
                         raise RuntimeError(f"flowsched serve did not come up: {tail}")
                     time.sleep(0.2)
-                yield Served(f"http://127.0.0.1:{api_port}", api_port, token, namespace, work / "p.sqlite", proc.pid)
+                yield Served(f"http://127.0.0.1:{api_port}", api_port, port, token, namespace, work / "p.sqlite",
+                             proc.pid)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 try:

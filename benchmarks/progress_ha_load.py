@@ -30,7 +30,8 @@ import numpy as np
 import orjson
 
 from benchmarks import openb
-from benchmarks.extender_latency import _free_port, _percentiles
+from benchmarks.extender_latency import _percentiles
+from benchmarks.local_serve import free_port
 
 TOKEN = "bench-token"
 
@@ -122,7 +123,7 @@ def client(ns: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="flowsched-ha-load-"))
     prom = PrometheusServer(prometheus_binary(), work / "prom", [], extra_args=["--web.enable-remote-write-receiver"])
     prom.start()
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "benchmarks.progress_ha_load", "serve", "--port", str(port),
                                "--nodes", str(ns.nodes), "--pods", str(ns.pods), "--data", ns.data,
                                "--prometheus", prom.url, "--workdir", str(work), "--store", ns.store],
