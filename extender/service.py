@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
 
@@ -33,7 +33,7 @@ from extender.kube.client import load_api_client
 from extender.metrics import Metrics, build_metrics, watch_status
 from extender.periodic import PeriodicRunner
 from extender.progress.convergence import ConvergenceTracker
-from extender.progress.reports import JobReportBook
+from extender.progress.reports import JobReportBook, TrainingReport
 from extender.progress.sources import ProgressSources, build_progress_store, start_progress_sources
 from extender.progress.store import ProgressStore
 from extender.settings import Settings, load_static_tokens
@@ -44,6 +44,7 @@ from extender.telemetry.refresher import TelemetryRefresher, start_telemetry
 from scoring.stopping import EarlyStopping
 
 log = logging.getLogger("flowsched.service")
+_T = TypeVar("_T")
 
 STORE_PROBE_S = 5.0  # the progress store's write probe: /readyz is at most this late
 
@@ -181,31 +182,26 @@ def build_service(settings: Settings) -> Service:
     store = build_progress_store(settings)
     reports = JobReportBook()
 
-    def declared(key: str) -> ProgressSpec | None:
-        """The stopping rule its pods declare by annotation (jobs reporting through logs or Prometheus)."""
+    def stopping_rule(key: str, posted: Callable[[TrainingReport], _T | None],
+                      annotated: Callable[[ProgressSpec], _T | None]) -> _T | None:
+        """One part of the job's stopping rule: what it posted (training.*) wins, else what its pods
+        declare by annotation (jobs reporting through logs or Prometheus)."""
+        report = reports.get(key)
+        value = posted(report) if report is not None else None
+        if value is not None:
+            return value
         pods = state.read().job_pods([key]).get(key, ())
-        return next((p.progress for p in pods if p.progress is not None), None)
+        spec = next((p.progress for p in pods if p.progress is not None), None)
+        return annotated(spec) if spec is not None else None
 
     def planned_end(key: str) -> float | None:
-        report = reports.get(key)
-        if report is not None and report.max_steps:
-            return float(report.max_steps)
-        spec = declared(key)
-        return spec.max_steps if spec is not None else None
+        return stopping_rule(key, lambda r: float(r.max_steps) if r.max_steps else None, lambda s: s.max_steps)
 
     def stop_target(key: str) -> float | None:
-        report = reports.get(key)
-        if report is not None and report.target_metric is not None:
-            return report.target_metric
-        spec = declared(key)
-        return spec.target if spec is not None else None
+        return stopping_rule(key, lambda r: r.target_metric, lambda s: s.target)
 
     def early_stopping(key: str) -> EarlyStopping | None:
-        report = reports.get(key)
-        if report is not None and report.early_stopping is not None:
-            return report.early_stopping
-        spec = declared(key)
-        return spec.early_stopping if spec is not None else None
+        return stopping_rule(key, lambda r: r.early_stopping, lambda s: s.early_stopping)
 
     tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end, stop_target=stop_target,
                                  early_stopping=early_stopping)
