@@ -28,7 +28,7 @@ import orjson
 
 from benchmarks import openb
 from benchmarks.extender_latency import rss_mib
-from benchmarks.local_serve import free_port
+from benchmarks.local_serve import free_port, wait_ready
 
 
 def serve(ns: argparse.Namespace) -> int:
@@ -127,18 +127,8 @@ def client(ns: argparse.Namespace) -> int:
     try:
         assert server.stdout is not None
         print(server.stdout.readline().strip(), flush=True)
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/readyz")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not come up")
-            time.sleep(0.2)
+        if not wait_ready(port, 300, server):
+            raise RuntimeError("server did not come up")
         nodes = openb.replicate(openb.read_nodes(Path(ns.data)), ns.nodes)
         pods = openb.read_pods(Path(ns.data))
         rng = np.random.default_rng(1)

@@ -16,12 +16,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> bool:
+    """Whether a local server's /readyz answered 200 within timeout_s (False as soon as proc,
+    if given, has exited)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            c.request("GET", "/readyz")
+            if c.getresponse().status == 200:
+                return True
+        except OSError:
+            pass
+        if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
 
 
 @dataclass(frozen=True)
@@ -53,19 +71,9 @@ def local_flowsched(token: str = "bench-token", namespace: str = "team-a", ready
                  "--no-kube", "--host", "127.0.0.1", "--port", str(port), "--api-port", str(api_port)],
                 stdout=log, stderr=subprocess.STDOUT, env=env)
             try:
-                deadline = time.monotonic() + ready_s
-                while True:
-                    try:
-                        c = http.client.HTTPConnection("127.0.0.1", api_port, timeout=1)
-                        c.request("GET", "/readyz")
-                        if c.getresponse().status == 200:
-                            break
-                    except OSError:
-                        pass
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        tail = (work / "serve.log").read_text()[-2000:]
-                        raise RuntimeError(f"flowsched serve did not come up: {tail}")
-                    time.sleep(0.2)
+                if not wait_ready(api_port, ready_s, proc):
+                    tail = (work / "serve.log").read_text()[-2000:]
+                    raise RuntimeError(f"flowsched serve did not come up: {tail}")
                 yield Served(f"http://127.0.0.1:{api_port}", api_port, port, token, namespace, work / "p.sqlite",
                              proc.pid)
             finally:

@@ -31,7 +31,7 @@ import orjson
 
 from benchmarks import openb
 from benchmarks.extender_latency import _percentiles
-from benchmarks.local_serve import free_port
+from benchmarks.local_serve import free_port, wait_ready
 
 TOKEN = "bench-token"
 
@@ -132,16 +132,8 @@ def client(ns: argparse.Namespace) -> int:
     try:
         assert server.stdout is not None
         print(server.stdout.readline().strip(), flush=True)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not come up")
-            time.sleep(0.2)
+        if not wait_ready(port, 120, server):
+            raise RuntimeError("server did not come up")
         nodes = openb.read_nodes(Path(ns.data))
         names = [n.name for n in openb.replicate(nodes, ns.nodes)]
         pods = openb.read_pods(Path(ns.data))
