@@ -73,7 +73,7 @@ class WorldBuilder:
         for p in pods:
             if p.node and p.holds_resources:
                 used[p.node] = used.get(p.node, 0.0) + p.requests.gpus
-            if p.phase in ("Succeeded", "Failed") or p.requests.gpus <= 0:
+            if p.phase in ("Succeeded", "Failed") or (p.requests.gpus <= 0 and not p.claims_unseen):
                 continue
             by_job.setdefault(p.job, []).append(p)
             if not p.node and not p.terminating and not p.scheduling_gates:
@@ -135,7 +135,9 @@ class WorldBuilder:
             planned_steps=report.planned_steps, batch_live=report.batch_live,
             step_samples=dict(self.step_samples.get(key, {})),
             step_batches=dict(self.step_batches.get(key, {})),
-            gated_pods=tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
+            # A gang with a pod whose claim is not seen yet is not offered: its GPUs are unknown.
+            gated_pods=() if any(p.claims_unseen for p in ps) else
+            tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),
             # Inference if any pod is (DESIGN §3 classes; never moved or rescaled by flowsched).
             workload=min((str(workload_class(p.workload, p.owner_kind)) for p in ps),
                          key=lambda c: 0 if c == "inference" else 1),

@@ -34,6 +34,9 @@ from extender.snapshot.objects import NodeInfo, PodInfo
 class DraControl:
     pod_gpus: Mapping[str, float]  # pod uid -> DRA GPUs it holds or asks for
     node_gpus: Mapping[str, float]  # node -> DRA GPUs the loops may plan with
+    # Unbound live pods naming a claim the snapshot has not seen: the claim informer can lag the
+    # pods' (or the claim is created after its pod); until it arrives their demand is unknown.
+    unseen: frozenset[str] = frozenset()
 
     def apply(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...]
               ) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...]]:
@@ -41,6 +44,8 @@ class DraControl:
         snapshot's own PodInfo and NodeInfo, which the verbs' columns are built from, stay as read)."""
         def pod(p: PodInfo) -> PodInfo:
             g = self.pod_gpus.get(p.uid, 0.0)
+            if p.uid in self.unseen:
+                p = dataclasses.replace(p, claims_unseen=True)
             return dataclasses.replace(p, requests=dataclasses.replace(p.requests, gpus=p.requests.gpus + g)) \
                 if g else p
 
@@ -108,6 +113,8 @@ def control_gpus(dra: FrozenDra, pods: Sequence[PodInfo]) -> DraControl:
             # pod) asks for them, as a device-plugin pod does until it is bound.
             pod_gpus[owner.uid] += len(whole)
             given[node] |= whole
+    seen = {c.key for c in dra.claims}
+    unseen = frozenset(p.uid for key, ps in naming.items() if key not in seen for p in ps if not p.node)
     node_gpus = {name: float(n.capacity - len(counted.get(name, set()) - given.get(name, set())))
                  for name, n in dra.nodes.items()}
-    return DraControl(MappingProxyType(dict(pod_gpus)), MappingProxyType(node_gpus))
+    return DraControl(MappingProxyType(dict(pod_gpus)), MappingProxyType(node_gpus), unseen)

@@ -160,6 +160,17 @@ def pod_claim_names(spec: Mapping[str, Any], status: Mapping[str, Any] | None) -
     return tuple(names)
 
 
+def awaits_template_claim(spec: Mapping[str, Any], claims: tuple[str, ...] | None) -> bool:
+    """Whether one of the pod's claims comes from a template the resourceclaim controller has not
+    made yet (pod_claim_names left it out): what it asks for is not known until then."""
+    entries = spec.get("resourceClaims")
+    if not isinstance(entries, list) or claims is None:
+        return False
+    named = sum(1 for e in entries
+                if isinstance(e, Mapping) and (e.get("resourceClaimName") or e.get("resourceClaimTemplateName")))
+    return len(claims) < named
+
+
 def named_requests(spec: Mapping[str, Any], names: frozenset[str], skip: str = "") -> float:
     """A pod's effective request of the extended resources `names` (but `skip`), summed, as
     kube-scheduler computes it: max(sum of containers, each init container); a container with a
@@ -254,6 +265,10 @@ class PodInfo:
     # The ResourceClaims it uses (DRA; extender/snapshot/dra.py), by name in its namespace; None
     # when its spec names none. Their GPUs are counted from the claims, not from `requests`.
     claims: tuple[str, ...] | None = None
+    # A claim it uses is not in the snapshot yet (a template claim not made yet: set here; a named
+    # claim the claim watch has not delivered: set by the control view, dra_control.py). Its GPUs
+    # are unknown, so admission must not release it as a pod that asks for none.
+    claims_unseen: bool = False
 
     @property
     def elastic_resized_at(self) -> float | None:
@@ -327,7 +342,8 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         progress=parse_progress_spec(meta, spec, status),
         owner_kind=controller_kind(meta),
         reclaim_idle=_text(ann.get(RECLAIM_IDLE) or labels.get(RECLAIM_IDLE)),
-        claims=pod_claim_names(spec, status),
+        claims=(claims := pod_claim_names(spec, status)),
+        claims_unseen=awaits_template_claim(spec, claims),
     )
 
 

@@ -228,6 +228,9 @@ class StateView:
             nodes = tuple(n for n in self._columns.nodes.values() if n.ready and not n.unschedulable)
             marks = self._migrations.marks()
             dra = self._dra.frozen() if self._dra.has_gpus() or self._dra.claim_count() else None
+        if dra is None and any(p.claims for p in pods):  # claims named, none seen yet: demand unknown
+            with self._lock:
+                dra = self._dra.frozen()
         if dra is not None:
             pods, nodes = control_gpus(dra, pods).apply(pods, nodes)
         return pods, nodes, marks

@@ -402,8 +402,13 @@ def test_admission_releases_a_gated_gang_when_it_fits_free_dra_gpus(dscenario: t
     s.wait_snapshot(lambda snap: _dra_nodes_seen(snap, ("dra-0", "dra-1")), "the DRA nodes", timeout_s=15)
     _job_pod(s, dra, "blocker", "blocker", 3, checkpointable=False)
     s.wait_running("blocker", timeout_s=30)
+    # The pods before their claims, as a controller may create them (and as a lagging claim watch
+    # shows them): a pod naming an unseen claim holds its gang, which is never released in part.
     for i in range(3):
-        _job_pod(s, dra, f"gang-{i}", "gang", 2, gated=True)
+        _job_pod(s, dra, f"gang-{i}", "gang", 2, gated=True, claim=f"gang-{i}-gpus")
+    s.wait_snapshot(lambda snap: all(f"{s.ns}/gang-{i}" in snap["pods"] for i in range(3)), "the gang's pods")
+    for i in range(3):
+        dra.claim(d.resource_claim(f"gang-{i}-gpus", s.ns, count=2))
     job = f"{s.ns}/gang"
 
     def decision() -> str:

@@ -171,6 +171,47 @@ def test_a_gated_gang_is_released_when_it_fits_free_dra_gpus_as_with_the_device_
     assert [(a.kind, a.key, len(a.pods)) for a in dra] == ([("admit", f"{NS}/gang", 3)] if admitted else [])
 
 
+def test_a_gated_pod_whose_claim_the_snapshot_has_not_seen_is_not_released() -> None:
+    """The claim informer can lag the pods' (CI saw it: a gang released with 1 + 4 GPUs free). A pod
+    naming an unseen claim asks for unknown GPUs, not none: its gang waits until the claim arrives."""
+    state = _cluster({"n1": 4, "n2": 4}, dra=True)
+    _pod(state, "blocker", "blocker", 3, dra=True, node_name="n1", age_s=60.0)
+    for i in range(3):
+        body = pod(f"gang-{i}", gpus=0, namespace=NS, labels={"flowsched.io/job": "gang"}, phase="Pending")
+        body["metadata"]["creationTimestamp"] = _iso(NOW - 10.0)
+        body["spec"]["schedulingGates"] = [{"name": GATE}]
+        body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": f"gang-{i}-gpus"}]
+        state.upsert_pod(parse_pod(body))
+    _apply(state, "resourceclaims", d.resource_claim("gang-0-gpus", NS, count=2))  # the others lag
+    pods, _, _ = state.read().control_view()
+    assert {p.name for p in pods if p.claims_unseen} == {"gang-1", "gang-2"}
+    assert plan_at(Admission(_ctx(state)), NOW) == []  # seen as a gang of one pod x 2 GPUs, it would fit
+    for i in range(1, 3):
+        _apply(state, "resourceclaims", d.resource_claim(f"gang-{i}-gpus", NS, count=2))
+    assert not any(p.claims_unseen for p in state.read().control_view()[0])
+    assert plan_at(Admission(_ctx(state)), NOW) == []  # 6 GPUs asked, 1 + 4 free: it waits, now knowingly
+    state.upsert_pod(parse_pod(pod("late", gpus=0, namespace=NS, phase="Pending")))  # no claims: untouched
+    assert not any(p.claims_unseen for p in state.read().control_view()[0])
+
+
+def test_a_template_claim_not_made_yet_holds_its_gang_and_counts_once_made() -> None:
+    state = _cluster({"n1": 4}, dra=True)
+    body = pod("t-0", gpus=0, namespace=NS, labels={"flowsched.io/job": "t"}, phase="Pending")
+    body["spec"]["schedulingGates"] = [{"name": GATE}]
+    body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
+    state.upsert_pod(parse_pod(body))
+    pods, _, _ = state.read().control_view()
+    assert [(p.claims, p.claims_unseen) for p in pods] == [((), True)]
+    assert plan_at(Admission(_ctx(state)), NOW) == []
+    body["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": "t-0-gpus-x1"}]
+    state.upsert_pod(parse_pod(body))
+    assert [p.claims_unseen for p in state.read().control_view()[0]] == [True]  # named, not delivered yet
+    _apply(state, "resourceclaims", d.resource_claim("t-0-gpus-x1", NS, count=2))
+    pods, _, _ = state.read().control_view()
+    assert [(p.requests.gpus, p.claims_unseen) for p in pods] == [(2.0, False)]
+    assert [(a.kind, a.key) for a in plan_at(Admission(_ctx(state)), NOW)] == [("admit", f"{NS}/t")]
+
+
 def test_admission_preempts_only_a_job_whose_claims_it_frees() -> None:
     """A shared claim frees its GPUs only when all its pods go: the jobs sharing one across jobs are
     no candidates, however much service they attained; the job with its own claim is evicted."""
