@@ -75,6 +75,7 @@ def _serve(ns: argparse.Namespace) -> int:
         uds=uds, limits=limits, max_in_flight=settings.max_concurrent_requests,
         per_client=settings.max_in_flight_per_client, rate_per_client_s=settings.api_rate_per_client_s,
         max_body_bytes=max(settings.progress_max_body_bytes, WEBHOOK_MAX_BODY, settings.verb_max_body_bytes),
+        progress_max_body_bytes=settings.progress_max_body_bytes,
         verb_paths=tuple(service.app.verbs), log_level=settings.log_level.lower(), loop=str(loop),
         nice=settings.api_nice, tls_cert_file=settings.tls_cert_file, tls_key_file=settings.tls_key_file), sock)
     service.app.live_checks["api_front"] = front.alive

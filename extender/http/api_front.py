@@ -33,6 +33,7 @@ import orjson
 
 from extender.http.admission import BUSY, CLIENT_BUSY, CLIENT_RATE, ELSEWHERE, PROBES, UNRATED, ClientSlots, PeerRate
 from extender.http.body import BodyTooLarge, ClientGone, Receive, Scope, Send, receive_whole_body
+from extender.http.progress_wire import CHECKED_FORM, MAX_POINTS_PER_REQUEST, BadReport, check_report, encode_checked
 from extender.http.ratelog import RateLimitedLog
 from extender.http.reply_cache import Key, ReplyCache, cache_key, storable
 from extender.http.server import FlowschedServer, server_config
@@ -43,6 +44,7 @@ log = logging.getLogger("flowsched.front")
 
 
 _JSON = [(b"content-type", b"application/json")]
+PROGRESS_PATH = "/v1/progress"
 _RETRY = [(b"retry-after", b"1")]
 
 
@@ -70,6 +72,10 @@ class FrontConfig:
     # job_reply_ttl_s) and repeats answered without forwarding (finding 13); 0: none kept.
     job_reply_ttl_s: float = 1.0
     reply_cache_bytes: int = 32 << 20
+    # POST /v1/progress is parsed and checked here and forwarded in its checked form
+    # (extender.http.progress_wire): the verbs' process then only slices and stores (finding 7).
+    progress_max_body_bytes: int = 1 << 20
+    progress_max_points: int = MAX_POINTS_PER_REQUEST
 
     def to_json(self) -> str:
         return orjson.dumps(dataclasses.asdict(self)).decode()
@@ -138,6 +144,9 @@ class FrontApp:
             return
         query = scope.get("query_string") or b""
         target = (scope.get("raw_path") or scope["path"].encode()) + (b"?" + query if query else b"")
+        form = None
+        if scope["method"] == "POST" and scope["path"] == PROGRESS_PATH:
+            body, form = self._checked_report(body), CHECKED_FORM.encode()
         key = cache_key(scope["method"], target, scope["headers"]) if not body else None
         if key is not None:
             kept = self.replies.get(key, time.monotonic())
@@ -149,17 +158,27 @@ class FrontApp:
                 await _reply(send, 200, *kept)
                 return
         try:
-            status, headers, out = await self._fetch(key, scope["method"], target, scope["headers"], body, peer)
+            status, headers, out = await self._fetch(key, scope["method"], target, scope["headers"], body, peer, form)
         except UpstreamError as e:
             self.events.note("upstream", "could not forward a request: %s", e)
             await _send(send, 503, b'{"error":"flowsched is restarting; retry"}', _RETRY)
             return
         await _reply(send, status, headers, out)
 
+    def _checked_report(self, body: bytes) -> bytes:
+        """The report's checked form, or its refusal's (forwarded all the same: the verbs'
+        process checks the token first, and counts the answer)."""
+        if len(body) > self.config.progress_max_body_bytes:
+            return encode_checked(BadReport(413, f"body over {self.config.progress_max_body_bytes} bytes"))
+        try:
+            return encode_checked(check_report(body, self.config.progress_max_points))
+        except BadReport as e:
+            return encode_checked(e)
+
     async def _fetch(self, key: Key | None, method: str, target: bytes, headers: list[tuple[bytes, bytes]],
-                     body: bytes, peer: str) -> Answer:
+                     body: bytes, peer: str, form: bytes | None = None) -> Answer:
         if key is None:
-            return await self.upstream.request(method, target, headers, body, peer)
+            return await self.upstream.request(method, target, headers, body, peer, form)
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.fetching[key] = future
         try:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.http.api_front import FrontConfig
-from extender.http.upstream import FRONT_PEER_HEADER
+from extender.http.upstream import FRONT_PEER_HEADER, FRONT_SCOPE_KEY
 
 log = logging.getLogger("flowsched.http")
 
@@ -53,7 +53,8 @@ def private_socket_path() -> str:
 class FrontPeer:
     """ASGI wrapper for the Unix-socket listener: the client is the peer the front names (the
     API's per-peer TokenReview budget and the debug pages' loopback check read it). Only the front
-    can reach that socket, and it always sets the header (a tenant's own is dropped there)."""
+    can reach that socket, and it always sets the header (a tenant's own is dropped there); the
+    scope is marked as the front's, so a body form it names (FRONT_FORM_HEADER) is trusted."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -65,6 +66,7 @@ class FrontPeer:
                 if name == FRONT_PEER_HEADER:
                     peer = value.decode("ascii", "replace")
             scope["client"] = (peer, 0) if peer else None
+            scope[FRONT_SCOPE_KEY] = True  # its FRONT_FORM_HEADER is the front's word too
         await self.app(scope, receive, send)
 
 

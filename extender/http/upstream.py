@@ -14,9 +14,14 @@ from collections.abc import Iterable, Sequence
 import httptools
 
 FRONT_PEER_HEADER = b"x-flowsched-peer"
+# The form the front turned a body into (extender.http.progress_wire); trusted, like the peer,
+# only on requests marked FRONT_SCOPE_KEY by the verbs' process's Unix-socket listener.
+FRONT_FORM_HEADER = b"x-flowsched-form"
+FRONT_SCOPE_KEY = "flowsched.front"
 # Not carried across: hop-by-hop, framing (recomputed), and the peer (the front's word only).
 _REQUEST_DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade",
-                           b"te", b"trailer", b"expect", b"proxy-connection", FRONT_PEER_HEADER})
+                           b"te", b"trailer", b"expect", b"proxy-connection", FRONT_PEER_HEADER,
+                           FRONT_FORM_HEADER})
 _REPLY_DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"date",
                          b"server"})
 
@@ -60,11 +65,13 @@ class _Conn:
 
 
 def encode_request(method: str, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
-                   peer: str) -> bytes:
+                   peer: str, form: bytes | None = None) -> bytes:
     out = [method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n"]
     for name, value in headers:
         if name.lower() not in _REQUEST_DROP:
             out += [name, b": ", value, b"\r\n"]
+    if form is not None:
+        out += [FRONT_FORM_HEADER, b": ", form, b"\r\n"]
     out += [FRONT_PEER_HEADER, b": ", peer.encode("ascii", "replace"), b"\r\n",
             b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
     return b"".join(out)
@@ -93,8 +100,8 @@ class Upstream:
         return None
 
     async def request(self, method: str, target: bytes, headers: Sequence[tuple[bytes, bytes]], body: bytes,
-                      peer: str) -> Answer:
-        data = encode_request(method, target, headers, body, peer)
+                      peer: str, form: bytes | None = None) -> Answer:
+        data = encode_request(method, target, headers, body, peer, form)
         conn = self._reuse()
         if conn is not None:
             try:
