@@ -38,6 +38,10 @@ class _Reply:
         self.body: list[bytes] = []
         self.head_only = head_only
         self.done = False
+        self.parser: httptools.HttpResponseParser | None = None
+        # Read while the head is parsed: httptools answers False once the message is complete,
+        # so asked afterwards no connection was ever kept for reuse.
+        self.keep_alive = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
@@ -45,6 +49,7 @@ class _Reply:
             self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
         if self.head_only:
             self.done = True
 
@@ -77,10 +82,17 @@ def encode_request(method: str, target: bytes, headers: Iterable[tuple[bytes, by
     return b"".join(out)
 
 
+# Retried once on a fresh connection when a reused one fails before any byte of an answer.
+# Not POST: the verbs' process may have read and applied it before the connection broke (a
+# progress batch would be stored twice), and nothing here can tell; the client gets a 503.
+RETRIED_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class Upstream:
-    """Requests to the verbs' process. A kept-alive connection idle longer than idle_s is not
-    reused (the other side closes its own after its keep-alive); a reused one that fails before
-    any byte of an answer is retried once on a fresh connection (it was closed under us)."""
+    """Requests to the verbs' process. A kept-alive connection idle longer than idle_s, or one
+    the other side already closed, is not reused (the other side closes its own after its
+    keep-alive); a reused one that fails before any byte of an answer is retried once on a fresh
+    connection (it was closed under us) when the method is one of RETRIED_METHODS."""
 
     def __init__(self, uds: str, timeout_s: float = 60.0, idle_s: float = 20.0) -> None:
         self.uds, self.timeout_s, self.idle_s = uds, timeout_s, idle_s
@@ -94,7 +106,7 @@ class Upstream:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if now - conn.used_at < self.idle_s and not conn.writer.is_closing():
+            if now - conn.used_at < self.idle_s and not conn.writer.is_closing() and not conn.reader.at_eof():
                 return conn
             conn.close()
         return None
@@ -106,8 +118,10 @@ class Upstream:
         if conn is not None:
             try:
                 return await self._exchange(conn, data, method == "HEAD")
-            except _Untouched:
-                pass  # closed while idle: once more on a fresh connection
+            except _Untouched as e:
+                if method not in RETRIED_METHODS:
+                    raise UpstreamError("the verbs' process closed the connection; not retried") from e
+                # closed while idle: once more on a fresh connection
         try:
             conn = await self._connect()
         except OSError as e:
@@ -119,7 +133,7 @@ class Upstream:
 
     async def _exchange(self, conn: _Conn, data: bytes, head_only: bool) -> Answer:
         reply = _Reply(head_only)
-        parser = httptools.HttpResponseParser(reply)
+        parser = reply.parser = httptools.HttpResponseParser(reply)
         got = 0
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -139,7 +153,7 @@ class Upstream:
             if not got:
                 raise _Untouched from e
             raise UpstreamError(f"the verbs' process broke off its answer: {e}") from e
-        if head_only or not parser.should_keep_alive():
+        if head_only or not reply.keep_alive:
             conn.close()
         else:
             conn.used_at = time.monotonic()
