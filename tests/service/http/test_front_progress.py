@@ -36,7 +36,8 @@ class _Heard:
     """The requests the verbs' process gets from the front: path, form header, body."""
 
     def __init__(self, app: Any) -> None:
-        self.app, self.seen = app, []  # type: list[tuple[str, bytes | None, bytes]]
+        self.app = app
+        self.seen: list[tuple[str, bytes | None, bytes]] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -130,7 +131,8 @@ def test_the_checked_form_round_trips_and_is_cheap_to_read() -> None:
     assert decode_checked(wire) == checked
     kept, reasons = split_points(decode_checked(wire), time.time())
     assert len(kept.rows) == 100 and reasons == {} and kept.names == frozenset(NAMES)
-    assert orjson.loads(kept.rows[0][4]) == dict.fromkeys(NAMES, 1.0)
+    blob = kept.rows[0][4]
+    assert blob is not None and orjson.loads(blob) == dict.fromkeys(NAMES, 1.0)
     with pytest.raises(BadReport) as e:
         decode_checked(encode_checked(BadReport(413, "too big")))
     assert (e.value.status, e.value.message) == (413, "too big")
