@@ -7,8 +7,10 @@ one port and the API on another, then for each attack: a round of /prioritize ca
 verbs' port with nothing else going on (one kept-alive connection, like kube-scheduler), and a
 round with the attack running in another process against the API port, alternating `--rounds`
 times (the box's other load then falls on both conditions). Prints p50/p99/max of
-the verbs and their failures in each round, the p99 ratio, the server's peak RSS and what the
-attack itself saw. Attacks (finding numbers of issue 33):
+the verbs and their failures in each round, the p99 ratio, the server's peak RSS, what the
+attack itself saw, and the CPU seconds the verbs' process and the front spent in each round (the
+verbs' process's include answering the measuring calls: compare its idle rounds'), which a busy
+box's load does not blur as it does the p99. Attacks (finding numbers of issue 33):
 
   ws        1: 1,100 one-packet `Upgrade: websocket` connections, held open
   headers   2: 8 connections sending endless header lines
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -209,6 +212,20 @@ def tree_rss_mib(pid: int) -> float:
     return total
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def front_pid(pid: int) -> int | None:
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(kids[0]) if kids else None
+
+
 def verb_round(port: int, seconds: float) -> tuple[np.ndarray, int]:
     """prioritize calls on one kept-alive connection for `seconds`: latencies (ms), failures."""
     lat: list[float] = []
@@ -260,12 +277,20 @@ def attack_round(name: str, ns: argparse.Namespace, api_port: int, port: int, se
     w = threading.Thread(target=watch, daemon=True)
     w.start()
     time.sleep(1.0)  # the attack under way
+    front = front_pid(server_pid)
+    cpu0 = cpu_s(server_pid), cpu_s(front) if front else math.nan
     busy, busy_failed = verb_round(port, ns.seconds)
+    seen_cpu: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        cpu1 = cpu_s(server_pid), cpu_s(front) if front else math.nan
+        # The verbs' process's CPU includes the measuring calls themselves (compare an idle round's).
+        seen_cpu = {"verbs_process_cpu_s": round(cpu1[0] - cpu0[0], 2), "front_cpu_s": round(cpu1[1] - cpu0[1], 2)}
     stop.set()
     try:
         seen = out.get(timeout=30)
     except Exception:
         seen = {}
+    seen.update(seen_cpu)
     child.join(10)
     if child.is_alive():
         child.kill()
@@ -295,7 +320,9 @@ def main() -> int:
         for name in ns.only.split(","):
             idle, busy, idle_failed, busy_failed, peak = [], [], 0, 0, 0.0
             for r in range(ns.rounds):  # alternating, so that the box's other load falls on both
+                cpu0 = cpu_s(served.pid)
                 lat, failed = verb_round(port, ns.seconds)
+                idle_cpu = cpu_s(served.pid) - cpu0
                 idle.append(lat)
                 idle_failed += failed
                 lat, failed, seen, round_peak = attack_round(name, ns, api_port, port, served.pid)
@@ -303,7 +330,8 @@ def main() -> int:
                 busy_failed += failed
                 peak = max(peak, round_peak)
                 print(f"{name} round {r + 1}: attack saw {seen}; p99 {np.percentile(idle[-1], 99):.2f} ms idle, "
-                      f"{np.percentile(lat, 99):.2f} ms under attack")
+                      f"{np.percentile(lat, 99):.2f} ms under attack; verbs' process CPU {idle_cpu:.2f} s idle; "
+                      f"load {os.getloadavg()[0]:.1f}")
             print(f"{name}: server peak RSS (both processes) {peak:.0f} MiB")
             for label, lats, failed in (("idle", idle, idle_failed), (name, busy, busy_failed)):
                 lat = np.concatenate(lats)

@@ -18,7 +18,7 @@ log = logging.getLogger("flowsched")
 
 def _serve(ns: argparse.Namespace) -> int:
     from extender.http.api_front import FrontConfig
-    from extender.http.front_process import ApiFront, FrontPeer, bind_listener, private_socket_path
+    from extender.http.front_process import ApiFront, FrontPeer, bind_listener, private_socket_path, refusals_counter
     from extender.http.listeners import serve_listeners
     from extender.http.server import server_config
     from extender.http.server_limits import ServerLimits
@@ -75,8 +75,10 @@ def _serve(ns: argparse.Namespace) -> int:
         uds=uds, limits=limits, max_in_flight=settings.max_concurrent_requests,
         per_client=settings.max_in_flight_per_client, rate_per_client_s=settings.api_rate_per_client_s,
         max_body_bytes=max(settings.progress_max_body_bytes, WEBHOOK_MAX_BODY, settings.verb_max_body_bytes),
+        progress_max_body_bytes=settings.progress_max_body_bytes,
         verb_paths=tuple(service.app.verbs), log_level=settings.log_level.lower(), loop=str(loop),
-        nice=settings.api_nice, tls_cert_file=settings.tls_cert_file, tls_key_file=settings.tls_key_file), sock)
+        nice=settings.api_nice, tls_cert_file=settings.tls_cert_file, tls_key_file=settings.tls_key_file), sock,
+        refusals=refusals_counter(service.metrics.registry))
     service.app.live_checks["api_front"] = front.alive
     return serve_listeners(verbs, api, settings.gil_switch_interval_s, front)
 

@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.routing import BaseRoute
 
 from extender.http.debug_gate import debug_router
-from extender.http.progress_api import ReportIn
+from extender.http.progress_wire import ReportIn
 
 TITLE = "flowsched"
 VERSION = "0.1.0"

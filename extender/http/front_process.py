@@ -24,8 +24,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
+
 from extender.http.api_front import FrontConfig
-from extender.http.upstream import FRONT_PEER_HEADER
+from extender.http.front_counts import RefusalReader
+from extender.http.upstream import FRONT_PEER_HEADER, FRONT_SCOPE_KEY
 
 log = logging.getLogger("flowsched.http")
 
@@ -53,7 +56,8 @@ def private_socket_path() -> str:
 class FrontPeer:
     """ASGI wrapper for the Unix-socket listener: the client is the peer the front names (the
     API's per-peer TokenReview budget and the debug pages' loopback check read it). Only the front
-    can reach that socket, and it always sets the header (a tenant's own is dropped there)."""
+    can reach that socket, and it always sets the header (a tenant's own is dropped there); the
+    scope is marked as the front's, so a body form it names (FRONT_FORM_HEADER) is trusted."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -65,15 +69,26 @@ class FrontPeer:
                 if name == FRONT_PEER_HEADER:
                     peer = value.decode("ascii", "replace")
             scope["client"] = (peer, 0) if peer else None
+            scope[FRONT_SCOPE_KEY] = True  # its FRONT_FORM_HEADER is the front's word too
         await self.app(scope, receive, send)
 
 
-class ApiFront:
-    """The front's process, started on `sock`, supervised from the verbs' event loop (check())."""
+def refusals_counter(registry: CollectorRegistry) -> Counter:
+    return Counter("flowsched_api_front_refusals", "Requests the API port's front answered itself, not forwarded "
+                   "(429 a peer past its rate, 503 busy or the verbs' process unreachable, 413, 404 a verb path)",
+                   ["code", "reason"], registry=registry)
 
-    def __init__(self, config: FrontConfig, sock: socket.socket, restarts: int = 5, window_s: float = 300.0) -> None:
+
+class ApiFront:
+    """The front's process, started on `sock`, supervised from the verbs' event loop (check()),
+    which also adds the front's own refusals to `refusals` (extender.http.front_counts)."""
+
+    def __init__(self, config: FrontConfig, sock: socket.socket, restarts: int = 5, window_s: float = 300.0,
+                 refusals: Counter | None = None) -> None:
         self.config, self.sock = config, sock
         self.restarts, self.window_s = restarts, window_s
+        self.refusals = refusals
+        self.counts: RefusalReader | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.deaths: collections.deque[float] = collections.deque()
         self.stopping = False
@@ -81,6 +96,11 @@ class ApiFront:
     def _spawn(self) -> int:
         """Start the front; the read end of its ready pipe."""
         ready_r, ready_w = os.pipe()
+        counts_r, counts_w = os.pipe()
+        self.read_counts()  # what the previous front wrote before it died
+        if self.counts is not None:
+            self.counts.close()
+        self.counts = RefusalReader(counts_r)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the package's checkout or site-packages
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
@@ -88,11 +108,12 @@ class ApiFront:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "extender.http.api_front", "--listen-fd", str(fd), "--ready-fd", str(ready_w),
-                 "--config", self.config.to_json()],
-                pass_fds=(fd, ready_w), env=env,
+                 "--counts-fd", str(counts_w), "--config", self.config.to_json()],
+                pass_fds=(fd, ready_w, counts_w), env=env,
                 start_new_session=True)  # a terminal's Ctrl-C reaches this process only; it stops the front
         finally:
             os.close(ready_w)
+            os.close(counts_w)
         return ready_r
 
     def start(self, timeout_s: float = 30.0) -> bool:
@@ -111,9 +132,18 @@ class ApiFront:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def read_counts(self) -> None:
+        """The refusals the front has reported so far, added to the counter."""
+        if self.counts is None:
+            return
+        for (code, reason), n in self.counts.drain().items():
+            if self.refusals is not None:
+                self.refusals.labels(code, reason).inc(n)
+
     def check(self) -> bool:
         """Called every tick of the verbs' loop: a dead front is restarted (not waited for: the
         socket keeps its backlog); False once it has died more than `restarts` times in window_s."""
+        self.read_counts()
         if self.stopping or self.alive():
             return True
         code = self.proc.returncode if self.proc is not None else None
@@ -152,5 +182,8 @@ class ApiFront:
             self.proc.wait(5.0)
 
     def close(self) -> None:
+        self.read_counts()
+        if self.counts is not None:
+            self.counts.close()
         self.sock.close()
         shutil.rmtree(Path(self.config.uds).parent, ignore_errors=True)

@@ -31,7 +31,6 @@ GET /v1/jobs/{namespace}/{job} (same token rule): the job's history summary, pha
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import re
@@ -48,31 +47,31 @@ import numpy.typing as npt
 import orjson
 from fastapi import APIRouter, Header, Request, Response
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    ValidationError,
-)
 
 from extender.http.auth import Authenticator, AuthError, Identity, bearer_token
 from extender.http.body import BodyTooLarge, read_body
+from extender.http.progress_wire import (
+    CHECKED_BODY_FACTOR,
+    CHECKED_FORM,
+    JOB_PATTERN,
+    MAX_POINTS_PER_REQUEST,
+    NAMESPACE_PATTERN,
+    BadReport,
+    CheckedReport,
+    check_report,
+    decode_checked,
+)
+from extender.http.upstream import FRONT_FORM_HEADER, FRONT_SCOPE_KEY
 from extender.progress.reports import JobReportBook, TrainingReport
-from extender.progress.store import JobHistory, ProgressPoint, ProgressStore, QuotaExceeded
+from extender.progress.store import EncodedPoints, JobHistory, ProgressStore, QuotaExceeded, Row, point_bytes
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
 from scoring.job_end import Series, predict_end
 from scoring.stopping import EarlyStopping, StoppingRule
 
 log = logging.getLogger("flowsched.progress")
+FORM_HEADER = FRONT_FORM_HEADER.decode()
 
-NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-JOB_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN.replace("$", r"\Z"))
 _JOB_RE = re.compile(JOB_PATTERN.replace("$", r"\Z"))
 
@@ -81,7 +80,7 @@ _JOB_RE = re.compile(JOB_PATTERN.replace("$", r"\Z"))
 class ProgressApiSettings:
     convergence: ConvergenceSettings = field(default_factory=ConvergenceSettings)
     max_body_bytes: int = 1 << 20
-    max_points_per_request: int = 10_000
+    max_points_per_request: int = MAX_POINTS_PER_REQUEST
     # A point stamped further ahead than this is rejected: a job whose last timestamp lies far in
     # the future would never be pruned as idle (a clock this far off is a bug, not skew).
     max_future_skew_s: float = 3600.0
@@ -92,84 +91,6 @@ class ProgressApiSettings:
     # GET /v1/jobs answers from a reply at most this old (a POST to the job drops it): readers
     # looping on a job cost an auth check and a lookup, not a read and encoding of its history.
     job_reply_ttl_s: float = 1.0
-
-
-def _utf8(text: str) -> str:
-    """Refuse what JSON can carry but UTF-8 (SQLite, logs, replies) cannot: lone surrogates."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"not valid Unicode text (lone surrogate at {e.start})") from None
-    return text
-
-
-MetricName = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(_utf8)]
-
-
-def _int_as_float(x: object) -> object:
-    """A JSON integer as a float; one beyond the float range (10**400) is a field error, not a 500."""
-    if isinstance(x, int) and not isinstance(x, bool):
-        try:
-            return float(x)
-        except OverflowError:
-            raise ValueError("number beyond the float range") from None
-    return x
-
-
-# A number, integer or not, read as a float (bools and strings are refused as by StrictFloat).
-Number = Annotated[StrictFloat, BeforeValidator(_int_as_float)]
-
-
-class PointIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    step: StrictInt = Field(ge=0, le=2**63 - 1)
-    loss: StrictFloat | None  # null, NaN and inf are rejected per point; a string is a 400
-    timestamp: StrictFloat | None = None
-    metrics: dict[MetricName, StrictFloat | None] | None = Field(default=None, max_length=64)
-
-
-class EarlyStoppingIn(BaseModel):
-    """Lightning's EarlyStopping(monitor, min_delta, patience, mode): each reported point carrying
-    the monitored series (the loss when metric is null, else metrics[metric]) is one evaluation."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    patience: StrictInt = Field(ge=1, le=2**31)
-    min_delta: Number = Field(default=0.0, ge=0, allow_inf_nan=False)
-    metric: MetricName | None = None
-    higher_is_better: StrictBool | None = None  # null: the job's direction
-
-    def rule(self) -> EarlyStopping:
-        return EarlyStopping(self.patience, float(self.min_delta), self.metric, self.higher_is_better)
-
-
-class TrainingIn(BaseModel):
-    """What the job reports about its batch (for the elastic optimizer); every field optional."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    batch_size: StrictInt | None = Field(default=None, ge=1, le=2**31)
-    batch_min: StrictInt | None = Field(default=None, ge=1, le=2**31)
-    batch_max: StrictInt | None = Field(default=None, ge=1, le=2**31)
-    grad_sqr: Number | None = Field(default=None, ge=0, allow_inf_nan=False)
-    grad_var: Number | None = Field(default=None, ge=0, allow_inf_nan=False)
-    max_steps: StrictInt | None = Field(default=None, ge=1, le=2**63 - 1)
-    batch_live: StrictBool | None = None  # adopts a planned batch while it runs (no restart needed)
-    # The value of the reported metric at which the job stops (its own units and direction).
-    target_metric: Number | None = Field(default=None, allow_inf_nan=False)
-    early_stopping: EarlyStoppingIn | None = None
-
-
-class ReportIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    namespace: str = Field(min_length=1, max_length=63, pattern=NAMESPACE_PATTERN)
-    job: str = Field(min_length=1, max_length=253, pattern=JOB_PATTERN)
-    pod: Annotated[str, AfterValidator(_utf8)] | None = Field(default=None, max_length=253)
-    higher_is_better: StrictBool | None = None
-    points: list[PointIn] = Field(min_length=1)
-    training: TrainingIn | None = None
 
 
 @dataclass(frozen=True)
@@ -200,45 +121,21 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def parse_json(raw: bytes) -> Any:
-    """orjson first; on failure the stdlib, which also reads NaN/Infinity literals."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as first:
-        try:
-            return json.loads(raw)
-        except (ValueError, RecursionError):
-            raise first from None
-
-
-def validation_message(err: ValidationError) -> str:
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "body"
-    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{more}"
-
-
-def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0,
-                 max_age_s: float = math.inf) -> tuple[list[ProgressPoint], dict[str, int]]:
-    """Valid points to store, and the count of rejected ones by reason.
+def split_points(report: CheckedReport, now: float, max_future_skew_s: float = 3600.0,
+                 max_age_s: float = math.inf) -> tuple[EncodedPoints, dict[str, int]]:
+    """The checked report's points to store, and the count of refused ones by reason (the
+    clock-free reasons check_report found, then those that need the clock).
 
     max_age_s is the store's idle window: a point stamped further back would be acknowledged and
     then deleted, with its whole job, by the next prune (seconds since the job's start sent as
     timestamps, or a client clock days behind), so it is rejected here instead.
     """
-    kept: list[ProgressPoint] = []
-    reasons: dict[str, int] = {}
+    rows: list[Row] = []
+    reasons = dict(report.reasons)
+    size = 0
     for p in report.points:
         reason = None
-        if p.loss is None:
-            reason = "loss_null"
-        elif math.isnan(p.loss):
-            reason = "loss_nan"
-        elif math.isinf(p.loss):
-            reason = "loss_inf"
-        elif p.timestamp is not None and not math.isfinite(p.timestamp):
-            reason = "timestamp_not_finite"
-        elif p.timestamp is not None and p.timestamp > now + max_future_skew_s:
+        if p.timestamp is not None and p.timestamp > now + max_future_skew_s:
             reason = "timestamp_future"
         elif p.timestamp is not None and p.timestamp < 0:
             reason = "timestamp_negative"
@@ -247,16 +144,9 @@ def split_points(report: ReportIn, now: float, max_future_skew_s: float = 3600.0
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
             continue
-        assert p.loss is not None
-        metrics = None
-        if p.metrics:
-            metrics = {k: v for k, v in p.metrics.items() if v is not None and math.isfinite(v)}
-            dropped = len(p.metrics) - len(metrics)
-            if dropped:  # a bad side metric does not spoil the loss
-                reasons["metric_not_finite"] = reasons.get("metric_not_finite", 0) + dropped
-        ts = p.timestamp if p.timestamp is not None else now
-        kept.append(ProgressPoint(step=p.step, value=p.loss, timestamp=ts, pod=report.pod, metrics=metrics))
-    return kept, reasons
+        rows.append((p.step, p.loss, p.timestamp if p.timestamp is not None else now, report.pod, p.metrics))
+        size += point_bytes(report.job, report.pod, p.metrics)
+    return EncodedPoints(tuple(rows), size, report.metric_names), reasons
 
 
 def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None,
@@ -381,6 +271,24 @@ def build_progress_router(
         metrics.requests.labels(route, str(response.status_code)).inc()
         return response
 
+    async def read_report(request: Request) -> CheckedReport:
+        """The body's report, checked; from the API front, the form it already checked (a
+        tenant cannot send that: the front drops the header, and only the front reaches the
+        socket whose requests are marked)."""
+        if request.scope.get(FRONT_SCOPE_KEY) and request.headers.get(FORM_HEADER) == CHECKED_FORM:
+            try:
+                return decode_checked(await read_body(request, CHECKED_BODY_FACTOR * settings.max_body_bytes))
+            except BodyTooLarge:
+                raise BadReport(413, f"body over {settings.max_body_bytes} bytes") from None
+            except ValueError as e:
+                log.error("the API front forwarded a report this process cannot read: %s", e)
+                raise BadReport(400, "report could not be read") from e
+        try:
+            raw = await read_body(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            raise BadReport(413, f"body over {settings.max_body_bytes} bytes") from None
+        return check_report(raw, settings.max_points_per_request)
+
     @router.post("/v1/progress")
     async def post_progress(
         request: Request, authorization: Annotated[str | None, Header()] = None
@@ -389,23 +297,11 @@ def build_progress_router(
         if isinstance(who, Response):
             return reply("progress", who)
         try:
-            raw = await read_body(request, settings.max_body_bytes)
-        except BodyTooLarge:
-            return reply("progress", _error(413, f"body over {settings.max_body_bytes} bytes"))
-        try:
-            report = ReportIn.model_validate(parse_json(raw))
-        except orjson.JSONDecodeError as e:
-            return reply("progress", _error(400, f"body is not valid JSON: {e}"))
-        except ValidationError as e:
-            return reply("progress", _error(400, validation_message(e)))
-        if len(report.points) > settings.max_points_per_request:
-            return reply("progress", _error(413, f"points: more than {settings.max_points_per_request}"))
+            report = await read_report(request)
+        except BadReport as e:
+            return reply("progress", _error(e.status, e.message))
         if not who.may_write(report.namespace):
             return reply("progress", _error(403, f"{who.username} may not report for namespace {report.namespace}"))
-
-        if report.training is not None and report.training.batch_min and report.training.batch_max and \
-                report.training.batch_min > report.training.batch_max:
-            return reply("progress", _error(400, "training: batch_min is above batch_max"))
         now = clock()
         kept, reasons = split_points(report, now, settings.max_future_skew_s,
                                      max(0.0, store.max_idle_s - settings.prune_slack_s))
@@ -421,9 +317,9 @@ def build_progress_router(
         except sqlite3.Error as e:
             log.error("progress store write failed for %s/%s: %s", report.namespace, report.job, e)
             return reply("progress", _error(503, "progress store unavailable; retry later"))
-        rejected = len(report.points) - stored
-        if stored < len(kept):
-            reasons["not_stored"] = len(kept) - stored
+        rejected = report.received - stored
+        if stored < len(kept.rows):
+            reasons["not_stored"] = len(kept.rows) - stored
         metrics.points.labels("accepted").inc(stored)
         for reason, n in reasons.items():
             if reason != "metric_not_finite":

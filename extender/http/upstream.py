@@ -14,9 +14,14 @@ from collections.abc import Iterable, Sequence
 import httptools
 
 FRONT_PEER_HEADER = b"x-flowsched-peer"
+# The form the front turned a body into (extender.http.progress_wire); trusted, like the peer,
+# only on requests marked FRONT_SCOPE_KEY by the verbs' process's Unix-socket listener.
+FRONT_FORM_HEADER = b"x-flowsched-form"
+FRONT_SCOPE_KEY = "flowsched.front"
 # Not carried across: hop-by-hop, framing (recomputed), and the peer (the front's word only).
 _REQUEST_DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade",
-                           b"te", b"trailer", b"expect", b"proxy-connection", FRONT_PEER_HEADER})
+                           b"te", b"trailer", b"expect", b"proxy-connection", FRONT_PEER_HEADER,
+                           FRONT_FORM_HEADER})
 _REPLY_DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"date",
                          b"server"})
 
@@ -33,6 +38,10 @@ class _Reply:
         self.body: list[bytes] = []
         self.head_only = head_only
         self.done = False
+        self.parser: httptools.HttpResponseParser | None = None
+        # Read while the head is parsed: httptools answers False once the message is complete,
+        # so asked afterwards no connection was ever kept for reuse.
+        self.keep_alive = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
@@ -40,6 +49,7 @@ class _Reply:
             self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
         if self.head_only:
             self.done = True
 
@@ -60,20 +70,29 @@ class _Conn:
 
 
 def encode_request(method: str, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes,
-                   peer: str) -> bytes:
+                   peer: str, form: bytes | None = None) -> bytes:
     out = [method.encode("ascii"), b" ", target, b" HTTP/1.1\r\n"]
     for name, value in headers:
         if name.lower() not in _REQUEST_DROP:
             out += [name, b": ", value, b"\r\n"]
+    if form is not None:
+        out += [FRONT_FORM_HEADER, b": ", form, b"\r\n"]
     out += [FRONT_PEER_HEADER, b": ", peer.encode("ascii", "replace"), b"\r\n",
             b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
     return b"".join(out)
 
 
+# Retried once on a fresh connection when a reused one fails before any byte of an answer.
+# Not POST: the verbs' process may have read and applied it before the connection broke (a
+# progress batch would be stored twice), and nothing here can tell; the client gets a 503.
+RETRIED_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 class Upstream:
-    """Requests to the verbs' process. A kept-alive connection idle longer than idle_s is not
-    reused (the other side closes its own after its keep-alive); a reused one that fails before
-    any byte of an answer is retried once on a fresh connection (it was closed under us)."""
+    """Requests to the verbs' process. A kept-alive connection idle longer than idle_s, or one
+    the other side already closed, is not reused (the other side closes its own after its
+    keep-alive); a reused one that fails before any byte of an answer is retried once on a fresh
+    connection (it was closed under us) when the method is one of RETRIED_METHODS."""
 
     def __init__(self, uds: str, timeout_s: float = 60.0, idle_s: float = 20.0) -> None:
         self.uds, self.timeout_s, self.idle_s = uds, timeout_s, idle_s
@@ -87,20 +106,22 @@ class Upstream:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if now - conn.used_at < self.idle_s and not conn.writer.is_closing():
+            if now - conn.used_at < self.idle_s and not conn.writer.is_closing() and not conn.reader.at_eof():
                 return conn
             conn.close()
         return None
 
     async def request(self, method: str, target: bytes, headers: Sequence[tuple[bytes, bytes]], body: bytes,
-                      peer: str) -> Answer:
-        data = encode_request(method, target, headers, body, peer)
+                      peer: str, form: bytes | None = None) -> Answer:
+        data = encode_request(method, target, headers, body, peer, form)
         conn = self._reuse()
         if conn is not None:
             try:
                 return await self._exchange(conn, data, method == "HEAD")
-            except _Untouched:
-                pass  # closed while idle: once more on a fresh connection
+            except _Untouched as e:
+                if method not in RETRIED_METHODS:
+                    raise UpstreamError("the verbs' process closed the connection; not retried") from e
+                # closed while idle: once more on a fresh connection
         try:
             conn = await self._connect()
         except OSError as e:
@@ -112,7 +133,7 @@ class Upstream:
 
     async def _exchange(self, conn: _Conn, data: bytes, head_only: bool) -> Answer:
         reply = _Reply(head_only)
-        parser = httptools.HttpResponseParser(reply)
+        parser = reply.parser = httptools.HttpResponseParser(reply)
         got = 0
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -132,7 +153,7 @@ class Upstream:
             if not got:
                 raise _Untouched from e
             raise UpstreamError(f"the verbs' process broke off its answer: {e}") from e
-        if head_only or not parser.should_keep_alive():
+        if head_only or not reply.keep_alive:
             conn.close()
         else:
             conn.used_at = time.monotonic()

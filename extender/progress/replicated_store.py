@@ -38,7 +38,17 @@ import numpy as np
 import numpy.typing as npt
 
 from extender.progress.remote_write import RemoteWriteError, RemoteWriter, Series
-from extender.progress.store import JobHistory, JobSummary, ProgressPoint, ProgressStore, ProgressStoreSettings
+from extender.progress.store import (
+    EncodedPoints,
+    JobHistory,
+    JobSummary,
+    ProgressPoint,
+    ProgressStore,
+    ProgressStoreSettings,
+    Row,
+    encode_points,
+    point_bytes,
+)
 from extender.prometheus.client import TelemetryError, auth_headers, bounded_get, make_client
 from extender.prometheus.config import TelemetryConfig
 from extender.prometheus.response import ResultType, parse_query_answer
@@ -83,43 +93,45 @@ class ReplicatedProgressStore(ProgressStore):
         self._wlock = threading.Lock()
 
     # ---- writes ----
-    def add_points(self, namespace: str, job: str, points: Iterable[ProgressPoint],
+    def add_points(self, namespace: str, job: str, points: Iterable[ProgressPoint] | EncodedPoints,
                    higher_is_better: bool | None = None) -> int:
-        pts = [p for p in points if math.isfinite(p.value) and math.isfinite(p.timestamp)]
-        if not pts:
+        batch = points if isinstance(points, EncodedPoints) else encode_points(job, points)[0]
+        if not batch.rows:
             return 0
         key = (namespace, job)
         with self._wlock:  # one job's samples go out in time order, ms apart
             hib = self._hib.get(key, False) if higher_is_better is None else higher_is_better
             last = self._last_ms.get(key, -1)
-            samples: list[tuple[int, ProgressPoint]] = []
-            for p in sorted(pts, key=lambda p: p.timestamp):
-                ms = int(p.timestamp * 1000)
+            samples: list[tuple[int, Row]] = []
+            for row in sorted(batch.rows, key=lambda r: r[2]):
+                ms = int(row[2] * 1000)
                 if ms == last:
                     ms = last + 1  # several points in one millisecond: kept, 1 ms apart
                 elif ms < last:
                     continue  # older than the job's newest: Prometheus would refuse it (not stored)
-                samples.append((ms, p))
+                samples.append((ms, row))
                 last = ms
             if not samples:
-                log.warning("%d points of %s/%s are older than its newest; not stored", len(pts), namespace, job)
+                log.warning("%d points of %s/%s are older than its newest; not stored", len(batch.rows), namespace,
+                            job)
                 return 0
             labels = {"namespace": namespace, "flowsched_job": job, "higher_is_better": str(hib).lower()}
             series: list[Series] = [
-                ({"__name__": LOSS, **labels}, [(ms, p.value) for ms, p in samples]),
-                ({"__name__": STEP, **labels}, [(ms, float(p.step)) for ms, p in samples]),
-                ({"__name__": TS, **labels}, [(ms, p.timestamp) for ms, p in samples]),
+                ({"__name__": LOSS, **labels}, [(ms, r[1]) for ms, r in samples]),
+                ({"__name__": STEP, **labels}, [(ms, float(r[0])) for ms, r in samples]),
+                ({"__name__": TS, **labels}, [(ms, r[2]) for ms, r in samples]),
             ]
             try:
                 self.writer.write(series)
             except RemoteWriteError as e:
                 if e.retryable:
                     raise ProgressBackendError(f"remote write: {e}") from e
-                log.warning("remote write refused %d points of %s/%s: %s", len(pts), namespace, job, e)
+                log.warning("remote write refused %d points of %s/%s: %s", len(batch.rows), namespace, job, e)
                 return 0
             self._hib[key], self._last_ms[key] = hib, last
-        kept = [p for _, p in samples]
-        super().add_points(namespace, job, kept, higher_is_better)
+        kept = tuple(r for _, r in samples)
+        size = sum(point_bytes(job, r[3], r[4]) for r in kept)
+        super().add_points(namespace, job, EncodedPoints(kept, size, batch.names), higher_is_better)
         return len(kept)
 
     # ---- reads ----

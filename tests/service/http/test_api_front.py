@@ -43,7 +43,7 @@ def _app() -> ExtenderApp:
 @contextmanager
 def served(app: ExtenderApp, limits: ServerLimits = FAST, restarts: int = 5, rate_per_client_s: float = 50.0,
            refusal_delay_s: float = 0.0, upstream: Callable[[Any], Any] = lambda a: a,
-           ) -> Iterator[tuple[int, int, VerbsServer]]:
+           refusals: Any = None) -> Iterator[tuple[int, int, VerbsServer]]:
     """The verbs on one port, the API behind its front on another, as `flowsched serve` wires them;
     `upstream` wraps what the verbs' process serves to the front."""
     port, api_port = free_port(), free_port()
@@ -55,7 +55,7 @@ def served(app: ExtenderApp, limits: ServerLimits = FAST, restarts: int = 5, rat
                                  rate_per_client_s=rate_per_client_s, max_body_bytes=1 << 20,
                                  verb_paths=tuple(app.verbs), log_level="warning", nice=0,
                                  refusal_delay_s=refusal_delay_s),
-                     bind_listener("127.0.0.1", api_port), restarts=restarts)
+                     bind_listener("127.0.0.1", api_port), restarts=restarts, refusals=refusals)
     assert front.start(), "the API front did not start"
     app.live_checks["api_front"] = front.alive
     server = VerbsServer(server_config(app.listener("verbs"), host="127.0.0.1", port=port, limits=limits,
