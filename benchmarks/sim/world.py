@@ -30,7 +30,7 @@ placements): an upper bound no cluster gives, which tables label as such.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +39,7 @@ from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import AppModel
 from benchmarks.sim.policies import pod_sizes
 from benchmarks.sim.typed import TypeBook
+from benchmarks.sim.world_keep import job_key_now
 from scoring.bottleneck import Diagnosis
 from scoring.control import batch_grid
 from scoring.convergence import ConvergenceEstimate
@@ -124,6 +125,8 @@ class SimWorldBuilder:
     _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
     _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
+    _kept: dict[int, tuple[tuple[Hashable, ...], JobState]] = field(default_factory=dict)  # world_keep.py
+    _kept_at: float = math.nan
 
     def __post_init__(self) -> None:
         if self.throughput_mode not in THROUGHPUT_MODES:
@@ -192,7 +195,7 @@ class SimWorldBuilder:
             waited = now - engine.queue_time(j)
             for i, g in enumerate(pod_sizes(j.replicas, per_node)):
                 pending.append(PendingPod(f"{job_key(j)}-{i}", job_key(j), float(g), waited))
-        jobs = tuple(sorted((self._job(engine, j, now) for j in active), key=lambda s: s.key))
+        jobs = tuple(sorted((self._kept_job(engine, j, now) for j in active), key=lambda s: s.key))
         world = World(now, nodes, jobs, tuple(pending), self.namespace_labels)
         diagnoses = self.sources.diagnoses
         return with_diagnoses(world, diagnoses(engine, now)) if diagnoses is not None else world
@@ -211,6 +214,19 @@ class SimWorldBuilder:
         per_node = engine.cluster.settings.gpus_per_node
         waiting = sum(len(pod_sizes(j.replicas, per_node)) for j in active if not j.placement)
         return World(now, (), (), (), self.namespace_labels, gpu_pods=pods, gpu_pods_waiting=waiting)
+
+    def _kept_job(self, engine: Engine, j: SimJob, now: float) -> JobState:
+        """_job, or the same job's state from this round's last World when nothing it is made
+        of changed since (benchmarks/sim/world_keep.py)."""
+        if now != self._kept_at:
+            self._kept, self._kept_at = {}, now  # a new round: nothing kept holds
+        key = job_key_now(engine, j, now, self.marks, self.types)
+        hit = self._kept.get(j.idx)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        state = self._job(engine, j, now)
+        self._kept[j.idx] = (key, state)
+        return state
 
     def _job(self, engine: Engine, j: SimJob, now: float) -> JobState:
         s = j.spec
