@@ -236,7 +236,15 @@ def _place_pods(pods: list[float], free: FloatArray) -> tuple[bool, FloatArray]:
 
 
 def _fits(pods: list[float], free: FloatArray) -> bool:
-    return _place_pods(pods, free)[0]
+    f = np.ascontiguousarray(free, dtype=np.float64)
+    return _fits_kept(tuple(pods), f.tobytes())
+
+
+@functools.lru_cache(maxsize=512)
+def _fits_kept(pods: tuple[float, ...], free: bytes) -> bool:
+    """_fits, kept: every waiting elastic job asks it for each of its sizes against the same free
+    GPUs, round after round (pure: the pods and the free GPUs are the whole question)."""
+    return _place_pods(list(pods), np.frombuffer(free, dtype=np.float64))[0]
 
 
 def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None,
