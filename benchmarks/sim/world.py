@@ -127,6 +127,7 @@ class SimWorldBuilder:
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
     _kept: dict[int, tuple[tuple[Hashable, ...], JobState]] = field(default_factory=dict)  # world_keep.py
     _kept_at: float = math.nan
+    _grads: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict)  # _grad_stats
 
     def __post_init__(self) -> None:
         if self.throughput_mode not in THROUGHPUT_MODES:
@@ -164,9 +165,12 @@ class SimWorldBuilder:
         n = len(job.series)
         if n == 0:
             return None
-        pts = np.asarray(job.series, dtype=np.float64)
-        if engine.now - float(pts[-1, 0]) > self.settings.convergence.active_within_s:
+        last = float(job.series[-1][0])
+        if engine.now - last > self.settings.convergence.active_within_s:
             return self.tracker.get(job_key(job))  # the service re-estimates only jobs that reported lately
+        if self.tracker.unchanged(job_key(job), (n, last)):
+            return self.tracker.get(job_key(job))  # what update() returns for it, without the series' array
+        pts = np.asarray(job.series, dtype=np.float64)
         app = engine.profiles.apps[job.spec.app]
         return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
                                    higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])))
@@ -228,6 +232,13 @@ class SimWorldBuilder:
         self._kept[j.idx] = (key, state)
         return state
 
+    def _grad_stats(self, app: AppModel, name: str, batch: int, epoch: int) -> tuple[float, float]:
+        """The profile's gradient statistics (pure in the model, batch and epoch), kept."""
+        got = self._grads.get((name, batch, epoch))
+        if got is None:
+            got = self._grads[(name, batch, epoch)] = app.grad_stats(batch, epoch)
+        return got
+
     def _job(self, engine: Engine, j: SimJob, now: float) -> JobState:
         s = j.spec
         app = engine.profiles.apps[s.app]
@@ -243,7 +254,7 @@ class SimWorldBuilder:
         samples: dict[int, float] = {}
         sample_batches: dict[int, int] = {}
         if elastic is not None:
-            sqr, var = app.grad_stats(j.batch_size, epoch_of(app, j.progress))
+            sqr, var = self._grad_stats(app, s.app, j.batch_size, epoch_of(app, j.progress))
             noise = GradientNoise(sqr, var, int(app.init_batch_size))
             batch_range = (int(app.init_batch_size), int(getattr(app, "max_batch_size", app.init_batch_size)))
             if self.throughput_mode == "oracle":
