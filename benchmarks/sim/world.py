@@ -224,7 +224,8 @@ class SimWorldBuilder:
         of changed since (benchmarks/sim/world_keep.py)."""
         if now != self._kept_at:
             self._kept, self._kept_at = {}, now  # a new round: nothing kept holds
-        key = job_key_now(engine, j, now, self.marks, self.types)
+        epoch = epoch_of(engine.profiles.apps[j.spec.app], j.progress)
+        key = job_key_now(engine, j, now, self.marks, self.types, epoch)
         hit = self._kept.get(j.idx)
         if hit is not None and hit[0] == key:
             return hit[1]
