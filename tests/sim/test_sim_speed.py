@@ -71,3 +71,16 @@ def test_sim_speed_refuses_what_it_cannot_run() -> None:
         sim_speed.main(["--jobs", "0"])
     with pytest.raises(SystemExit):
         sim_speed.main(["--policy", "flowsched+nothing"])
+
+
+def test_back_to_back_shifts_each_shipped_workload_by_its_share_of_the_span() -> None:
+    folder = pollux_traces().parent / "workloads"
+    jobs = sim_speed.back_to_back(folder, "3-4", 16.0)
+    assert len(jobs) == 320 and len({j.name for j in jobs}) == 320
+    first = [j for j in jobs if j.name.startswith("w3-")]
+    second = [j for j in jobs if j.name.startswith("w4-")]
+    assert max(j.arrival for j in first) < 8 * 3600 <= min(j.arrival for j in second)
+    with pytest.raises(ValueError, match="A-B"):
+        sim_speed.back_to_back(folder, "x", 8.0)
+    with pytest.raises(ValueError, match="no workload files"):
+        sim_speed.back_to_back(folder, "8-9", 8.0)
