@@ -275,8 +275,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     # waiting: its cooldown and settling hold apply as anywhere).
     cur = job.live_gpus if job.bound else 0
     if not cur and free is not None:
+        plannable = np.asarray(np.isfinite(rate).any(axis=1), dtype=bool)  # each row read before the loop blanks it
         for size in range(1, g_max + 1):
-            if np.isfinite(rate[size]).any() and not _fits(pods_for(job, size), free):
+            if plannable[size] and not _fits(pods_for(job, size), free):
                 rate[size] = np.nan
     asked = min(job.live_gpus, g_max)
     if not cur and s.grow_waiting == "never":
