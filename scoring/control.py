@@ -243,7 +243,8 @@ def _fits(pods: list[float], free: FloatArray) -> bool:
 @functools.lru_cache(maxsize=512)
 def _fits_kept(pods: tuple[float, ...], free: bytes) -> bool:
     """_fits, kept: every waiting elastic job asks it for each of its sizes against the same free
-    GPUs, round after round (pure: the pods and the free GPUs are the whole question)."""
+    GPUs, round after round (pure: the pods and the free GPUs are the whole question). At most
+    512 answers: 20 MiB of keys at 5,000 nodes."""
     return _place_pods(list(pods), np.frombuffer(free, dtype=np.float64))[0]
 
 
