@@ -176,9 +176,15 @@ class ElasticLoopPlan:
 
 def batch_grid(lo: int, hi: int, points: int) -> IntArray:
     """Candidate global batch sizes: geometric from the job's smallest to its largest."""
+    return np.array(_batch_grid(lo, hi, points), dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=1024)
+def _batch_grid(lo: int, hi: int, points: int) -> tuple[int, ...]:
+    """batch_grid's values, kept: every elastic job asks for its range every round."""
     if hi <= lo:
-        return np.array([lo], dtype=np.int64)
-    return np.unique(np.round(np.geomspace(lo, hi, max(2, points))).astype(np.int64))
+        return (lo,)
+    return tuple(int(b) for b in np.unique(np.round(np.geomspace(lo, hi, max(2, points))).astype(np.int64)))
 
 
 def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int) -> Throughput:
@@ -188,13 +194,23 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     gs_known = tuple(sorted(job.step_samples))
     model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
                           tuple(job.step_samples[x] for x in gs_known), s.sync_fraction, nominal)
-    batches = np.array([nominal], dtype=np.int64)
+    batches: tuple[int, ...] = (nominal,)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
-        batches = np.union1d(batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), batches)
+        batches = tuple(sorted({*_batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), nominal}))
+    return _prior_table(model, batches, hi)
+
+
+@functools.lru_cache(maxsize=8192)
+def _prior_table(model: StepTimeModel, batches: tuple[int, ...], hi: int) -> Throughput:
+    """prior_throughput's table, kept like _fitted_prior: a job whose measurements did not change
+    asks for the same one every round. Read-only, as every holder of it shares it."""
+    b = np.array(batches, dtype=np.int64)
     gs = np.arange(hi + 1, dtype=np.float64)[:, None]
-    step = model.step_time(np.maximum(gs, 1.0), batches[None, :].astype(np.float64))
-    realised = np.broadcast_to(batches[None, :].astype(np.float64), step.shape).copy()
-    return Throughput(batches, np.asarray(step, dtype=np.float64), realised)
+    step = np.array(model.step_time(np.maximum(gs, 1.0), b[None, :].astype(np.float64)), dtype=np.float64)
+    realised = np.broadcast_to(b[None, :].astype(np.float64), step.shape).copy()
+    for x in (b, step, realised):
+        x.setflags(write=False)
+    return Throughput(b, step, realised)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -220,7 +236,16 @@ def _place_pods(pods: list[float], free: FloatArray) -> tuple[bool, FloatArray]:
 
 
 def _fits(pods: list[float], free: FloatArray) -> bool:
-    return _place_pods(pods, free)[0]
+    f = np.ascontiguousarray(free, dtype=np.float64)
+    return _fits_kept(tuple(pods), f.tobytes())
+
+
+@functools.lru_cache(maxsize=512)
+def _fits_kept(pods: tuple[float, ...], free: bytes) -> bool:
+    """_fits, kept: every waiting elastic job asks it for each of its sizes against the same free
+    GPUs, round after round (pure: the pods and the free GPUs are the whole question). At most
+    512 answers: 20 MiB of keys at 5,000 nodes."""
+    return _place_pods(list(pods), np.frombuffer(free, dtype=np.float64))[0]
 
 
 def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None,
@@ -251,8 +276,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     # waiting: its cooldown and settling hold apply as anywhere).
     cur = job.live_gpus if job.bound else 0
     if not cur and free is not None:
+        plannable = np.asarray(np.isfinite(rate).any(axis=1), dtype=bool)  # each row read before the loop blanks it
         for size in range(1, g_max + 1):
-            if np.isfinite(rate[size]).any() and not _fits(pods_for(job, size), free):
+            if plannable[size] and not _fits(pods_for(job, size), free):
                 rate[size] = np.nan
     asked = min(job.live_gpus, g_max)
     if not cur and s.grow_waiting == "never":

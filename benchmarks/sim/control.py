@@ -102,6 +102,9 @@ class SimControl:
     _last: dict[str, float] = field(default_factory=dict)
     _jobs: dict[str, SimJob] = field(default_factory=dict)
     _bind: bool = False  # pods were created or released: kube-scheduler binds before the next World
+    # This round's World for the planning loops, kept until anything is carried out or bound: the
+    # engine has not changed, so the next loop's World would be the same (only rebuilt slower).
+    _world: World | None = None
     last_round: Round | None = None  # the kernel's latest round (plans, outcomes), for reports and tests
 
     def __post_init__(self) -> None:
@@ -132,13 +135,17 @@ class SimControl:
             self._last[n] = now
             self.stats.plans[n] = self.stats.plans.get(n, 0) + 1
 
+        self._world = None
+
         def world(loop: str) -> World:
             self._bound(engine, now)
             if loop == "resizer":  # what the service's resizer reads: its nodes' pods only
                 return World(now, (), (), (), resize_nodes=self._resize_nodes(engine, now))
             if loop == "idle":
                 return self.builder.idle_world(engine, now)
-            return self.builder.build(engine, now)
+            if self._world is None:
+                self._world = self.builder.build(engine, now)
+            return self._world
 
         if "resizer" in self.loops:
             self.resizer.forget_gone(engine, now)
@@ -167,6 +174,7 @@ class SimControl:
     def _bound(self, engine: Engine, now: float) -> None:
         if self._bind:
             self._bind = False
+            self._world = None
             engine.policy.schedule(engine, now)
 
     def plan(self, loop: str, world: World, budget_left: int) -> tuple[ControlAction, ...]:
@@ -175,6 +183,7 @@ class SimControl:
 
     # ---- carrying out (the engine's public API) ----
     def _carry_out(self, engine: Engine, a: ControlAction, now: float) -> str:
+        self._world = None  # whatever it comes to, the next loop reads the engine afresh
         if isinstance(a, Scale):
             return self._scale(engine, a, now)
         if isinstance(a, Evict | Preempt):

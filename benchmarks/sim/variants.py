@@ -198,10 +198,14 @@ def completing_hook(v: Variant, profiles: ProfileSet) -> CompletingFn | None:
     def completing(job: SimJob) -> bool | None:
         if not job.series:
             return None
-        pts = np.asarray(job.series, dtype=np.float64)
-        est = builder.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
-                                     higher_is_better=profiles.apps[job.spec.app].metric_increases,
-                                     signature=(len(job.series), float(pts[-1, 0])))
+        key, signature = job_key(job), (len(job.series), float(job.series[-1][0]))
+        if builder.tracker.unchanged(key, signature):  # update() would return it; no array needed
+            est = builder.tracker.get(key)
+        else:
+            pts = np.asarray(job.series, dtype=np.float64)
+            est = builder.tracker.update(key, pts[:, 1], pts[:, 2], pts[:, 0],
+                                         higher_is_better=profiles.apps[job.spec.app].metric_increases,
+                                         signature=signature)
         return None if est is None else is_completing(est.phase, end_seconds(est), settings.completing_horizon_s)
 
     return completing

@@ -30,7 +30,7 @@ placements): an upper bound no cluster gives, which tables label as such.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +39,7 @@ from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import AppModel
 from benchmarks.sim.policies import pod_sizes
 from benchmarks.sim.typed import TypeBook
+from benchmarks.sim.world_keep import job_key_now
 from scoring.bottleneck import Diagnosis
 from scoring.control import batch_grid
 from scoring.convergence import ConvergenceEstimate
@@ -124,6 +125,9 @@ class SimWorldBuilder:
     _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
     _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
+    _kept: dict[int, tuple[tuple[Hashable, ...], JobState]] = field(default_factory=dict)  # world_keep.py
+    _kept_at: float = math.nan
+    _grads: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict)  # _grad_stats
 
     def __post_init__(self) -> None:
         if self.throughput_mode not in THROUGHPUT_MODES:
@@ -161,9 +165,12 @@ class SimWorldBuilder:
         n = len(job.series)
         if n == 0:
             return None
-        pts = np.asarray(job.series, dtype=np.float64)
-        if engine.now - float(pts[-1, 0]) > self.settings.convergence.active_within_s:
+        last = float(job.series[-1][0])
+        if engine.now - last > self.settings.convergence.active_within_s:
             return self.tracker.get(job_key(job))  # the service re-estimates only jobs that reported lately
+        if self.tracker.unchanged(job_key(job), (n, last)):
+            return self.tracker.get(job_key(job))  # what update() returns for it, without the series' array
+        pts = np.asarray(job.series, dtype=np.float64)
         app = engine.profiles.apps[job.spec.app]
         return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
                                    higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])))
@@ -192,7 +199,7 @@ class SimWorldBuilder:
             waited = now - engine.queue_time(j)
             for i, g in enumerate(pod_sizes(j.replicas, per_node)):
                 pending.append(PendingPod(f"{job_key(j)}-{i}", job_key(j), float(g), waited))
-        jobs = tuple(sorted((self._job(engine, j, now) for j in active), key=lambda s: s.key))
+        jobs = tuple(sorted((self._kept_job(engine, j, now) for j in active), key=lambda s: s.key))
         world = World(now, nodes, jobs, tuple(pending), self.namespace_labels)
         diagnoses = self.sources.diagnoses
         return with_diagnoses(world, diagnoses(engine, now)) if diagnoses is not None else world
@@ -212,6 +219,27 @@ class SimWorldBuilder:
         waiting = sum(len(pod_sizes(j.replicas, per_node)) for j in active if not j.placement)
         return World(now, (), (), (), self.namespace_labels, gpu_pods=pods, gpu_pods_waiting=waiting)
 
+    def _kept_job(self, engine: Engine, j: SimJob, now: float) -> JobState:
+        """_job, or the same job's state from this round's last World when nothing it is made
+        of changed since (benchmarks/sim/world_keep.py)."""
+        if now != self._kept_at:
+            self._kept, self._kept_at = {}, now  # a new round: nothing kept holds
+        epoch = epoch_of(engine.profiles.apps[j.spec.app], j.progress)
+        key = job_key_now(engine, j, now, self.marks, self.types, epoch)
+        hit = self._kept.get(j.idx)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        state = self._job(engine, j, now)
+        self._kept[j.idx] = (key, state)
+        return state
+
+    def _grad_stats(self, app: AppModel, name: str, batch: int, epoch: int) -> tuple[float, float]:
+        """The profile's gradient statistics (pure in the model, batch and epoch), kept."""
+        got = self._grads.get((name, batch, epoch))
+        if got is None:
+            got = self._grads[(name, batch, epoch)] = app.grad_stats(batch, epoch)
+        return got
+
     def _job(self, engine: Engine, j: SimJob, now: float) -> JobState:
         s = j.spec
         app = engine.profiles.apps[s.app]
@@ -227,7 +255,7 @@ class SimWorldBuilder:
         samples: dict[int, float] = {}
         sample_batches: dict[int, int] = {}
         if elastic is not None:
-            sqr, var = app.grad_stats(j.batch_size, epoch_of(app, j.progress))
+            sqr, var = self._grad_stats(app, s.app, j.batch_size, epoch_of(app, j.progress))
             noise = GradientNoise(sqr, var, int(app.init_batch_size))
             batch_range = (int(app.init_batch_size), int(getattr(app, "max_batch_size", app.init_batch_size)))
             if self.throughput_mode == "oracle":
