@@ -141,9 +141,10 @@ def api(view: JobView) -> Answer:
     return Answer(float(rem) if rem is not None else math.nan, low, high)
 
 
-def job_end(view: JobView) -> Answer:
+def job_end(view: JobView, forecast: Any = None) -> Answer:
     """scoring.job_end.predict_end (issue 35), looked up at run time so that this module runs on
-    trees without it (an ImportError there). The one place to edit if its signature changes."""
+    trees without it (an ImportError there). The one place to edit if its signature changes.
+    forecast: its ForecastSettings (None: the default, with the calibrated intervals)."""
     je: Any = importlib.import_module("scoring.job_end")
     st: Any = importlib.import_module("scoring.stopping")
     es = _early_stopping(view)
@@ -151,7 +152,8 @@ def job_end(view: JobView) -> Answer:
                            target=view.target if view.target is not None else math.nan,
                            higher_is_better=view.higher_is_better, early_stopping=es)
     end = je.predict_end(view.steps, view.values, view.timestamps, rule, TrackerSettings(),
-                         monitored=(view.eval_steps, view.monitored) if es is not None else None)
+                         monitored=(view.eval_steps, view.monitored) if es is not None else None,
+                         **({} if forecast is None else {"forecast": forecast}))
     return Answer(float(end.remaining_seconds), float(end.seconds_low), float(end.seconds_high))
 
 
