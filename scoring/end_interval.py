@@ -49,7 +49,7 @@ class EndIntervalSettings:
     planned: IntervalScale = IntervalScale(0.62, 1.14)
     early_stopping: IntervalScale = IntervalScale(0.68, 0.79)
     target: IntervalScale = IntervalScale(1.12, 2.94)
-    none: IntervalScale = IntervalScale(1.46, 0.74)
+    none: IntervalScale = IntervalScale(2.24, 0.75)
 
     def for_rule(self, rule: StoppingRule) -> IntervalScale:
         scale: IntervalScale = getattr(self, rule_group(rule))

@@ -318,13 +318,6 @@ def few_evaluations_end(ms: FloatArray, mv: FloatArray, rule: StoppingRule, last
     return point, low, high, reason
 
 
-def lindy_end(steps_run: float, fs: ForecastSettings) -> tuple[float, float, float]:
-    """(point, low, high) steps left when nothing bounds the end: a Lindy prior (P(left > x * run)
-    = 1 / (1 + x)), its median prior_share x the steps run, its 80 % range 1 / prior_high .. prior_high
-    times them."""
-    return fs.prior_share * steps_run, steps_run / fs.prior_high, fs.prior_high * steps_run
-
-
 def _plateau_end(steps: FloatArray, values: FloatArray, rule: StoppingRule, conv: ConvergenceSettings,
                  fs: ForecastSettings) -> tuple[float, float, float]:
     """(point, low, high) steps to the plateau, measured on the recent part of the curve alone:
@@ -347,8 +340,8 @@ def _plateau_end(steps: FloatArray, values: FloatArray, rule: StoppingRule, conv
         return 0.0, 0.0, 0.0  # nothing improves any more (worse than its best): past its plateau
     point = ensemble_remaining_steps(fits, conv.plateau_rel_tol, conv.max_horizon_factor, int(ks.size), None,
                                      conv.fit_rmse_ratio, conv.fit_rmse_floor)
-    if not math.isfinite(point):  # beyond the horizon: still improving, nothing bounds its end
-        return lindy_end(float(steps[-1]), fs)
+    if not math.isfinite(point):
+        return math.nan, math.nan, math.nan  # beyond the horizon: still improving, end unknown
     best = min(f.rmse for f in fits)
     each = [remaining_steps_to_plateau(f, conv.plateau_rel_tol, conv.max_horizon_factor)
             for f in fits if f.rmse <= conv.fit_rmse_ratio * best + conv.fit_rmse_floor]
@@ -385,8 +378,9 @@ def predict_end(
         if rule.planned:  # the end is known; only the rate is uncertain
             return _finish(planned, rates, EndReason.PLANNED_END, scale, 1.0)
         point, low, high = _plateau_end(clean.steps, clean.values, rule, conv, forecast)
-        # nothing stops the job at its plateau: a person may let it run on, as long as the Lindy prior's high end
-        high = max(high, lindy_end(last, forecast)[2]) if math.isfinite(point) else high
+        # nothing stops the job at its plateau: a person may let it run on, as long as the high end of a
+        # Lindy prior (P(left > x * run) = 1 / (1 + x)) on the steps run, as few_evaluations_end's
+        high = max(high, forecast.prior_high * last)
         return _finish((point, low, high), rates, EndReason.PLATEAU, scale)
     # a named metric never reported is an empty series: its early stopping is unknown, not the loss's
     series = clean_series(*monitored) if rule.early_stopping is not None and monitored is not None else clean

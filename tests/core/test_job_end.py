@@ -249,3 +249,14 @@ def test_first_stop_matches_the_rule_run_point_by_point(min_delta: float) -> Non
             fired = rule_state(history, EarlyStopping(patience, min_delta))[2]
             expected = fired - wait if fired > wait else math.inf
             assert got[i] == expected, (i, got[i], expected)
+
+
+def test_no_rule_high_end_reaches_the_lindy_prior_nothing_stops_it_at_its_plateau() -> None:
+    steps = np.arange(1, 201, dtype=np.float64)
+    values = 0.3 + np.exp(-steps / 20.0)  # at its plateau well before step 200
+    end = predict_end(steps, values, steps, StoppingRule(), CONV, forecast=RAW)
+    assert end.known and end.reason == EndReason.PLATEAU
+    assert end.steps_high >= RAW.prior_high * 200.0 and end.steps_low <= end.remaining_steps <= end.steps_high
+    calibrated = predict_end(steps, values, steps, StoppingRule(), CONV)
+    assert calibrated.remaining_steps == end.remaining_steps  # calibration moves the interval, not the point
+    assert calibrated.steps_low <= calibrated.remaining_steps <= calibrated.steps_high
