@@ -141,9 +141,10 @@ def api(view: JobView) -> Answer:
     return Answer(float(rem) if rem is not None else math.nan, low, high)
 
 
-def job_end(view: JobView) -> Answer:
+def job_end(view: JobView, forecast: Any = None) -> Answer:
     """scoring.job_end.predict_end (issue 35), looked up at run time so that this module runs on
-    trees without it (an ImportError there). The one place to edit if its signature changes."""
+    trees without it (an ImportError there). The one place to edit if its signature changes.
+    forecast: its ForecastSettings (None: the default, with the calibrated intervals)."""
     je: Any = importlib.import_module("scoring.job_end")
     st: Any = importlib.import_module("scoring.stopping")
     es = _early_stopping(view)
@@ -151,7 +152,8 @@ def job_end(view: JobView) -> Answer:
                            target=view.target if view.target is not None else math.nan,
                            higher_is_better=view.higher_is_better, early_stopping=es)
     end = je.predict_end(view.steps, view.values, view.timestamps, rule, TrackerSettings(),
-                         monitored=(view.eval_steps, view.monitored) if es is not None else None)
+                         monitored=(view.eval_steps, view.monitored) if es is not None else None,
+                         **({} if forecast is None else {"forecast": forecast}))
     return Answer(float(end.remaining_seconds), float(end.seconds_low), float(end.seconds_high))
 
 
@@ -228,19 +230,21 @@ def _pct(x: float) -> str:
 
 def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun], estimators: Sequence[str]) -> str:
     count = {r: sum(1 for x in runs if x.rule == r) for r in RULES}
-    lines = [f"{'':34}" + "".join(f"{f'at {int(f * 100)} % of the run':^28}" for f in FRACTIONS),
+    lines = [f"{'':34}" + "".join(f"{f'at {int(f * 100)} % of the run':^28}" for f in FRACTIONS) + "   all",
              f"{'estimator':11} {'rule':15} {'runs':>4}  " + "".join(
-                 f"  {'mdAPE':>6} {'ans':>5} {'cov80':>6} {'in':>6}" for _ in FRACTIONS)]
+                 f"  {'mdAPE':>6} {'ans':>5} {'cov80':>6} {'in':>6}" for _ in FRACTIONS) + f"  {'cov80':>6}"]
     for name in estimators:
         for rule in RULES:
             cells = []
-            for f in FRACTIONS:
-                t = tallies.get((name, rule, f), Tally())
+            pooled = [tallies.get((name, rule, f), Tally()) for f in FRACTIONS]
+            for t in pooled:
                 md = float(np.median(t.ape)) if t.ape else math.nan
                 n = max(t.asked, 1)
                 inside = t.inside / t.intervals if t.intervals else math.nan
                 cover = t.covered / n if t.intervals else math.nan
                 cells.append(f"  {_pct(md):>6} {t.answered / n:5.0%} {_pct(cover):>6} {_pct(inside):>6}")
+            asked, covered = sum(t.asked for t in pooled), sum(t.covered for t in pooled)
+            cells.append(f"  {_pct(covered / asked if asked and any(t.intervals for t in pooled) else math.nan):>6}")
             lines.append(f"{name:11} {rule:15} {count[rule]:>4}  " + "".join(cells))
     return "\n".join(lines)
 
@@ -280,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     tallies, rows = evaluate(runs, chosen)
     print(report(tallies, runs, list(chosen)))
     print("mdAPE: median |predicted - true| / true remaining seconds; ans: share answered; "
-          "cov80: share of asks whose truth is in the 80 % interval; in: share of answers inside their interval "
-          "(n/a: no interval)")
+          "cov80: share of asks whose truth is in the 80 % interval (all: over the three fractions); "
+          "in: share of answers inside their interval (n/a: no interval)")
     if args.out is not None and rows:
         print(f"rows: {write_rows(args.out / 'job_end_eval.csv', rows)}")
     return 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,7 @@ from scoring.convergence import (
     normalise,
     remaining_steps_to_plateau,
 )
+from scoring.end_interval import EndIntervalSettings, IntervalScale, rescale
 from scoring.remaining import RemainingDistribution, evidence_weight
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
 
@@ -58,6 +59,7 @@ class ForecastSettings:
     prior_share: float = 1.0  # too few evaluations to fit: the point is this share of the steps run so far
     prior_high: float = 9.0  # ... and the interval's high end this multiple (the prior's 90th percentile)
     seed: int = 0
+    intervals: EndIntervalSettings = field(default_factory=EndIntervalSettings)  # per rule (scoring.end_interval)
 
     def __post_init__(self) -> None:
         if self.samples < 10 or self.max_evaluations < 1 or self.noise_points < 2:
@@ -202,19 +204,22 @@ def _rates(clean: CleanSeries, est: ConvergenceEstimate, fs: ForecastSettings) -
 
 
 def _finish(steps: tuple[float, float, float], rates: tuple[float, float, float], reason: EndReason,
-            evidence: float | None = None) -> JobEnd:
-    """A JobEnd from (point, low, high) steps: ordered so the point lies inside, seconds at the rates."""
+            scale: IntervalScale, evidence: float | None = None) -> JobEnd:
+    """A JobEnd from (point, low, high) steps: seconds at the rates, both intervals rescaled by the
+    rule's calibration (scoring.end_interval) and ordered so that the point lies inside."""
     point, low, high = steps
     if not math.isfinite(point):
         return JobEnd.unknown(reason)
-    low, high = min(low, point), max(high, point)
     rate, rate_lo, rate_hi = rates
 
     def secs(s: float, r: float) -> float:
         return 0.0 if s == 0.0 else (s / r if math.isfinite(r) else math.nan)
 
+    seconds = secs(point, rate)
+    s_low, s_high = rescale(seconds, secs(low, rate_hi), secs(high, rate_lo), scale)
+    low, high = rescale(point, low, high, scale)
     weight = evidence if evidence is not None else evidence_weight(RemainingDistribution(point, low, high, math.nan))
-    return JobEnd(point, low, high, secs(point, rate), secs(low, rate_hi), secs(high, rate_lo), reason, weight)
+    return JobEnd(point, low, high, seconds, s_low, s_high, reason, weight)
 
 
 def _series_ends(cs: FloatArray, oriented: FloatArray, es: EarlyStopping | None, target: float, last_step: float,
@@ -364,15 +369,19 @@ def predict_end(
         est = estimate(clean.steps, clean.values, clean.timestamps,
                        dataclasses.replace(conv, higher_is_better=rule.higher_is_better))
     rates = _rates(clean, est, forecast)
+    scale = forecast.intervals.for_rule(rule)
     last = float(clean.steps[-1])
     if rule.planned and last >= rule.max_steps:
-        return _finish((0.0, 0.0, 0.0), rates, EndReason.PLANNED_END, 1.0)
+        return _finish((0.0, 0.0, 0.0), rates, EndReason.PLANNED_END, scale, 1.0)
     planned = (max(0.0, rule.max_steps - last),) * 3
     if rule.early_stopping is None and not math.isfinite(rule.target):
         if rule.planned:  # the end is known; only the rate is uncertain
-            return _finish(planned, rates, EndReason.PLANNED_END, 1.0)
-        return _finish(_plateau_end(clean.steps, clean.values, rule, conv, forecast),
-                       rates, EndReason.PLATEAU)
+            return _finish(planned, rates, EndReason.PLANNED_END, scale, 1.0)
+        point, low, high = _plateau_end(clean.steps, clean.values, rule, conv, forecast)
+        # nothing stops the job at its plateau: a person may let it run on, as long as the high end of a
+        # Lindy prior (P(left > x * run) = 1 / (1 + x)) on the steps run, as few_evaluations_end's
+        high = max(high, forecast.prior_high * last)
+        return _finish((point, low, high), rates, EndReason.PLATEAU, scale)
     # a named metric never reported is an empty series: its early stopping is unknown, not the loss's
     series = clean_series(*monitored) if rule.early_stopping is not None and monitored is not None else clean
     out = _forecast_end((clean.steps, clean.values), (series.steps, series.values), rule, conv, forecast)
@@ -381,7 +390,7 @@ def predict_end(
     if out is None:  # not one evaluation yet: no cadence, nothing to say (the planned end is only a cap)
         return JobEnd.unknown(EndReason.EARLY_STOPPING if rule.early_stopping else EndReason.TARGET)
     point, low, high, reason = out
-    return _finish((point, low, high), rates, reason)
+    return _finish((point, low, high), rates, reason, scale)
 
 
 def _monitored_hib(rule: StoppingRule) -> bool:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scoring.convergence import ConvergenceSettings
+from scoring.end_interval import UNSCALED
 from scoring.job_end import ForecastSettings, first_stop, grid_unit, predict_end, rule_state, sample_paths
 from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
@@ -16,6 +17,7 @@ from scoring.tracker import ConvergenceTracker
 from scoring.world import end_seconds
 
 CONV = ConvergenceSettings()
+RAW = ForecastSettings(intervals=UNSCALED)  # the models' own intervals, before the per-rule calibration
 
 
 def _curve(seed: int, n: int = 400) -> tuple[np.ndarray, np.ndarray, EarlyStopping]:
@@ -141,8 +143,10 @@ def test_empty_and_invalid_input_is_neutral(values: list[float]) -> None:
 
 def test_three_flat_evaluations_under_a_rule_are_answered_from_the_rule() -> None:
     # best at the first, two without improvement: patience 3 can fire at the very next evaluation
+    # (the raw interval's low end; the calibrated one, narrower, lies above it)
     steps = np.arange(3, dtype=np.float64)
-    end = predict_end(steps, [1.0] * 3, None, StoppingRule(early_stopping=EarlyStopping(patience=3)), CONV)
+    rule = StoppingRule(early_stopping=EarlyStopping(patience=3))
+    end = predict_end(steps, [1.0] * 3, None, rule, CONV, forecast=RAW)
     assert end.steps_low == 1.0 and end.steps_low <= end.remaining_steps <= end.steps_high
     assert math.isnan(end.remaining_seconds)  # no timestamps: no rate, no seconds
 
@@ -189,16 +193,16 @@ def test_too_few_evaluations_answer_what_the_rule_allows_not_the_cap() -> None:
     # before 3 more evaluations (step 600), and the cap ends it at 5000 at the latest
     steps = np.arange(1, 4) * 100.0
     rule = StoppingRule(max_steps=5000.0, early_stopping=EarlyStopping(patience=4))
-    end = predict_end(steps, [1.0, 0.8, 0.85], steps / 10.0, rule, CONV)
+    end = predict_end(steps, [1.0, 0.8, 0.85], steps / 10.0, rule, CONV, forecast=RAW)
     assert end.reason == EndReason.EARLY_STOPPING
     assert (end.steps_low, end.remaining_steps, end.steps_high) == (300.0, 300.0, 2700.0)  # 9 x 300 run
     assert end.seconds_low <= end.remaining_seconds <= end.seconds_high
     # a target: not before the next evaluation, the point as many steps again as run so far
-    end = predict_end(steps, [1.0, 0.8, 0.7], steps, StoppingRule(max_steps=5000.0, target=0.1), CONV)
+    end = predict_end(steps, [1.0, 0.8, 0.7], steps, StoppingRule(max_steps=5000.0, target=0.1), CONV, forecast=RAW)
     assert end.reason == EndReason.TARGET
     assert (end.steps_low, end.remaining_steps, end.steps_high) == (100.0, 300.0, 2700.0)
     # the cap comes before the rule could fire: the planned end
-    end = predict_end(steps, [1.0, 0.8, 0.85], steps, dataclasses.replace(rule, max_steps=450.0), CONV)
+    end = predict_end(steps, [1.0, 0.8, 0.85], steps, dataclasses.replace(rule, max_steps=450.0), CONV, forecast=RAW)
     assert (end.remaining_steps, end.steps_high, end.reason) == (150.0, 150.0, EndReason.PLANNED_END)
 
 
@@ -245,3 +249,14 @@ def test_first_stop_matches_the_rule_run_point_by_point(min_delta: float) -> Non
             fired = rule_state(history, EarlyStopping(patience, min_delta))[2]
             expected = fired - wait if fired > wait else math.inf
             assert got[i] == expected, (i, got[i], expected)
+
+
+def test_no_rule_high_end_reaches_the_lindy_prior_nothing_stops_it_at_its_plateau() -> None:
+    steps = np.arange(1, 201, dtype=np.float64)
+    values = 0.3 + np.exp(-steps / 20.0)  # at its plateau well before step 200
+    end = predict_end(steps, values, steps, StoppingRule(), CONV, forecast=RAW)
+    assert end.known and end.reason == EndReason.PLATEAU
+    assert end.steps_high >= RAW.prior_high * 200.0 and end.steps_low <= end.remaining_steps <= end.steps_high
+    calibrated = predict_end(steps, values, steps, StoppingRule(), CONV)
+    assert calibrated.remaining_steps == end.remaining_steps  # calibration moves the interval, not the point
+    assert calibrated.steps_low <= calibrated.remaining_steps <= calibrated.steps_high
