@@ -1,0 +1,89 @@
+"""The GPU types the extender's filter keeps each job on (DESIGN §10, docs/gpu-types.md).
+
+Every replica answers kube-scheduler's verbs, so every replica refreshes the plan (not only the
+Lease holder), every GpuTypeSettings.refresh_s, from the watched snapshot through a WorldBuilder:
+the same World the control loops plan from, node types included, and the same core
+(scoring.typed_placement, over scoring.typed_elastic.job_types) the simulator's filter decides by.
+The service gives the control loops' builder this builder's per-type step times (one memory:
+what one measures the other sees); this one reads no namespace labels (nothing here depends on
+them). On a cluster of one GPU type the plan is empty and the filter does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from extender.control.world_builder import EstimateSource, JobReports, WorldBuilder, observe
+from extender.periodic import PeriodicRunner
+from extender.snapshot.state import ClusterState
+from scoring.gpu_types import GpuTypeSettings
+from scoring.settings import CoreSettings
+from scoring.typed_placement import TypePlan, plan_types
+
+log = logging.getLogger("flowsched.control")
+
+
+class TypePlanSource:
+    def __init__(self, state: ClusterState, estimates: EstimateSource, settings: CoreSettings, *,
+                 job_reports: JobReports | None = None, gate: str = "flowsched.io/admission",
+                 clock: Callable[[], float] = time.time) -> None:
+        self.state, self.settings, self.clock = state, settings, clock
+        self.builder = WorldBuilder(estimates, dict, job_reports, gate=gate, gpu_types=settings.gpu_types)
+        self._plan = TypePlan()
+        self._runner: PeriodicRunner | None = None
+
+    @property
+    def gpu_types(self) -> GpuTypeSettings:
+        return self.settings.gpu_types
+
+    def get(self) -> TypePlan:
+        return self._plan
+
+    def refresh_once(self) -> TypePlan:
+        now = self.clock()
+        obs = observe(self.state.read(), self.builder, now, gpu_pods_only=True)
+        if obs is not None:
+            self._plan = plan_types(obs.world, self.settings)
+        return self._plan
+
+    def job_view(self, key: str) -> dict[str, Any] | None:
+        """A job's GPU types for GET /v1/jobs and /debug/explain: the step times it measured on each
+        type (GPUs -> seconds per step), its speed on each type (measured, else the prior scaled to
+        its measurements) and the types its pods may bind to now. None on an untyped cluster."""
+        plan = self._plan
+        if not plan.typed:
+            return None
+        jt = plan.jobs.get(key)
+        samples = self.builder.type_samples.get(key, {})
+        out: dict[str, Any] = {
+            "step_s": {t: {str(g): round(s, 6) for g, s in sorted(by.items())}
+                       for t, by in sorted(samples.items()) if by},
+            "types": sorted(set(plan.node_types.values()) - {""}),
+        }
+        if jt is None:
+            return out
+        top = max(jt.speeds.values(), default=0.0)
+        pinned = (self.state.read().plan_of(key) or {}).get("gpu_type")
+        out.update({
+            "speed": {t: round(v / top, 4) if top > 0 else None for t, v in sorted(jt.speeds.items())},
+            "source": {t: "measured" if t in jt.measured else "prior" for t in sorted(jt.speeds)},
+            "home": jt.home, "assigned": jt.assigned or None,
+            "allowed": list(plan.allowed(key, self.clock(), self.gpu_types,
+                                         pinned=pinned if isinstance(pinned, str) else "")),
+            "waited_s": round(self.clock() - jt.waiting_since, 1) if math.isfinite(jt.waiting_since) else None,
+            "fallback_s": self.gpu_types.fallback_s,
+        })
+        return out
+
+    def start(self) -> None:
+        self._runner = PeriodicRunner("gpu-type-plan", self.refresh_once, self.gpu_types.refresh_s, logger=log)
+        self._runner.start()
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            self._runner.stop(join_s=5.0)
+
