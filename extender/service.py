@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI
 
 from extender.control.bottleneck import BottleneckDiagnoser, build_diagnoser
+from extender.control.kube_actions import KubeActions
 from extender.control.runtime import Controllers, build_control_router, build_controllers
 from extender.control.type_plan import TypePlanSource
 from extender.http.app import build_app
@@ -215,7 +216,8 @@ def build_service(settings: Settings) -> Service:
     diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
     # Mixed GPU types: every replica's filter keeps each job on one type (docs/gpu-types.md).
     types = TypePlanSource(state, tracker, settings.core(), job_reports=reports.job_reports,
-                           gate=settings.admission.gate)
+                           gate=settings.admission.gate,
+                           annotate=KubeActions(api_client).annotate_pod if api_client is not None else None)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,

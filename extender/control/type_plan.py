@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from extender.control.world_builder import EstimateSource, JobReports, WorldBuilder, observe
 from extender.periodic import PeriodicRunner
+from extender.snapshot.objects import PodInfo
 from extender.snapshot.state import ClusterState
 from scoring.gpu_types import GpuTypeSettings
 from scoring.settings import CoreSettings
@@ -26,15 +28,21 @@ from scoring.typed_placement import TypePlan, plan_types
 
 log = logging.getLogger("flowsched.control")
 
+# On a waiting pod whose job waited gpu_types.fallback_s for its GPU type: when that bound passed.
+FALLBACK = "flowsched.io/gpu-type-fallback"
+Annotate = Callable[[str, str, dict[str, str | None]], bool]  # namespace, pod, annotations -> pod still there
+
 
 class TypePlanSource:
     def __init__(self, state: ClusterState, estimates: EstimateSource, settings: CoreSettings, *,
                  job_reports: JobReports | None = None, gate: str = "flowsched.io/admission",
-                 clock: Callable[[], float] = time.time) -> None:
+                 annotate: Annotate | None = None, clock: Callable[[], float] = time.time) -> None:
         self.state, self.settings, self.clock = state, settings, clock
         self.builder = WorldBuilder(estimates, dict, job_reports, gate=gate, gpu_types=settings.gpu_types)
         self._plan = TypePlan()
         self._runner: PeriodicRunner | None = None
+        self.annotate = annotate
+        self._nudged: set[str] = set()  # pod uids this replica annotated FALLBACK on
 
     @property
     def gpu_types(self) -> GpuTypeSettings:
@@ -48,7 +56,34 @@ class TypePlanSource:
         obs = observe(self.state.read(), self.builder, now, gpu_pods_only=True)
         if obs is not None:
             self._plan = plan_types(obs.world, self.settings)
+            self._nudge(self._plan, obs.pods_of, now)
         return self._plan
+
+    def _nudge(self, plan: TypePlan, pods_of: Mapping[str, list[PodInfo]], now: float) -> None:
+        """kube-scheduler retries a pod the filter rejected on the next cluster event, or after
+        minutes: a job that has waited fallback_s for its type gets FALLBACK on its waiting pods
+        (the time its bound passed: the same value from every replica), an update of the pod itself
+        that makes kube-scheduler try it again at once, now on every type."""
+        if self.annotate is None or not plan.typed:
+            return
+        for key, jt in plan.jobs.items():
+            if jt.home is not None or not math.isfinite(jt.waiting_since):
+                continue
+            bound = jt.waiting_since + self.gpu_types.fallback_s
+            if now < bound:
+                continue
+            for p in pods_of.get(key, ()):
+                if p.node or p.terminating or p.scheduling_gates or p.uid in self._nudged:
+                    continue
+                at = datetime.fromtimestamp(bound, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                try:
+                    self.annotate(p.namespace, p.name, {FALLBACK: at})
+                except Exception as e:  # the next refresh tries again
+                    log.warning("cannot annotate %s after its GPU-type bound: %s", p.key, e)
+                    continue
+                self._nudged.add(p.uid)
+                log.info("%s waited %.0f s for GPU type %s: any type now", p.key, now - jt.waiting_since,
+                         jt.assigned or "?")
 
     def job_view(self, key: str) -> dict[str, Any] | None:
         """A job's GPU types for GET /v1/jobs and /debug/explain: the step times it measured on each

@@ -28,6 +28,7 @@ from extender.http.gpu_type_gate import TypeGate
 from extender.http.ratelog import RateLimitedLog
 from extender.http.verbs import (
     NEUTRAL_SCORE,
+    FilterAnswer,
     Policy,
     ScoreMemo,
     ask_of,
@@ -177,13 +178,17 @@ def build_app(
 
     def do_filter(body: Any, ranked: bool = False) -> Any:
         args = wire.parse_extender_args(body)
-        if ranked:
-            ans = decide_filter_ranked(state, args, policy, clock())
+
+        def decide(a: wire.ExtenderArgs) -> FilterAnswer:
+            return decide_filter_ranked(state, a, policy, clock()) if ranked else decide_filter(
+                state, a, policy, clock(), memo)
+
+        if type_gate is not None and type_gate.plan().typed:  # a job's pods on one GPU type
+            ans = type_gate.filter(lambda names: decide(wire.ExtenderArgs(args.pod, names, None)), state, args.pod,
+                                   ask_of(args.pod, policy.gpu_resource, state.read()).demand.gpus, args.names,
+                                   clock())
         else:
-            ans = decide_filter(state, args, policy, clock(), memo)
-        if type_gate is not None and type_gate.plan().typed:
-            ans = type_gate.restrict(ans, state, args.pod,
-                                     ask_of(args.pod, policy.gpu_resource, state.read()).demand.gpus, clock())
+            ans = decide(args)
         note_unknown("filter", ans.unknown, args.names)
         for reason, count in ans.rejected.items():
             rejections = rejection_counters.get(reason)

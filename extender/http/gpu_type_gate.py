@@ -44,22 +44,34 @@ class TypeGate:
                                   model_class=cls if isinstance(cls, str) else "", gpus=gpus,
                                   created_at=created if created is not None else math.nan)
 
-    def restrict(self, ans: FilterAnswer, state: ClusterState, pod: Mapping[str, Any], gpus: float,
-                 now: float) -> FilterAnswer:
+    def filter(self, decide: Callable[[list[str]], FilterAnswer], state: ClusterState, pod: Mapping[str, Any],
+               gpus: float, names: list[str], now: float) -> FilterAnswer:
         plan, allowed = self.allowed(state, pod, gpus, now)
-        return keep_one_type(ans, plan.node_types, allowed)
+        return filter_by_type(decide, names, plan.node_types, allowed)
 
 
-def keep_one_type(ans: FilterAnswer, node_types: Mapping[str, str], allowed: tuple[str, ...]) -> FilterAnswer:
-    """The answer with its passing nodes of a typed kind kept only on the first allowed type that
-    has one; the others fail with WRONG_TYPE."""
+def filter_by_type(decide: Callable[[list[str]], FilterAnswer], names: list[str], node_types: Mapping[str, str],
+                   allowed: tuple[str, ...]) -> FilterAnswer:
+    """`decide` (the filter, ranked or not) on the candidates of one type at a time, in the allowed
+    order, nodes of no known type with each: the first type where one of its nodes passes wins
+    (ranking only among its nodes and the untyped); when none does, the first type's answer. The other nodes fail with
+    WRONG_TYPE."""
     if not allowed or ANY in allowed:
+        return decide(names)
+    first: tuple[FilterAnswer, list[str]] | None = None
+    for t in allowed:
+        sub = [n for n in names if node_types.get(n, "") in ("", t)]
+        ans = decide(sub)
+        if first is None:
+            first = (ans, sub)
+        if any(node_types.get(n, "") == t for n in ans.passed):
+            first = (ans, sub)
+            break
+    assert first is not None  # allowed is not empty
+    ans, sub = first
+    kept = set(sub)
+    moved = [n for n in names if n not in kept]
+    if not moved:
         return ans
-    chosen = next((t for t in allowed if any(node_types.get(n, "") == t for n in ans.passed)), None)
-    kept = [n for n in ans.passed if node_types.get(n, "") in ("", chosen)]
-    if len(kept) == len(ans.passed):
-        return ans
-    moved = [n for n in ans.passed if node_types.get(n, "") not in ("", chosen)]
-    failed = {**ans.failed, **dict.fromkeys(moved, WRONG_TYPE)}
-    rejected = {**ans.rejected, WRONG_TYPE: ans.rejected.get(WRONG_TYPE, 0) + len(moved)}
-    return replace(ans, passed=kept, failed=failed, rejected=rejected)
+    return replace(ans, failed={**ans.failed, **dict.fromkeys(moved, WRONG_TYPE)},
+                   rejected={**ans.rejected, WRONG_TYPE: ans.rejected.get(WRONG_TYPE, 0) + len(moved)})

@@ -4,7 +4,7 @@ speeds per type in GET /v1/jobs (extender/control/type_plan.py, extender/http/gp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +13,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from extender.control.type_plan import TypePlanSource
+from extender.control.type_plan import FALLBACK, TypePlanSource
 from extender.http.auth import StaticTokenAuthenticator
-from extender.http.gpu_type_gate import WRONG_TYPE, TypeGate, keep_one_type
+from extender.http.gpu_type_gate import WRONG_TYPE, TypeGate, filter_by_type
 from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
-from extender.http.verbs import FilterAnswer, Policy, decide_filter
+from extender.http.verbs import FilterAnswer, Policy, decide_filter, decide_filter_ranked
 from extender.http.wire import ExtenderArgs
 from extender.progress.convergence import ConvergenceTracker
 from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreSettings
@@ -36,6 +36,10 @@ def iso(t: float) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decider(state: ClusterState, body: dict[str, Any], now: float) -> Callable[[list[str]], FilterAnswer]:
+    return lambda names: decide_filter(state, ExtenderArgs(body, names, None), POLICY, now)
 
 
 def gpu_pod(name: str, cls: str, *, on: str | None = None, created: float = T0, gpus: int = 4) -> dict[str, Any]:
@@ -71,14 +75,12 @@ def test_node_types_come_from_gpu_product_and_each_new_job_gets_the_type_it_gain
     names = list(NODES)
     for name, cls, want in (("vis", "vision", ["v1", "v2"]), ("rec", "recommendation", ["k1", "k2"])):
         body = gpu_pod(name, cls, created=clock[0])
-        ans = gate.restrict(decide_filter(state, ExtenderArgs(body, names, None), POLICY, clock[0]),
-                            state, body, 4.0, clock[0])
+        ans = gate.filter(decider(state, body, clock[0]), state, body, 4.0, names, clock[0])
         assert ans.passed == want and set(ans.failed) == set(names) - set(want)
         assert ans.rejected == {WRONG_TYPE: 2}
     # A CPU pod, or a cluster of one type: no constraint.
     cpu = gpu_pod("cpu", "vision", gpus=0)
-    assert gate.restrict(decide_filter(state, ExtenderArgs(cpu, names, None), POLICY, clock[0]),
-                         state, cpu, 0.0, clock[0]).passed == names
+    assert gate.filter(decider(state, cpu, clock[0]), state, cpu, 0.0, names, clock[0]).passed == names
 
 
 def test_a_waiting_job_waits_for_its_type_then_takes_the_slower_one_after_the_bound(
@@ -93,11 +95,27 @@ def test_a_waiting_job_waits_for_its_type_then_takes_the_slower_one_after_the_bo
     names = list(NODES)
 
     def passed(now: float) -> list[str]:
-        return gate.restrict(decide_filter(state, ExtenderArgs(body, names, None), POLICY, now), state, body, 4.0,
-                             now).passed
+        return gate.filter(decider(state, body, now), state, body, 4.0, names, now).passed
 
     assert passed(clock[0]) == []  # a K80 gives it under min_share of its V100 speed: it waits
     assert passed(clock[0] + source.gpu_types.fallback_s + 1) == ["k1", "k2"]  # then it takes the K80s
+
+
+def test_a_job_past_its_bound_gets_its_waiting_pods_annotated_once_so_kube_scheduler_retries_them(
+        world: tuple[ClusterState, ProgressStore, TypePlanSource, list[float]]) -> None:
+    state, _, source, clock = world
+    calls: list[tuple[str, str, dict[str, str | None]]] = []
+    source.annotate = lambda ns, name, ann: calls.append((ns, name, ann)) is None
+    for i, n in enumerate(("v1", "v2")):
+        state.upsert_pod(parse_pod(gpu_pod(f"busy{i}", "vision", on=n, created=T0)))
+    state.upsert_pod(parse_pod(gpu_pod("late", "vision", created=clock[0])))
+    source.refresh_once()
+    assert calls == []  # waiting, within its bound
+    clock[0] += source.gpu_types.fallback_s
+    source.refresh_once()
+    source.refresh_once()
+    bound = iso(clock[0])
+    assert calls == [("ns", "late", {FALLBACK: bound})]  # once, the bound's time (the same on any replica)
 
 
 def test_step_times_are_learned_per_type_and_shown_in_the_job_view(
@@ -137,11 +155,25 @@ def test_one_type_means_no_plan_and_the_answer_unchanged(tmp_path: Path) -> None
     store.close()
 
 
-def test_keep_one_type_passes_untyped_nodes_and_the_first_allowed_type_with_room() -> None:
-    ans = FilterAnswer(["a", "b", "c", "u"], {}, {}, 0, {})
-    types = {"a": "v100", "b": "k80", "c": "k80", "u": ""}
-    assert keep_one_type(ans, types, ("p100", "k80", "v100")).passed == ["b", "c", "u"]
-    assert keep_one_type(ans, types, ()).passed == ["a", "b", "c", "u"]
-    assert keep_one_type(ans, types, ("*",)).passed == ["a", "b", "c", "u"]
-    none = keep_one_type(ans, types, ("p100",))
-    assert none.passed == ["u"] and none.failed == dict.fromkeys(["a", "b", "c"], WRONG_TYPE)
+def test_the_first_allowed_type_with_a_passing_node_wins_and_ranking_is_within_it(
+        world: tuple[ClusterState, ProgressStore, TypePlanSource, list[float]]) -> None:
+    state, _, _, clock = world
+    names = [*NODES, "unknown"]
+    types = {"v1": "v100", "v2": "v100", "k1": "k80", "k2": "k80"}
+    body = gpu_pod("x", "vision", created=clock[0])
+    # Filter-only mode passes only its best-ranked node: ranked among the allowed type's nodes.
+    ranked = Policy(placement=PlacementSettings(), stale_after_s=60.0, rank_keep=1)
+
+    def decide(names: list[str]) -> FilterAnswer:
+        return decide_filter_ranked(state, ExtenderArgs(body, names, None), ranked, clock[0])
+
+    ans = filter_by_type(decide, names, types, ("p100", "k80", "v100"))
+    assert len(ans.passed) == 1 and ans.passed[0] in ("k1", "k2", "unknown")
+    assert ans.failed == {"v1": WRONG_TYPE, "v2": WRONG_TYPE}
+    assert filter_by_type(decide, names, types, ())  == decide(names)
+    assert filter_by_type(decide, names, types, ("*",)) == decide(names)
+    for i, n in enumerate(("k1", "k2")):  # the K80s full: the V100s, the next allowed type
+        state.upsert_pod(parse_pod(gpu_pod(f"busy{i}", "vision", on=n, created=clock[0])))
+    ans = filter_by_type(decide, ["v1", "v2", "k1", "k2"], types, ("k80", "v100"))
+    assert len(ans.passed) == 1 and ans.passed[0] in ("v1", "v2")
+    assert ans.failed == {"k1": WRONG_TYPE, "k2": WRONG_TYPE}
