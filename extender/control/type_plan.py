@@ -22,7 +22,7 @@ from extender.control.world_builder import EstimateSource, JobReports, WorldBuil
 from extender.periodic import PeriodicRunner
 from extender.snapshot.objects import PodInfo
 from extender.snapshot.state import ClusterState
-from scoring.gpu_types import GpuTypeSettings
+from scoring.gpu_types import GpuTypeSettings, cluster_types, gpu_type_of, typed
 from scoring.settings import CoreSettings
 from scoring.typed_placement import TypePlan, plan_types
 
@@ -53,7 +53,13 @@ class TypePlanSource:
 
     def refresh_once(self) -> TypePlan:
         now = self.clock()
-        obs = observe(self.state.read(), self.builder, now, gpu_pods_only=True)
+        view = self.state.read()
+        if view.ready:  # on a cluster of one type no World is built (its cost grows with the pods)
+            _, nodes, _ = view.control_view()
+            if not typed(cluster_types([gpu_type_of(n.gpu_product) for n in nodes]), self.gpu_types):
+                self._plan = TypePlan(at=now)
+                return self._plan
+        obs = observe(view, self.builder, now, gpu_pods_only=True)
         if obs is not None:
             self._plan = plan_types(obs.world, self.settings)
             self._nudge(self._plan, obs.pods_of, now)
