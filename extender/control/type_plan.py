@@ -72,6 +72,7 @@ class TypePlanSource:
         that makes kube-scheduler try it again at once, now on every type."""
         if self.annotate is None or not plan.typed:
             return
+        self._nudged &= {p.uid for ps in pods_of.values() for p in ps}  # forget pods that are gone
         for key, jt in plan.jobs.items():
             if jt.home is not None or not math.isfinite(jt.waiting_since):
                 continue
