@@ -120,6 +120,29 @@ def format_split(runs: list[RunMetrics], tuned: list[int]) -> str:
     return "\n".join(lines)
 
 
+def format_seeds(runs: list[RunMetrics], tuned: list[int]) -> str:
+    """avg JCT per policy per seed, on the tuned workloads, the unseen ones and all, with the mean
+    over seeds (which is the headline's); "" with one seed."""
+    seeds = sorted({r.seed for r in runs})
+    if len(seeds) < 2:
+        return ""
+    names = {f"workload-{w}" for w in tuned}
+    groups = [("tuned", [r for r in runs if r.workload in names]),
+              ("unseen", [r for r in runs if r.workload not in names]), ("all", runs)]
+    lines = [f"avg JCT per seed (a policy run on seed 0 only: {', '.join(sorted(DETERMINISTIC))})",
+             f"{'policy':<21}{'workloads':>10}" + "".join(f"{'seed ' + str(s):>9}" for s in seeds) + f"{'mean':>9}"]
+    for pol in dict.fromkeys(r.policy for r in runs):
+        for g, rs in groups:
+            mine = [r for r in rs if r.policy == pol]
+            if not mine:
+                continue
+            per = {s: float(np.mean([r.avg_jct for r in mine if r.seed == s])) for s in seeds
+                   if any(r.seed == s for r in mine)}
+            lines.append(f"{pol:<21}{g:>10}" + "".join(f"{per[s]:>9.0f}" if s in per else f"{'-':>9}" for s in seeds)
+                         + f"{float(np.mean(list(per.values()))):>9.0f}")
+    return "\n".join(lines)
+
+
 LOOP_COUNTS = ("resizes", "evictions")
 
 
@@ -160,6 +183,9 @@ def report(folder: Path, tuned: list[int]) -> int:
         print(format_headline(summary, read_loops(path.parent / "loops.csv"),
                               PUBLISHED.get(load, {}).get("pollux", float("nan"))))
         print(format_split(runs, tuned))
+        by_seed = format_seeds(runs, tuned)
+        if by_seed:
+            print(by_seed)
     return 0
 
 
@@ -233,6 +259,9 @@ def main(argv: list[str]) -> int:
         split = format_split(runs, _wids(a.tuned))
         if split:
             print(split)
+        by_seed = format_seeds(runs, _wids(a.tuned))
+        if by_seed:
+            print(by_seed)
         print("queue: mean first start - arrival; restarts, resize, evict: per run; rst/job: restarts per job; "
               "/x: avg JCT / x's avg JCT; "
               f"/Pollux: / published Pollux {pollux:.0f} s")

@@ -12,7 +12,9 @@ from typing import Any, TypeVar
 from fastapi import FastAPI
 
 from extender.control.bottleneck import BottleneckDiagnoser, build_diagnoser
+from extender.control.kube_actions import KubeActions
 from extender.control.runtime import Controllers, build_control_router, build_controllers
+from extender.control.type_plan import TypePlanSource
 from extender.http.app import build_app
 from extender.http.auth import (
     Authenticator,
@@ -25,6 +27,7 @@ from extender.http.auth import (
 )
 from extender.http.docs import build_docs_router
 from extender.http.extender_app import ExtenderApp
+from extender.http.gpu_type_gate import TypeGate
 from extender.http.progress_api import ProgressApiMetrics, ProgressApiSettings, build_progress_router
 from extender.http.status_view import PHASES, job_phase_counts
 from extender.http.ui import build_ui_router
@@ -64,6 +67,7 @@ class Service:
     sources: ProgressSources | None = None  # progress from logs / Prometheus gauges (issue 17)
     diagnoser: BottleneckDiagnoser | None = None  # per-job bottleneck diagnosis (settings.diagnosis)
     store_probe: PeriodicRunner | None = None  # writes to the store every few seconds, for /readyz
+    types: TypePlanSource | None = None  # the GPU types the filter keeps jobs on (mixed GPU generations)
 
     def status(self) -> dict[str, Any]:
         tel = self.telemetry.describe() if self.telemetry else {"source": "none"}
@@ -87,6 +91,8 @@ class Service:
             self.diagnoser.start()
         if self.control is not None:
             self.control.start()  # each loop acts only while this replica holds the Lease
+        if self.types is not None:
+            self.types.start()
         # Telemetry needs no cluster: nodes it has no series for simply stay unknown.
         self.telemetry = start_telemetry(self.settings.telemetry, self.state, self.metrics,
                                          stale_s=self.settings.telemetry_stale_s, api_client=self.api_client)
@@ -121,6 +127,8 @@ class Service:
             self.sources.stop()
         if self.diagnoser is not None:
             self.diagnoser.stop()
+        if self.types is not None:
+            self.types.stop()
         self.tracker.stop()
         if self.store_probe is not None:
             self.store_probe.stop(join_s=5.0)
@@ -206,24 +214,31 @@ def build_service(settings: Settings) -> Service:
     tracker = ConvergenceTracker(store, state, settings.convergence, planned_end=planned_end, stop_target=stop_target,
                                  early_stopping=early_stopping)
     diagnoser = build_diagnoser(settings, state, store, api_client, metrics.registry)
+    # Mixed GPU types: every replica's filter keeps each job on one type (docs/gpu-types.md).
+    types = TypePlanSource(state, tracker, settings.core(), job_reports=reports.job_reports,
+                           gate=settings.admission.gate,
+                           annotate=KubeActions(api_client).annotate_pod if api_client is not None else None)
     progress = build_progress_router(
         store, _authenticator(settings, api_client),
         ProgressApiSettings(convergence=settings.convergence,
                             max_body_bytes=settings.progress_max_body_bytes,
                             prune_slack_s=tracker.prune_every_s),
         ProgressApiMetrics.build(metrics.registry), reports=reports, plan_of=state.read().plan_of,
-        diagnosis=diagnoser.get if diagnoser is not None else None,
+        diagnosis=diagnoser.get if diagnoser is not None else None, gpu_types=types.job_view,
     )
     control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports,
                                 diagnoses=diagnoser.snapshot if diagnoser is not None else None)
+    if control is not None and control.world is not None:  # one memory of per-type step times
+        control.world.type_samples = types.builder.type_samples
     control_router = build_control_router(lambda: holder["svc"].control)
     webhook = build_webhook_router(settings.admission.gate, settings.webhook_schedulers)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),
-                    routers=[progress, control_router, webhook])
+                    routers=[progress, control_router, webhook],
+                    type_gate=TypeGate(types.get, settings.gpu_types, types.job_view))
     app.fastapi.router.lifespan_context = lifespan
     _add_pages(app, settings, state, store, metrics, lambda: holder["svc"].control, control)
     svc = Service(settings=settings, state=state, metrics=metrics, app=app, store=store, tracker=tracker,
-                  api_client=api_client, control=control, diagnoser=diagnoser)
+                  api_client=api_client, control=control, diagnoser=diagnoser, types=types)
     holder["svc"] = svc
     return svc
 

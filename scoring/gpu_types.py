@@ -65,6 +65,9 @@ class GpuTypeSettings:
     # How many waiting jobs, in queue order, share out the types' room each round (the ones that
     # can start soon; bounds the assignment's cost on a long queue).
     queue_window: int = 48
+    # The service: how often each replica refreshes the types its extender filter keeps jobs on
+    # (extender/control/type_plan.py); a job that arrives in between gets its type alone.
+    refresh_s: float = 2.0
 
 
 def cluster_types(nodes: Sequence[str]) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ kept by the same rule in the service and the simulator.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 
 def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: int, settling: bool,
@@ -28,3 +29,32 @@ def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: i
             batches[held_gpus] = batch
         else:
             batches.pop(held_gpus, None)
+
+
+def record_type_sample(samples: dict[str, dict[int, float]], gpu_type: str, step_rate: float, held_gpus: int,
+                       settling: bool) -> None:
+    """As record_step_sample, kept per GPU type: the job's step time at `held_gpus` on the one type
+    its pods run on ("" when they span types or the node's type is unknown: nothing is kept)."""
+    if gpu_type and not settling and held_gpus > 0 and math.isfinite(step_rate) and step_rate > 0:
+        record_step_sample(samples.setdefault(gpu_type, {}), step_rate, held_gpus, settling)
+
+
+def type_speeds(samples: Mapping[str, Mapping[int, float]]) -> dict[str, float]:
+    """The job's speed (steps/s) on each type it was measured on, at one GPU count so that types
+    compare: the count measured on the most types (the largest of those). A type measured only at
+    other counts: its nearest count's rate scaled as ideal data parallelism would (x g*/g), which
+    flatters the smaller count; speeds compare between types of one job, never between jobs."""
+    measured = {t: {g: s for g, s in by.items() if g > 0 and math.isfinite(s) and s > 0} for t, by in samples.items()}
+    measured = {t: by for t, by in measured.items() if by}
+    if not measured:
+        return {}
+    counts: dict[int, int] = {}
+    for by in measured.values():
+        for g in by:
+            counts[g] = counts.get(g, 0) + 1
+    ref = max(counts, key=lambda g: (counts[g], g))
+    out: dict[str, float] = {}
+    for t, by in sorted(measured.items()):
+        g = ref if ref in by else min(by, key=lambda c: (abs(c - ref), c))
+        out[t] = (1.0 / by[g]) * ref / g
+    return out

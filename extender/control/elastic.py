@@ -123,6 +123,8 @@ class Elastic(JobLoop):
         body = {"gpus": sc.gpus, "replicas": sc.replicas, "batch_size": sc.batch_size or None,
                 "at": round(now, 3), "resized_at": self._resized_at(action, now), "attained": attained,
                 "reason": action.reason[:300]}
+        if sc.gpu_type:  # a typed plan: the extender's filter keeps the job's pods on this type
+            body["gpu_type"] = sc.gpu_type
         plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = self._kubeflow(action)

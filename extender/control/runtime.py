@@ -98,6 +98,7 @@ class Controllers:
     elector: LeaderElector | None
     leader: Leadership
     controllers: dict[str, Controller] = field(default_factory=dict)
+    world: WorldBuilder | None = None  # the loops' World builder (its per-type step times: type_plan.py)
 
     @property
     def loops(self) -> list[ControlLoop]:
@@ -154,7 +155,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         leader, recorder, actions, dry_run = AlwaysLeader(), LogRecorder(), None, True
     world = WorldBuilder(tracker, actions.namespace_labels if actions is not None else dict,
                          reports.job_reports if reports is not None else None, gate=settings.admission.gate,
-                         diagnoses=diagnoses)
+                         diagnoses=diagnoses, gpu_types=settings.gpu_types)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
                          registry=registry, leader=leader, identity=identity, clock=clock, budgets=budgets)
@@ -181,7 +182,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     # One round of every due loop (scoring.kernel.run_round); the idle loop's evictions spend the
     # migrator's budget when both run (scoring.kernel.SHARED_BUDGET).
     rounds = ControlRounds(loops, ctx.core, leader, metrics, dry_run=dry_run, clock=clock, budget_store=budgets)
-    return Controllers(rounds=rounds, elector=elector, leader=leader, controllers=made)
+    return Controllers(rounds=rounds, elector=elector, leader=leader, controllers=made, world=world)
 
 
 def _json(obj: Any, status: int = 200) -> Response:

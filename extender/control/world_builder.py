@@ -27,8 +27,9 @@ from extender.progress.reports import JobReport
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
+from scoring.gpu_types import GpuTypeSettings, cluster_types, gpu_type_of, typed
 from scoring.remedy import with_diagnoses
-from scoring.step_samples import record_step_sample
+from scoring.step_samples import record_step_sample, record_type_sample, type_speeds
 from scoring.workload import workload_class
 from scoring.world import JobState, NodeState, PendingPod, World
 
@@ -63,6 +64,12 @@ class WorldBuilder:
     diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
     step_batches: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> GPUs -> batch measured at
+    # GPU types (scoring/gpu_types.py): a node's type from its gpu.product (label, else DRA
+    # productName); with types on and more than one type, the World has them (as the simulator's)
+    # and each job's step time per type and GPU count is kept from its step rate on the one type
+    # its pods run on.
+    gpu_types: GpuTypeSettings = field(default_factory=GpuTypeSettings)
+    type_samples: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)  # job -> type -> GPUs -> s/step
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
               now: float) -> World:
@@ -84,16 +91,20 @@ class WorldBuilder:
         pending.sort(key=lambda x: (x[0], x[1]))
         estimates = self.estimates.snapshot()
         reports = self.job_reports() if self.job_reports is not None else {}
-        jobs = tuple(self._job(key, ps, names, marks.get(key), estimates.get(key), reports.get(key), now)
+        node_type = {n.name: gpu_type_of(n.gpu_product) for n in nodes}
+        if not typed(cluster_types(list(node_type.values())), self.gpu_types):
+            node_type = {}  # one type, or types off: the World is untyped, as the simulator's
+        jobs = tuple(self._job(key, ps, names, marks.get(key), estimates.get(key), reports.get(key), now, node_type)
                      for key, ps in sorted(by_job.items()))
-        node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0))
+        node_states = tuple(NodeState(n.name, n.allocatable.gpus, used.get(n.name, 0.0), node_type.get(n.name, ""))
                             for n in sorted(nodes, key=lambda n: n.name))
         labels = self.namespace_labels()
         world = World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
         return with_diagnoses(world, self.diagnoses()) if self.diagnoses is not None else world
 
     def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
-             est: ConvergenceEstimate | None, report: JobReport | None, now: float) -> JobState:
+             est: ConvergenceEstimate | None, report: JobReport | None, now: float,
+             node_type: Mapping[str, str]) -> JobState:
         gpus_on: dict[str, float] = {}
         elsewhere = 0.0  # on cordoned or NotReady nodes: held, but not capacity the plans may use
         for p in ps:
@@ -113,6 +124,12 @@ class WorldBuilder:
             record_step_sample(self.step_samples.setdefault(key, {}),
                                est.step_rate if est is not None else math.nan, held, settling,
                                batches=self.step_batches.setdefault(key, {}), batch=report.batch_size)
+        measured: dict[str, float] = {}
+        if node_type:
+            kinds = {node_type.get(n, "") for n in gpus_on}
+            record_type_sample(self.type_samples.setdefault(key, {}), kinds.pop() if len(kinds) == 1 else "",
+                               est.step_rate if est is not None else math.nan, held, settling)
+            measured = type_speeds(self.type_samples[key])
         # Since its size last changed: a plan that changed only a live job's batch restarts nothing.
         plan_at = [p.elastic_resized_at for p in ps if p.elastic_resized_at is not None]
         return JobState(
@@ -141,6 +158,8 @@ class WorldBuilder:
             # Inference if any pod is (DESIGN §3 classes; never moved or rescaled by flowsched).
             workload=min((str(workload_class(p.workload, p.owner_kind)) for p in ps),
                          key=lambda c: 0 if c == "inference" else 1),
+            gpu_measured=measured,
+            model_class=next((p.model_class for p in ps if p.model_class), ""),
             wait_s=now - min(created) if (created := [p.created_at for p in ps if not p.node and not p.terminating
                                                        and p.created_at is not None]) else math.nan,
         )

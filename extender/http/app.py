@@ -24,11 +24,14 @@ from extender.http import wire
 from extender.http.body import BodyTooLarge, read_body
 from extender.http.debug import DebugQueryError, DutyCycle, SnapshotQuery, explain_page, snapshot_page
 from extender.http.extender_app import ExtenderApp
+from extender.http.gpu_type_gate import TypeGate
 from extender.http.ratelog import RateLimitedLog
 from extender.http.verbs import (
     NEUTRAL_SCORE,
+    FilterAnswer,
     Policy,
     ScoreMemo,
+    ask_of,
     decide_filter,
     decide_filter_ranked,
     decide_preempt,
@@ -100,6 +103,7 @@ def build_app(
     clock: Callable[[], float] = time.time,
     status: Callable[[], dict[str, Any]] = dict,
     routers: Iterable[APIRouter] = (),
+    type_gate: TypeGate | None = None,  # mixed GPU types: the filter keeps a job on one (gpu_type_gate.py)
 ) -> ExtenderApp:
     app = FastAPI(title="flowsched extender", docs_url=None, redoc_url=None, openapi_url=None)
     policy = Policy(settings.placement, settings.telemetry_stale_s, settings.gpu_resource, settings.rank_margin,
@@ -174,10 +178,17 @@ def build_app(
 
     def do_filter(body: Any, ranked: bool = False) -> Any:
         args = wire.parse_extender_args(body)
-        if ranked:
-            ans = decide_filter_ranked(state, args, policy, clock())
+
+        def decide(a: wire.ExtenderArgs) -> FilterAnswer:
+            return decide_filter_ranked(state, a, policy, clock()) if ranked else decide_filter(
+                state, a, policy, clock(), memo)
+
+        if type_gate is not None and type_gate.plan().typed:  # a job's pods on one GPU type
+            ans = type_gate.filter(lambda names: decide(wire.ExtenderArgs(args.pod, names, None)), state, args.pod,
+                                   ask_of(args.pod, policy.gpu_resource, state.read()).demand.gpus, args.names,
+                                   clock())
         else:
-            ans = decide_filter(state, args, policy, clock(), memo)
+            ans = decide(args)
         note_unknown("filter", ans.unknown, args.names)
         for reason, count in ans.rejected.items():
             rejections = rejection_counters.get(reason)
@@ -276,7 +287,14 @@ def build_app(
 
         def page() -> dict[str, Any] | None:
             found = explain_page(state, pod, nodes, after, limit, policy, clock(), DutyCycle())
-            return found if found is None else {**found, "bottleneck": diagnosed.get(found["job"])}
+            if found is None:
+                return None
+            if type_gate is not None and type_gate.plan().typed:  # its job's speed per GPU type
+                node_types = type_gate.plan().node_types
+                for row in found["nodes"]:
+                    row["gpu_type"] = node_types.get(row["node"]) or None
+                found["gpu_types"] = type_gate.job_view(found["job"])
+            return {**found, "bottleneck": diagnosed.get(found["job"])}
 
         body = await off_loop(page)
         if body == b"null":

@@ -231,6 +231,7 @@ def build_progress_router(
     reports: JobReportBook | None = None,
     plan_of: PlanOf | None = None,
     diagnosis: Callable[[str], Diagnosis | None] | None = None,  # job -> its bottleneck (bottleneck_loop)
+    gpu_types: Callable[[str], dict[str, Any] | None] | None = None,  # job -> its speed per GPU type (type_plan.py)
 ) -> APIRouter:
     router = APIRouter()
 
@@ -379,6 +380,8 @@ def build_progress_router(
         if diagnosis is not None:
             d = diagnosis(key)
             summary["bottleneck"] = d.as_dict() if d is not None else None
+        if gpu_types is not None:
+            summary["gpu_types"] = gpu_types(key)
         out = orjson.dumps(summary)
         if settings.job_reply_ttl_s > 0:
             if len(replies) >= MAX_CACHED_REPLIES:

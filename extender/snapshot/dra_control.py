@@ -20,12 +20,12 @@ count device-plugin GPUs and the kernel never learns where a GPU came from:
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from extender.snapshot.dra import ClaimInfo, DeviceKind
+from extender.snapshot.dra import ClaimInfo, Device, DeviceKind
 from extender.snapshot.dra_book import FrozenDra, counted_by_pods, request_kind
 from extender.snapshot.objects import NodeInfo, PodInfo
 
@@ -37,6 +37,9 @@ class DraControl:
     # Unbound live pods naming a claim the snapshot has not seen: the claim informer can lag the
     # pods' (or the claim is created after its pod); until it arrives their demand is unknown.
     unseen: frozenset[str] = frozenset()
+    # node -> its whole GPU devices' productName (the most common one): its GPU type where no
+    # nvidia.com/gpu.product label names it (a node whose GPUs come only through DRA)
+    node_products: Mapping[str, str] = field(default_factory=dict)
 
     def apply(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...]
               ) -> tuple[tuple[PodInfo, ...], tuple[NodeInfo, ...]]:
@@ -52,7 +55,10 @@ class DraControl:
         def node(n: NodeInfo) -> NodeInfo:
             g = self.node_gpus.get(n.name, 0.0)
             a = n.allocatable
-            return dataclasses.replace(n, allocatable=dataclasses.replace(a, gpus=a.gpus + g)) if g else n
+            if g:
+                n = dataclasses.replace(n, allocatable=dataclasses.replace(a, gpus=a.gpus + g))
+            product = self.node_products.get(n.name, "")
+            return dataclasses.replace(n, gpu_product=product) if product and not n.gpu_product else n
 
         return tuple(map(pod, pods)), tuple(map(node, nodes))
 
@@ -117,4 +123,16 @@ def control_gpus(dra: FrozenDra, pods: Sequence[PodInfo]) -> DraControl:
     unseen = frozenset(p.uid for key, ps in naming.items() if key not in seen for p in ps if not p.node)
     node_gpus = {name: float(n.capacity - len(counted.get(name, set()) - given.get(name, set())))
                  for name, n in dra.nodes.items()}
-    return DraControl(MappingProxyType(dict(pod_gpus)), MappingProxyType(node_gpus), unseen)
+    return DraControl(MappingProxyType(dict(pod_gpus)), MappingProxyType(node_gpus), unseen,
+                      MappingProxyType(node_products(dra.devices)))
+
+
+def node_products(devices: Mapping[str, Mapping[str, Device]]) -> dict[str, str]:
+    """Each node's GPU product from its whole GPU devices' productName attribute: the most common
+    one (ties: the first by name), so one odd device does not retype a node."""
+    out: dict[str, str] = {}
+    for node, devs in devices.items():
+        counts = Counter(d.product for d in devs.values() if d.kind == DeviceKind.GPU and d.product)
+        if counts:
+            out[node] = min(counts, key=lambda p: (-counts[p], p))
+    return out

@@ -25,6 +25,8 @@ WORKLOAD = "flowsched.io/workload"
 RECLAIM_IDLE = "flowsched.io/reclaim-idle"  # opt-in reclamation of an idle notebook after this long
 MIGRATED_FROM = "flowsched.io/migrated-from"
 RESIZABLE = "flowsched.io/resizable"
+MODEL_CLASS = "flowsched.io/model-class"  # vision | language | recommendation | other: the GPU-type prior's class
+GPU_PRODUCT = "nvidia.com/gpu.product"  # GPU feature discovery's node label (DESIGN §10)
 # Set by the migrator on a pod just before evicting it: {"from": node, "at": unix s, "count": n}.
 MIGRATION = "flowsched.io/migration"
 ELASTIC_PLAN = "flowsched.io/elastic-plan"  # the elastic optimizer's plan, JSON with "at"
@@ -269,6 +271,7 @@ class PodInfo:
     # claim the claim watch has not delivered: set by the control view, dra_control.py). Its GPUs
     # are unknown, so admission must not release it as a pod that asks for none.
     claims_unseen: bool = False
+    model_class: str = ""  # flowsched.io/model-class (annotation, else label): the GPU-type prior's class
 
     @property
     def elastic_resized_at(self) -> float | None:
@@ -342,6 +345,7 @@ def parse_pod(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> PodIn
         progress=parse_progress_spec(meta, spec, status),
         owner_kind=controller_kind(meta),
         reclaim_idle=_text(ann.get(RECLAIM_IDLE) or labels.get(RECLAIM_IDLE)),
+        model_class=_text(ann.get(MODEL_CLASS) or labels.get(MODEL_CLASS)) or "",
         claims=(claims := pod_claim_names(spec, status)),
         claims_unseen=awaits_template_claim(spec, claims),
     )
@@ -370,6 +374,9 @@ class NodeInfo:
     # status.allocatable as served (raw quantities): extender/snapshot/sharing.py reads the sharing
     # resources (replicas, MIG slices, HAMi vGPU memory and cores) from it.
     allocatable_raw: Mapping[str, Any] = field(default_factory=dict)
+    # Its GPUs' product: GPU feature discovery's nvidia.com/gpu.product label, else (control view
+    # only, extender/snapshot/dra_control.py) its DRA devices' productName; "" unknown.
+    gpu_product: str = ""
 
 
 def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> NodeInfo:
@@ -389,4 +396,5 @@ def parse_node(obj: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> Node
         unschedulable=bool(spec.get("unschedulable")),
         labels=dict(meta.get("labels") or {}),
         allocatable_raw=dict(_dict(status, "allocatable")),
+        gpu_product=str((meta.get("labels") or {}).get(GPU_PRODUCT) or ""),
     )

@@ -56,8 +56,8 @@ def resource_slice(node: str, devices: list[dict[str, Any]], *, generation: int 
     }
 
 
-def gpu_slice(node: str, gpus: int = 4) -> dict[str, Any]:
-    return resource_slice(node, [gpu_device(node, i) for i in range(gpus)])
+def gpu_slice(node: str, gpus: int = 4, product: str = "NVIDIA A100-SXM4-80GB") -> dict[str, Any]:
+    return resource_slice(node, [gpu_device(node, i, product) for i in range(gpus)])
 
 
 def device_class(name: str = "gpu.nvidia.com", *, mig: bool = False,

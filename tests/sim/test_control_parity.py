@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from benchmarks.sim.cluster import ClusterSettings
+from benchmarks.sim.cluster_spec import app_classes, type_speeds
 from benchmarks.sim.control import SimControl
 from benchmarks.sim.engine import Engine, EngineSettings, SimJob
 from benchmarks.sim.generator import calibrated_profiles
@@ -56,10 +57,13 @@ from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook, TrainingReport
 from extender.progress.store import ProgressPoint, ProgressStore, ProgressStoreSettings
 from extender.settings import Settings
-from extender.snapshot.objects import parse_node, parse_pod
+from extender.snapshot.objects import GPU_PRODUCT, parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from extender.snapshot.watcher import apply_event
 from scoring.control import Evict, Scale, plan_elastic_for
+from scoring.gpu_types import cluster_types, speeds_for
+from scoring.typed_elastic import plan_typed_elastic_for
+from scoring.typed_placement import plan_types
 from scoring.world import World
 from tests.cluster import dra_objects
 from tests.control_fakes import FakeActions, OneLoop, make_context, plan_at
@@ -69,6 +73,8 @@ PROFILES = calibrated_profiles()
 APP = "deepspeech2"  # a lower-is-better metric, as a loss posted to /v1/progress is
 T0 = 1_700_000_000.0  # the service's clock at the simulator's t = 0
 NOW = 20_000.0
+# GPU feature discovery's gpu.product values (and the driver's productName) of the typed scenario
+PRODUCTS = {"v100": "Tesla-V100-SXM2-16GB", "k80": "Tesla-K80"}
 LABELS = {"team-a": {}, "team-b": {}, "frozen": {"flowsched.io/migrate": "false"}, "kube-system": {}}
 
 
@@ -113,14 +119,19 @@ SCENARIO: list[dict[str, Any]] = [
 
 # -- the simulator side -------------------------------------------------------------------
 def sim_side(loops: tuple[str, ...], gated: tuple[str, ...] = (), *, scenario: list[dict[str, Any]] = SCENARIO,
-             nodes: int = 4, sources: WorldSources | None = None) -> tuple[SimControl, Engine]:
+             nodes: int = 4, sources: WorldSources | None = None,
+             node_types: tuple[str, ...] = ()) -> tuple[SimControl, Engine]:
     """`gated`: waiting jobs whose pods carry flowsched's admission gate (released by admission);
     `sources`: what the engine does not model (diagnoses, utilisation samples, workload class)."""
     specs = [JobSpec(j["name"], j.get("arrival", 0.0), APP, j["gpus"], 320, namespace=j["ns"],
                      checkpointable=j["ns"] != "team-x",
                      elastic_min=j["elastic"][0] if "elastic" in j else 0,
                      elastic_max=j["elastic"][1] if "elastic" in j else 0) for j in scenario]
-    eng = Engine(specs, PROFILES, make_policy("flowsched"), EngineSettings(cluster=ClusterSettings(nodes=nodes)))
+    cluster = ClusterSettings(nodes=nodes)
+    if node_types:  # GPU types, with Gavel's measured speeds as a cluster file gives them
+        cluster = replace(cluster, node_types=node_types, type_speeds=tuple(
+            sorted((a, t, v) for (a, t), v in type_speeds().items() if t in node_types)))
+    eng = Engine(specs, PROFILES, make_policy("flowsched"), EngineSettings(cluster=cluster))
     control = SimControl(core_settings(eng.settings), loops, sources=sources or WorldSources())
     control.builder.namespace_labels = LABELS
     by_name = {j.spec.name: j for j in eng.jobs}
@@ -156,13 +167,14 @@ class DraCluster:
     scenario gets its GPUs through its own ResourceClaim, allocated on its node's devices when it is
     bound there; while any node is a DRA node, waiting pods ask through unallocated claims."""
 
-    def __init__(self, state: ClusterState, nodes: frozenset[int]) -> None:
+    def __init__(self, state: ClusterState, nodes: frozenset[int], node_types: tuple[str, ...] = ()) -> None:
         self.state, self.nodes = state, nodes
         self.next_device: dict[str, int] = {}
         if nodes:
             self.apply("deviceclasses", dra_objects.device_class())
         for k in sorted(nodes):
-            self.apply("resourceslices", dra_objects.gpu_slice(node_name(k), 4))
+            self.apply("resourceslices", dra_objects.gpu_slice(node_name(k), 4, product=PRODUCTS[node_types[k]])
+                       if node_types else dra_objects.gpu_slice(node_name(k), 4))
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
         apply_event(self.state, kind, {"type": "ADDED", "object": obj}, "nvidia.com/gpu")
@@ -189,17 +201,22 @@ class DraCluster:
 
 def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (), *,
                     scenario: list[dict[str, Any]] = SCENARIO, nodes: int = 4, actions: Any = None,
-                    dra: frozenset[int] = frozenset()) -> Any:
-    """dra: the nodes (by index) whose GPUs are DRA devices, their pods' GPUs claims (DraCluster)."""
+                    dra: frozenset[int] = frozenset(), node_types: tuple[str, ...] = ()) -> Any:
+    """dra: the nodes (by index) whose GPUs are DRA devices, their pods' GPUs claims (DraCluster);
+    node_types: each node's gpu.product (GPU feature discovery's label, or its DRA devices' productName)."""
     state = ClusterState()
-    claims = DraCluster(state, dra)
+    claims = DraCluster(state, dra, node_types)
     for k in range(nodes):
-        state.upsert_node(parse_node(node(node_name(k), gpus=claims.node_gpus(k), cpu="64", memory="256Gi")))
+        labels = {GPU_PRODUCT: PRODUCTS[node_types[k]]} if node_types and k not in dra else None
+        state.upsert_node(parse_node(node(node_name(k), gpus=claims.node_gpus(k), cpu="64", memory="256Gi",
+                                          labels=labels)))
     store = ProgressStore(ProgressStoreSettings(path=str(tmp_path / "progress.sqlite"), max_idle_s=1e9))
     for j in scenario:
         ann: dict[str, str] = {"flowsched.io/checkpointable": "true"}
         if "workload" in j:
             ann["flowsched.io/workload"] = j["workload"]
+        if node_types:
+            ann["flowsched.io/model-class"] = app_classes()[APP]
         if "reclaim" in j:
             ann["flowsched.io/reclaim-idle"] = j["reclaim"]
         if "elastic" in j:
@@ -250,10 +267,10 @@ def comparable(world: World, shift: float) -> dict[str, Any]:
     }
 
 
-def timed_like_the_engine(loops: tuple[str, ...]) -> list[dict[str, Any]]:
+def timed_like_the_engine(loops: tuple[str, ...], node_types: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The scenario with each elastic job's points posted one step apart at the step time the
     engine runs it at (what a job reporting every step posts), the latest a step before now."""
-    _, eng = sim_side(loops)
+    _, eng = sim_side(loops, node_types=node_types)
     by_name = {j.spec.name: j for j in eng.jobs}
     out = []
     for j in SCENARIO:
@@ -335,6 +352,64 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
         assert "team-b/el2" not in {a.job for a in a_sim}  # rescaled a minute ago: held
         # The waiting pods' 8 GPUs are kept for them, so the optimizer shrinks el to its minimum.
         assert [(a.job, a.gpus, a.from_gpus) for a in a_sim] == [("team-b/el", 1, 2)]
+
+
+TYPES = ("v100", "v100", "k80", "k80")  # node k's GPU type in the typed scenario
+
+
+def typed_view(world: World) -> dict[str, Any]:
+    """Each job's model class, the types it measured its speed on and its speed per type relative
+    to its fastest (the shells measure in their own units: the profile's, steps/s; only ratios
+    reach a decision)."""
+    types = cluster_types([n.gpu_type for n in world.nodes])
+    out: dict[str, Any] = {}
+    for j in world.jobs:
+        sp = speeds_for(types, j.model_class, j.gpu_measured)
+        top = max(sp.values())
+        out[j.key] = (j.model_class, sorted(j.gpu_measured), {t: round(v / top, 6) for t, v in sp.items()})
+    return out
+
+
+@pytest.mark.parametrize("dra", [NO_DRA, HALF_DRA], ids=["gpu.product", "gpu.product+dra-productName"])
+def test_a_typed_cluster_gives_both_shells_the_same_types_and_typed_plans(tmp_path: Path,
+                                                                          dra: frozenset[int]) -> None:
+    """Two V100 and two K80 nodes: the service reads each node's type from its gpu.product label
+    (or, for the DRA nodes, its devices' productName), the simulator from its cluster; both Worlds
+    carry the same types, the same measured types and speeds per job, the same typed elastic plan
+    and the same type for each job's pods."""
+    loops = ("elastic", "migrator")
+    scenario = timed_like_the_engine(loops, TYPES)
+    control, eng = sim_side(loops, scenario=scenario, node_types=TYPES)
+    control.builder.step_noise = 0.0
+    sim_world = control.builder.build(eng, NOW)
+    ctx = service_context(tmp_path, list(loops), scenario=scenario, dra=dra, node_types=TYPES)
+    post_reports(ctx, sim_world)
+    svc_world = Migrator(ctx).world(T0 + NOW)
+    assert svc_world is not None
+    assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
+    assert reports(svc_world) == reports(sim_world)
+    want = [(node_name(k), t) for k, t in enumerate(TYPES)]
+    assert [(n.name, n.gpu_type) for n in svc_world.nodes] == [(n.name, n.gpu_type) for n in sim_world.nodes] == want
+    view = typed_view(sim_world)
+    assert typed_view(svc_world) == view
+    assert view["team-b/el"][1] == ["k80"] and view["team-a/slow"][1] == ["v100"] and view["team-a/wait2"][1] == []
+
+    core = control.settings
+    e_svc = plan_typed_elastic_for(replace(svc_world, now=0.0), core, migrator_on=True)
+    e_sim = plan_typed_elastic_for(replace(sim_world, now=0.0), core, migrator_on=True)
+    assert e_svc.actions == e_sim.actions and e_svc.accounting == e_sim.accounting
+    # Both waiting jobs wait for the V100s (their type: no room anywhere, so their fastest), so the
+    # K80 jobs keep their GPUs: unlike the untyped plan, which shrinks el to make room.
+    assert e_sim.actions == ()
+    assert e_sim.accounting["v100.reserved_for_waiting"] == 8 and e_sim.accounting["k80.reserved_for_waiting"] == 0
+
+    p_svc, p_sim = plan_types(svc_world, core), plan_types(sim_world, core)
+    assert p_svc.node_types == p_sim.node_types and p_svc.room == p_sim.room
+    assert {k: (j.home, j.assigned) for k, j in p_svc.jobs.items()} == \
+        {k: (j.home, j.assigned) for k, j in p_sim.jobs.items()}
+    assert p_sim.jobs["team-b/el"].home == "k80"
+    for key in ("team-a/wait2", "team-b/wait6"):
+        assert p_svc.allowed(key, T0 + NOW, core.gpu_types) == p_sim.allowed(key, NOW, core.gpu_types) != ()
 
 
 def test_the_simulator_runs_the_services_defaults_or_prints_the_difference() -> None:

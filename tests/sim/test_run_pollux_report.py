@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.run_pollux import format_split, main, read_loops, write_loops
+from benchmarks.run_pollux import format_seeds, format_split, main, read_loops, write_loops
 from benchmarks.sim.report import RunMetrics, read_csv, write_csv
 
 
@@ -43,3 +43,18 @@ def test_report_prints_the_loops_counts_it_saved(tmp_path: Path, capsys: pytest.
     assert main(["--report", str(tmp_path)]) == 0
     after = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines() if ln.startswith("flowsched")}
     assert after["flowsched"][8:10] == ["612", "3"]
+
+
+def test_per_seed_figures_on_tuned_unseen_and_all_with_their_mean() -> None:
+    def seeded(policy: str, w: int, seed: int, avg: float) -> RunMetrics:
+        r = run(policy, w, avg)
+        return RunMetrics(r.policy, r.workload, seed, *[getattr(r, f) for f in list(r.__dataclass_fields__)[3:]])
+
+    runs = [seeded("flowsched", w, s, 100.0 * (s + 1) + w) for s in (0, 1, 2) for w in (1, 5)]
+    runs += [seeded("tiresias", 1, 0, 40.0), seeded("tiresias", 5, 0, 60.0)]
+    text = format_seeds(runs, [1])
+    rows = {(ln.split()[0], ln.split()[1]): ln.split()[2:] for ln in text.splitlines()[2:]}
+    assert rows[("flowsched", "tuned")] == ["101", "201", "301", "201"]
+    assert rows[("flowsched", "all")] == ["103", "203", "303", "203"]  # seed means; their mean = the headline's
+    assert rows[("tiresias", "all")] == ["50", "-", "-", "50"]
+    assert format_seeds([r for r in runs if r.seed == 0], [1]) == ""

@@ -200,3 +200,22 @@ def test_a_replica_that_loses_the_lease_mid_action_writes_nothing_more() -> None
     else:
         raise AssertionError("the action went on after leadership was lost")
     assert [a[1] for a in actions.annotations] == ["a-0"] and len(rec.events) == 1  # a-1 untouched
+
+
+def test_on_a_typed_cluster_the_plan_names_the_gpu_type_the_filter_then_keeps_the_job_on() -> None:
+    """A V100 node and a K80 node (gpu.product): the lone job on the V100 is planned within the
+    V100s only (a job never spans types), and its plan annotation names the type."""
+    state = ClusterState()
+    for name, product in (("n0", "Tesla-V100-SXM2-16GB"), ("n1", "Tesla-K80")):
+        state.upsert_node(parse_node(node(name, gpus=4, labels={"nvidia.com/gpu.product": product})))
+    for p in (worker("a", 0, "n0"), worker("a", 1, "n0")):
+        state.upsert_pod(parse_pod(p))
+    state.mark_synced()
+    actions = FakeActions()
+    cfg = ElasticConfig(las_power=0.0, explore_factor=0.0)
+    ctx = make_context(state, FakeTracker({}), actions, LogRecorder(), settings=Settings(kube=False, elastic=cfg))
+    el = Elastic(ctx, cfg)
+    acts = plan_at(el, 1000.0)
+    assert len(acts) == 1 and acts[0].as_dict()["detail"]["gpus"] == 4  # the V100 node's 4, not all 8
+    assert el.act(acts[0], 1000.0) == "planned"
+    assert {json.loads(a[2][PLAN])["gpu_type"] for a in actions.annotations} == {"v100"}

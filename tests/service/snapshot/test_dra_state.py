@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.kube import requests
-from extender.snapshot.objects import parse_node, parse_pod
+from extender.snapshot.objects import GPU_PRODUCT, parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from extender.snapshot.watcher import apply_event
 from tests.cluster import dra_objects as d
@@ -159,3 +159,25 @@ def test_dra_watcher_on_an_apiserver_without_resource_k8s_io() -> None:
     w._session()
     row = state.read().node_row("d1")
     assert row is not None and row.gpu_alloc == 2.0 and "absent" not in w.status.extra
+
+
+def test_a_dra_only_node_takes_its_gpu_product_from_its_devices_and_a_label_wins() -> None:
+    """The control view's node type (docs/gpu-types.md): nvidia.com/gpu.product, else the most
+    common productName of the node's whole GPU devices."""
+    state = ClusterState()
+
+    def add(kind: str, obj: dict[str, Any]) -> None:
+        apply_event(state, kind, {"type": "ADDED", "object": obj}, "nvidia.com/gpu")
+
+    add("deviceclasses", d.device_class())
+    state.upsert_node(parse_node(node("d", gpus=0)))
+    state.upsert_node(parse_node(node("labelled", gpus=0, labels={GPU_PRODUCT: "Tesla-V100-SXM2-16GB"})))
+    state.upsert_node(parse_node(node("plain", gpus=4)))
+    odd = d.gpu_slice("d", 3, product="NVIDIA H100 80GB HBM3")
+    odd["spec"]["devices"].append(d.gpu_device("d", 3, product="NVIDIA A100-SXM4-80GB"))
+    add("resourceslices", odd)
+    add("resourceslices", d.gpu_slice("labelled", 2, product="NVIDIA A100-SXM4-80GB"))
+    state.mark_synced()
+    _, nodes, _ = state.read().control_view()
+    assert {n.name: n.gpu_product for n in nodes} == {
+        "d": "NVIDIA H100 80GB HBM3", "labelled": "Tesla-V100-SXM2-16GB", "plain": ""}

@@ -1,0 +1,96 @@
+"""The service's GPU-type placement core on arrays: per-type step times into speeds, and the types a
+job's pods may bind to (scoring.step_samples, scoring.typed_placement)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scoring.gpu_types import ANY, GpuTypeSettings
+from scoring.settings import CoreSettings
+from scoring.step_samples import record_type_sample, type_speeds
+from scoring.typed_placement import plan_types
+from scoring.world import JobState, NodeState, World
+
+S = GpuTypeSettings(fallback_s=600.0, min_share=0.5)
+
+
+def test_step_times_per_type_are_kept_only_on_one_type_while_steady() -> None:
+    samples: dict[str, dict[int, float]] = {}
+    record_type_sample(samples, "v100", 2.0, 4, settling=False)
+    record_type_sample(samples, "", 1.0, 4, settling=False)  # spans types: nothing
+    record_type_sample(samples, "k80", 1.0, 4, settling=True)  # mid-change: nothing
+    record_type_sample(samples, "k80", math.nan, 4, settling=False)
+    assert samples == {"v100": {4: 0.5}}
+
+
+def test_speeds_compare_types_at_one_gpu_count() -> None:
+    # 4 GPUs on both: the count measured on most types; 0.5 s vs 2.0 s a step -> 4x.
+    assert type_speeds({"v100": {4: 0.5, 2: 0.9}, "k80": {4: 2.0}}) == {"k80": 0.5, "v100": 2.0}
+    # Only other counts on one type: the nearest count scaled as ideal data parallelism (x 4/2).
+    sp = type_speeds({"v100": {4: 0.5}, "p100": {2: 1.0}})
+    assert sp == {"p100": pytest.approx(2.0), "v100": pytest.approx(2.0)}
+    assert type_speeds({}) == {} and type_speeds({"v100": {}}) == {}
+
+
+def node(name: str, t: str, gpus: float = 4.0, used: float = 0.0) -> NodeState:
+    return NodeState(name, gpus, used, t)
+
+
+def job(key: str, *, on: dict[str, float] | None = None, gpus: int = 4, cls: str = "vision",
+        measured: dict[str, float] | None = None, wait_s: float = math.nan) -> JobState:
+    return JobState(key=key, namespace=key.split("/")[0], gpus_on=on or {}, live_gpus=gpus, per_pod=gpus,
+                    checkpointable=True, elastic=None, running=bool(on), settling=not on, runtime_s=math.nan,
+                    attained_gpu_s=0.0, model_class=cls, gpu_measured=measured or {}, wait_s=wait_s)
+
+
+def core() -> CoreSettings:
+    return CoreSettings(gpu_types=S)
+
+
+def test_untyped_world_gives_no_constraint() -> None:
+    w = World(100.0, (node("a", "v100"), node("b", "v100")), (job("ns/x", wait_s=5.0),), ())
+    plan = plan_types(w, core())
+    assert not plan.typed and plan.allowed("ns/x", 100.0, S) == ()
+
+
+def test_jobs_get_the_type_where_they_gain_most_and_fall_back_after_the_bound() -> None:
+    # One V100 and one K80 node, both free: the vision job gains ~6.6x on a V100, the
+    # recommendation job runs faster on a K80 (Gavel's measurements): each gets its own.
+    nodes = (node("v", "v100"), node("k", "k80"))
+    w = World(1000.0, nodes, (job("ns/vis", wait_s=10.0), job("ns/rec", cls="recommendation", wait_s=10.0)), ())
+    plan = plan_types(w, core())
+    assert plan.typed and plan.room == {"v100": 4.0, "k80": 4.0}
+    assert plan.allowed("ns/vis", 1000.0, S) == ("v100",)
+    assert plan.allowed("ns/rec", 1000.0, S) == ("k80",)
+    # The V100 is full: the vision job waits for it (a K80 gives it under min_share of its speed) ...
+    w = World(1000.0, (node("v", "v100", used=4.0), node("k", "k80")),
+              (job("ns/held", on={"v": 4.0}), job("ns/vis", wait_s=10.0)), ())
+    plan = plan_types(w, core())
+    assert plan.allowed("ns/held", 1000.0, S) == ("v100",)  # a job never leaves (or spans) its type
+    assert plan.allowed("ns/vis", 1000.0, S) == ("v100",)
+    # ... until it has waited fallback_s: then any type, fastest for it first.
+    assert plan.allowed("ns/vis", 1000.0 - 10.0 + 600.0, S) == ("v100", "k80")
+
+
+def test_a_job_the_plan_has_not_seen_gets_its_type_alone_and_its_plan_type_wins() -> None:
+    w = World(0.0, (node("v", "v100", used=4.0), node("k", "k80")), (), ())
+    plan = plan_types(w, core())
+    # Arrived since the plan: a language job loses over half its speed on a K80 -> waits for V100.
+    assert plan.allowed("ns/new", 5.0, S, model_class="language", gpus=4, created_at=4.0) == ("v100",)
+    assert plan.allowed("ns/new", 700.0, S, model_class="language", gpus=4, created_at=4.0) == ("v100", "k80")
+    # Its elastic plan named a type: that one.
+    assert plan.allowed("ns/new", 5.0, S, pinned="k80", model_class="language", gpus=4, created_at=4.0) == ("k80",)
+    # Larger than every type: it may only span them.
+    assert plan.allowed("ns/big", 5.0, S, model_class="language", gpus=6, created_at=4.0) == (ANY,)
+
+
+def test_measured_speeds_override_the_prior() -> None:
+    # A "vision" job that measured itself barely faster on the V100 than on the K80 is no longer
+    # kept off the K80 (0.9 of its best there >= min_share).
+    w = World(0.0, (node("v", "v100", used=4.0), node("k", "k80")),
+              (job("ns/held", on={"v": 4.0}), job("ns/odd", measured={"v100": 1.0, "k80": 0.9}, wait_s=1.0)), ())
+    plan = plan_types(w, core())
+    assert plan.jobs["ns/odd"].measured == ("k80", "v100")
+    assert plan.allowed("ns/odd", 0.0, S) == ("k80",)
