@@ -84,9 +84,10 @@ def test_an_early_stopping_job_ends_where_its_rule_fires_on_the_curve_it_reporte
     reasons = {}
     for j in eng.jobs:  # what the core reads half way through each job's series
         half = np.asarray(j.series[: len(j.series) // 2])
+        max_steps, early_stopping = declared(j.spec.end_rule, app)
         est = tracker.update(job_key(j), half[:, 1], half[:, 2], half[:, 0], higher_is_better=app.metric_increases,
-                             signature=(len(half), float(half[-1, 0])),
-                             **dict(zip(("max_steps", "early_stopping"), declared(j.spec.end_rule, app), strict=True)))
+                             signature=(len(half), float(half[-1, 0])), max_steps=max_steps,
+                             early_stopping=early_stopping)
         assert est is not None and est.end is not None
         reasons[j.spec.end_rule] = est.end.reason
     assert reasons == {"early": EndReason.EARLY_STOPPING, "planned": EndReason.PLANNED_END, "none": EndReason.PLATEAU}
