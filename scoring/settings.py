@@ -216,8 +216,9 @@ class AdmissionLoopSettings(LoopSettings):
     max_per_hour: int = 100_000
     gate: str = "flowsched.io/admission"
     # Tiresias' discretised least-attained-service: a job's queue is the number of thresholds its
-    # attained GPU-seconds have passed; lower queues first, then the older pods first.
-    queue_thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
+    # GPU-seconds (queue_by below) have passed; lower queues first, then the older pods first.
+    # 6 GPU-hours with queue_by "remaining" (Tiresias: 16, attained): docs/admission.md.
+    queue_thresholds_gpu_s: tuple[float, ...] = (6 * 3600.0,)
     # Starvation bound: a job waiting longer than this x max(its attained service in GPU-seconds,
     # 1 GPU-hour) goes ahead of every queue.
     starvation_factor: float = 8.0  # a smaller factor bound too often under load: docs/admission.md
@@ -243,7 +244,7 @@ class AdmissionLoopSettings(LoopSettings):
     # GPU-seconds; "remaining", its predicted remaining GPU-seconds where the evidence allows
     # (predicted_gpu_s at its GPUs) and its attained GPU-seconds where it does not: a job known to
     # have much work left yields to new work before it has attained as much (scoring.admission.job_queue).
-    queue_by: Literal["attained", "remaining"] = "attained"
+    queue_by: Literal["attained", "remaining"] = "remaining"
 
     def __post_init__(self) -> None:
         super().__post_init__()
