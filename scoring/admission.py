@@ -62,6 +62,21 @@ def queue_of(attained_gpu_s: float, thresholds: tuple[float, ...]) -> int:
     return bisect.bisect_right(list(thresholds), a)
 
 
+def job_queue(job: JobState, gpus: float, s: AdmissionLoopSettings) -> int:
+    """The job's queue (queue_of): by attained service, or with queue_by "remaining" by its
+    predicted remaining GPU-seconds at `gpus` GPUs where the evidence allows (attained where not)."""
+    if s.queue_by == "remaining":
+        left = predicted_gpu_s(job, gpus, s)
+        if math.isfinite(left):
+            return queue_of(left, s.queue_thresholds_gpu_s)
+    return queue_of(job.attained_gpu_s, s.queue_thresholds_gpu_s)
+
+
+def _asked(job: JobState) -> float:
+    """The GPUs a gated job asks for (its gated pods), else the GPUs it runs at."""
+    return float(sum(job.gated_pods)) or float(job.live_gpus)
+
+
 def starving(job: JobState, factor: float) -> bool:
     att = job.attained_gpu_s if math.isfinite(job.attained_gpu_s) else 0.0
     return factor > 0 and math.isfinite(job.wait_s) and job.wait_s > factor * max(att, _ONE_GPU_HOUR)
@@ -89,7 +104,7 @@ def order_value(job: JobState, s: AdmissionLoopSettings) -> tuple[int, float]:
     soon = 0 if predicted_end_s(job, s) <= s.finish_first_s else 1  # NaN: not soon
     if s.order == "finish_first":
         return (soon, 0.0)
-    left = predicted_gpu_s(job, float(sum(job.gated_pods)) or float(job.live_gpus), s)
+    left = predicted_gpu_s(job, _asked(job), s)
     return (soon, left if math.isfinite(left) else (job.attained_gpu_s if math.isfinite(job.attained_gpu_s) else 0.0))
 
 
@@ -137,7 +152,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
     ends = {j.key: predicted_end_s(j, s) for j in open_ns}
 
     def key(j: JobState) -> tuple[int, int, int, float, float, str]:
-        q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
+        q = job_queue(j, _asked(j), s)
         wait = j.wait_s if math.isfinite(j.wait_s) else 0.0
         return (0 if starving(j, s.starvation_factor) else 1, q, *order_value(j, s), -wait, j.key)
 
@@ -145,7 +160,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
     preempts: list[Preempt] = []
     order: list[tuple[str, int, float, str]] = []
     for j in closed:  # flowsched may not hold these
-        q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
+        q = job_queue(j, _asked(j), s)
         admits.append(Release(j.key, len(j.gated_pods), float(sum(j.gated_pods)), q,
                             "namespace not managed by flowsched: released at once"))
         order.append((j.key, q, j.wait_s, "released: namespace not managed"))
@@ -153,7 +168,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
     preempted_for: str | None = None
     running = [r for r in world.jobs if r.held_gpus > 0]
     for j in sorted(open_ns, key=key):
-        q = queue_of(j.attained_gpu_s, s.queue_thresholds_gpu_s)
+        q = job_queue(j, _asked(j), s)
         starve = starving(j, s.starvation_factor)
         if blocked:
             order.append((j.key, q, j.wait_s, "held: a starving job ahead keeps the GPUs it needs"))
@@ -179,7 +194,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
                 preempted_for = j.key
                 budget.used_preempts += len(victims)
                 for v in victims:
-                    vq = queue_of(v.attained_gpu_s, s.queue_thresholds_gpu_s)
+                    vq = job_queue(v, v.held_gpus, s)
                     preempts.append(Preempt(v.key, j.key, v.held_gpus, v.attained_gpu_s,
                                             f"preempted for {j.key} (queue {q}, waited {j.wait_s:.0f}s): {v.key} is "
                                             f"in queue {vq} with {_h(v.attained_gpu_s)} GPU-h attained; frees "
@@ -198,7 +213,7 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
     s = settings.admission
     cands = []
     for r in running:
-        rq = queue_of(r.attained_gpu_s, s.queue_thresholds_gpu_s)
+        rq = job_queue(r, r.held_gpus, s)
         if rq <= q or not r.checkpointable or not r.running or r.workload == "inference":
             continue
         if namespace_refusal(r.namespace, world.namespace_labels, settings.safety) is not None:
@@ -215,7 +230,7 @@ def _victims(job: JobState, q: int, running: list[JobState], world: World, setti
     def most_left(r: JobState) -> tuple[int, float, str]:
         att = r.attained_gpu_s if math.isfinite(r.attained_gpu_s) else 0.0
         left = predicted_gpu_s(r, r.held_gpus, s) if s.order == "remaining" else math.nan
-        return (-queue_of(att, s.queue_thresholds_gpu_s), -(left if math.isfinite(left) else att), r.key)
+        return (-job_queue(r, r.held_gpus, s), -(left if math.isfinite(left) else att), r.key)
 
     cands.sort(key=most_left)
     extra = np.zeros_like(room.free)

@@ -216,8 +216,9 @@ class AdmissionLoopSettings(LoopSettings):
     max_per_hour: int = 100_000
     gate: str = "flowsched.io/admission"
     # Tiresias' discretised least-attained-service: a job's queue is the number of thresholds its
-    # attained GPU-seconds have passed; lower queues first, then the older pods first.
-    queue_thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
+    # GPU-seconds (queue_by below) have passed; lower queues first, then the older pods first.
+    # 6 GPU-hours with queue_by "remaining" (Tiresias: 16, attained): docs/admission.md.
+    queue_thresholds_gpu_s: tuple[float, ...] = (6 * 3600.0,)
     # Starvation bound: a job waiting longer than this x max(its attained service in GPU-seconds,
     # 1 GPU-hour) goes ahead of every queue.
     starvation_factor: float = 8.0  # a smaller factor bound too often under load: docs/admission.md
@@ -239,6 +240,11 @@ class AdmissionLoopSettings(LoopSettings):
     # allows and least attained service where it does not (scoring.admission.order_value);
     # "finish_first", the rule above only, then the longest waiting.
     order: Literal["remaining", "finish_first"] = "remaining"
+    # What a job's queue counts against queue_thresholds_gpu_s: "attained", Tiresias' attained
+    # GPU-seconds; "remaining", its predicted remaining GPU-seconds where the evidence allows
+    # (predicted_gpu_s at its GPUs) and its attained GPU-seconds where it does not: a job known to
+    # have much work left yields to new work before it has attained as much (scoring.admission.job_queue).
+    queue_by: Literal["attained", "remaining"] = "remaining"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -249,6 +255,8 @@ class AdmissionLoopSettings(LoopSettings):
                  "queue_thresholds_gpu_s must be ascending")
         _require(self.order in ("remaining", "finish_first"),
                  f"order must be remaining or finish_first, not {self.order!r}")
+        _require(self.queue_by in ("attained", "remaining"),
+                 f"queue_by must be attained or remaining, not {self.queue_by!r}")
 
 
 @dataclass(frozen=True)
@@ -340,7 +348,8 @@ def with_overrides(settings: Any, overrides: dict[str, str]) -> Any:
                 raise ValueError(f"{dotted}: expected true or false, got {text!r}")
             value = text.lower() == "true"
         elif isinstance(current, tuple):
-            value = tuple(x.strip() for x in text.split(",") if x.strip())
+            kind = type(current[0]) if current else str  # the elements keep their type (floats stay floats)
+            value = tuple(kind(x.strip()) for x in text.split(",") if x.strip())
         else:
             value = type(current)(text)
         settings = replace(settings, **{head: value})

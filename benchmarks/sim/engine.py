@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks.sim.cluster import Cluster, ClusterSettings, Placement
+from benchmarks.sim.ends import end_progress, metric_noise, stop_epoch
 from benchmarks.sim.jobmodel import ProfileSet, RateTable
 from benchmarks.sim.workload import JobSpec
 
@@ -81,6 +82,7 @@ class SimJob:
     seg_start: float = 0.0
     version: int = 0
     series: list[tuple[float, int, float]] = field(default_factory=list)  # (time, epoch, metric)
+    stop_epoch: int = 0  # epochs it runs before it stops (benchmarks/sim/ends.py); set when it starts
 
     @property
     def gpus(self) -> int:
@@ -143,6 +145,7 @@ class Engine:
         self.gate_pods = gated
         self.gated: dict[int, float] = {}
         self.rng = np.random.default_rng(settings.seed)
+        self._metric_z: dict[int, FloatArray] = {}  # job idx -> noise on its reported metric (ends.py)
         self.jobs: list[SimJob] = []
         for i, s in enumerate(sorted(specs, key=lambda s: s.arrival)):
             atomic, accum = profiles.apps[s.app].batch_config(s.replicas, s.batch_size)
@@ -233,7 +236,8 @@ class Engine:
             if job.version != version or job.completion is not None or not job.placement:
                 continue
             self._sync(job, c)
-            job.progress = float(job.table.progress_at[-1]) if job.table is not None else job.progress
+            if job.table is not None:
+                job.progress = end_progress(job.table.progress_at, job.stop_epoch)
             job.completion = c
             self._release(job, t)
             del self.active[idx]
@@ -263,18 +267,30 @@ class Engine:
             return
         app = self.profiles.apps[job.spec.app]
         noise = self.settings.telemetry.metric_noise
-        for k in range(e0 + 1, min(e1, app.max_epochs) + 1):
+        z = self._noise(job)
+        for k in range(e0 + 1, min(e1, job.stop_epoch or app.max_epochs) + 1):
             when = start + (float(table.cum_time[k]) - t0) / keep
             m = app.metric(table.batch_size, k - 1)
-            job.series.append((when, k, m * (1.0 + noise * float(self.rng.standard_normal()))))
+            job.series.append((when, k, m * (1.0 + noise * float(z[k - 1]))))
+
+    def _noise(self, job: SimJob) -> FloatArray:
+        z = self._metric_z.get(job.idx)
+        if z is None:
+            z = self._metric_z[job.idx] = metric_noise(self.settings.seed, job.idx,
+                                                       self.profiles.apps[job.spec.app].max_epochs)
+        return z
 
     def _schedule_completion(self, job: SimJob) -> None:
         job.version += 1
         table = job.table
         assert table is not None
         start = max(self.now, job.restart_until)
-        remaining = (table.total - table.time_at(job.progress)) / ((1.0 - job.slowdown) * job.cpu_speed
-                                                                    * job.type_speed)
+        # where it stops: its epochs' end, or where its early-stopping rule fires on its curve
+        job.stop_epoch = stop_epoch(self.profiles.apps[job.spec.app], job.spec.end_rule, job.series,
+                                    table.epoch_of(job.progress), table.batch_size, self._noise(job),
+                                    self.settings.telemetry.metric_noise)
+        keep = (1.0 - job.slowdown) * job.cpu_speed * job.type_speed
+        remaining = (float(table.cum_time[job.stop_epoch]) - table.time_at(job.progress)) / keep
         heapq.heappush(self._heap, (start + remaining, job.version, job.idx))
 
     def _release(self, job: SimJob, t: float) -> None:

@@ -23,12 +23,13 @@ Job mixes (DESIGN §7: every table names its mix). `prepare(specs, profiles, mix
 - "none": no job elastic (users' own GPU counts), all checkpointable.
 The Pollux artifact's jobs all checkpoint and restart on every reallocation. Baselines ignore the marks.
 
-End mixes (DESIGN §7: what each job declares about its end, beside the elastic mix; the job's true
-end is the trace's whatever it declares). `mark_ends(specs, ends)`, every job by arrival order:
-- "default": 2 of 4 declare a planned end (max_steps, as a script with a fixed epoch count does),
-  1 of 4 an early-stopping rule, 1 of 4 nothing (stopped by a person). A guess at a realistic
-  cluster, not a measured one; the end estimate (scoring.convergence) is all flowsched has for
-  the other two;
+End mixes (DESIGN §7: how each job ends and what it declares about it, beside the elastic mix;
+benchmarks/sim/ends.py). `mark_ends(specs, ends)`, every job by arrival order:
+- "default": 2 of 4 declare a planned end (max_steps, as a script with a fixed epoch count does)
+  and end there, 1 of 4 an early-stopping rule (ends.EARLY_STOPPING) and end where it fires on
+  their own reported curve, 1 of 4 nothing (stopped by a person at the trace's epochs). A guess at
+  a realistic cluster, not a measured one; the end estimate (scoring.job_end, through the
+  tracker) is all flowsched has for the other two;
 - "planned": every job declares its planned end (the tables before the end mix existed);
 - "none": no job declares anything.
 """
@@ -71,7 +72,8 @@ MIX_TEXT = {
 END_RULES = ("planned", "early", "none")
 END_MIXES = {"default": ("planned", "planned", "early", "none"), "planned": ("planned",), "none": ("none",)}
 END_TEXT = {
-    "default": "ends: 1/2 declare a planned end (max_steps), 1/4 early stopping, 1/4 nothing (a guessed mix)",
+    "default": "ends: 1/2 declare a planned end (max_steps), 1/4 early stopping (patience 10, ends where it fires), "
+               "1/4 nothing (a guessed mix)",
     "planned": "ends: every job declares its planned end (max_steps)",
     "none": "ends: no job declares its end",
 }

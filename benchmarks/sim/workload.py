@@ -21,9 +21,10 @@ class JobSpec:
     elastic_min: int = 0  # 0 = not elastic (flowsched.io/elastic absent)
     elastic_max: int = 0
     namespace: str = "default"  # as the job's pods would be; the safety rules read it
-    # How the job says it ends (benchmarks/sim/variants.py END_RULES): "planned" reports its planned
-    # end (max_steps: its epochs), "early" an early-stopping rule, "none" nothing. Its true end is
-    # the trace's whatever it declares; this is only what flowsched is told.
+    # How the job ends and what it says of it (benchmarks/sim/ends.py): "planned" reports its planned
+    # end (max_steps: its epochs) and ends there, "early" reports an early-stopping rule and ends
+    # where it fires on its own curve (or at its epochs' end), "none" reports nothing and ends at
+    # its epochs' end.
     end_rule: str = "planned"
 
 

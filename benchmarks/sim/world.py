@@ -6,8 +6,9 @@ the time each was created), its opt-ins (JobSpec.checkpointable, elastic_min/max
 the loops leave on pods (migration count and time, the elastic plan's time), its convergence
 estimate from the points it would post to /v1/progress (scoring.tracker, the service's
 tracker), and, as a job reporting through the progress API's optional fields would, its batch
-size, batch range, gradient noise, measured step times and planned end (`max_steps`: the
-application's epochs, the unit of its reported steps); an elastic job also says it changes its
+size, batch range, gradient noise, measured step times and what it declares of its end
+(benchmarks/sim/ends.py: its planned end `max_steps`, the application's epochs, the unit of its
+reported steps, or its early-stopping rule, or nothing); an elastic job also says it changes its
 batch size live (`batch_live`), as the artifact's AdaptDL jobs do between epochs. Not its
 remaining time: the core derives that from what it attained and the steps left
 (JobState.remaining_gpu_s).
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.sim.ends import declared
 from benchmarks.sim.engine import Engine, SimJob
 from benchmarks.sim.jobmodel import AppModel
 from benchmarks.sim.policies import pod_sizes
@@ -172,8 +174,11 @@ class SimWorldBuilder:
             return self.tracker.get(job_key(job))  # what update() returns for it, without the series' array
         pts = np.asarray(job.series, dtype=np.float64)
         app = engine.profiles.apps[job.spec.app]
+        # what the job declared about its end (ends.py), as the service's tracker passes it on
+        max_steps, early_stopping = declared(job.spec.end_rule, app)
         return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
-                                   higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])))
+                                   higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])),
+                                   max_steps=max_steps, early_stopping=early_stopping)
 
     def throughput(self, engine: Engine, job: SimJob, hi: int) -> Throughput:
         app = engine.profiles.apps[job.spec.app]

@@ -150,3 +150,26 @@ def test_among_equals_the_job_with_the_most_work_left_is_preempted() -> None:
     near = running("a/near", "n0", 4, attained=40 * H, estimate=e, planned_steps=5_000.0)
     far = running("a/far", "n1", 4, attained=20 * H, estimate=e, planned_steps=100_000.0)
     assert [p.job for p in plan_admission_for(world(waiting, near, far, free=(0, 0)), S).preempts] == ["a/far"]
+
+
+def test_queued_by_predicted_remaining_work_a_long_job_yields_before_it_has_attained_as_much() -> None:
+    from scoring.admission import job_queue
+    from scoring.convergence import ConvergenceEstimate, Phase
+    waiting = gated("a/new", (4.0,), wait_s=120)
+    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
+                            remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=1.0, points_used=40,
+                            last_step=900.0)
+    # 1 GPU-h attained (queue 0 by attained service) but 4 GPUs x 99,100 s to its planned end.
+    long = running("a/long", "n0", 4, attained=1 * H, estimate=e, planned_steps=100_000.0)
+    unknown = running("a/unknown", "n1", 4, attained=2 * H)  # no prediction: its attained service
+    one = (16 * H,)  # Tiresias' one threshold, under either rule
+    by_att = replace(S, admission=replace(S.admission, queue_by="attained", queue_thresholds_gpu_s=one))
+    by_left = replace(S, admission=replace(S.admission, queue_by="remaining", queue_thresholds_gpu_s=one))
+    assert job_queue(long, 4.0, by_att.admission) == 0 and job_queue(long, 4.0, by_left.admission) == 1
+    assert job_queue(unknown, 4.0, by_left.admission) == 0
+    assert plan_admission_for(world(waiting, long, unknown, free=(0, 0)), by_att).preempts == ()
+    assert [p.job for p in plan_admission_for(world(waiting, long, unknown, free=(0, 0)), by_left).preempts] == \
+        ["a/long"]
+    # 30 GPU-h attained, 100 s (0.1 GPU-h) left: queue 1 by attained service, queue 0 by what is left.
+    ending = replace(long, attained_gpu_s=30 * H, planned_steps=1000.0)
+    assert job_queue(ending, 4.0, by_att.admission) == 1 and job_queue(ending, 4.0, by_left.admission) == 0

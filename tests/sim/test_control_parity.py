@@ -44,6 +44,7 @@ import pytest
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.cluster_spec import app_classes, type_speeds
 from benchmarks.sim.control import SimControl
+from benchmarks.sim.ends import declared
 from benchmarks.sim.engine import Engine, EngineSettings, SimJob
 from benchmarks.sim.generator import calibrated_profiles
 from benchmarks.sim.policies import make_policy, pod_sizes
@@ -243,7 +244,12 @@ def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (
                                                   for t, e, v in j["series"]])
     state.mark_synced()
     settings = Settings(kube=False, controllers=loops)
-    tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW)
+    # Each scenario job declares its planned end (JobSpec's default end rule), as the simulated
+    # job tells the simulator's tracker (benchmarks/sim/ends.py): the service's tracker reads it too.
+    by_name = {f"{j['ns']}/{j['name']}": j for j in scenario}
+    tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW,
+                                 planned_end=lambda key: declared("planned", PROFILES.apps[APP])[0]
+                                 if key in by_name else None)
     tracker.refresh_once()
     return make_context(state, tracker, actions if actions is not None else FakeActions(), LogRecorder(),
                         settings=settings, namespace_labels=LABELS)

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from benchmarks.sim.cluster import ClusterSettings
+from benchmarks.sim.ends import EARLY_STOPPING, declared
 from benchmarks.sim.engine import Engine, EngineSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
+from benchmarks.sim.policies import make_policy
 from benchmarks.sim.variants import build, mark_ends, prepare
+from benchmarks.sim.workload import JobSpec
 from benchmarks.sim.world import SimWorldBuilder, job_key
+from scoring.job_end import rule_state
 from scoring.settings import CoreSettings
+from scoring.stopping import EndReason
 from scoring.tracker import ConvergenceTracker
 from scoring.world import World
 
@@ -52,3 +58,36 @@ def test_only_a_job_that_declares_its_planned_end_reports_it_and_step_times_are_
     assert any(j.step_samples for j in world.jobs)
     with pytest.raises(ValueError, match="throughput mode"):
         SimWorldBuilder(CoreSettings(), ConvergenceTracker(CoreSettings().convergence), throughput_mode="psychic")
+
+
+def test_an_early_stopping_job_ends_where_its_rule_fires_on_the_curve_it_reported() -> None:
+    """The engine stops an "early" job at the evaluation where its declared rule fires on the
+    series it reported (replayed here with the core's rule_state), the others at their epochs'
+    end; and the core's estimate of each reads the rule the job declared, nothing else."""
+    app = next(a for a in PROFILES.apps.values() if a.max_epochs >= 50)
+    specs = [JobSpec(f"j{i}", 0.0, app.name, 1, int(app.init_batch_size), end_rule=rule)
+             for i, rule in enumerate(("early", "planned", "none", "early"))]
+    eng = Engine(specs, PROFILES, make_policy("fifo"), EngineSettings(cluster=ClusterSettings(nodes=1))).run()
+    for j in eng.jobs:
+        epochs = [k for _, k, _ in j.series]
+        assert epochs == list(range(1, epochs[-1] + 1))  # one point an epoch, none after the end
+        values = np.array([v for _, _, v in j.series])
+        _, _, fired = rule_state(-values if app.metric_increases else values, EARLY_STOPPING)
+        if j.spec.end_rule == "early":
+            assert 0 <= fired == len(values) - 1 < app.max_epochs - 1  # it stopped at the firing, early
+        else:
+            assert epochs[-1] == app.max_epochs
+    early = [j for j in eng.jobs if j.spec.end_rule == "early"]
+    assert len({len(j.series) for j in early}) == 2  # each on its own curve (its own noise)
+
+    tracker = ConvergenceTracker(CoreSettings().convergence)
+    reasons = {}
+    for j in eng.jobs:  # what the core reads half way through each job's series
+        half = np.asarray(j.series[: len(j.series) // 2])
+        max_steps, early_stopping = declared(j.spec.end_rule, app)
+        est = tracker.update(job_key(j), half[:, 1], half[:, 2], half[:, 0], higher_is_better=app.metric_increases,
+                             signature=(len(half), float(half[-1, 0])), max_steps=max_steps,
+                             early_stopping=early_stopping)
+        assert est is not None and est.end is not None
+        reasons[j.spec.end_rule] = est.end.reason
+    assert reasons == {"early": EndReason.EARLY_STOPPING, "planned": EndReason.PLANNED_END, "none": EndReason.PLATEAU}
