@@ -356,9 +356,10 @@ def test_a_job_known_only_by_its_measurements_is_offered_at_most_twice_its_large
     # the job measured; with a throughput table (what the job reports of every size) no cap.
     base = job("open/run", gpus=1, elastic=(1, 16), estimate=est(Phase.GROWING, 1.0))
     nodes = (NodeState("n0", 8.0, 1.0), NodeState("n1", 8.0, 0.0))
+    capped = replace(DEFAULTS, elastic=replace(DEFAULTS.elastic, explore_factor=2.0))
 
     def top(j: JobState) -> int:
-        [o] = plan_elastic_for(World(0.0, nodes, (j,), (), LABELS), DEFAULTS).options
+        [o] = plan_elastic_for(World(0.0, nodes, (j,), (), LABELS), capped).options
         return max(g for g in range(o.rate.shape[0]) if g > 0 and np.isfinite(o.rate[g]).any())
 
     assert top(base) == 2
