@@ -189,43 +189,62 @@ def _batch_grid(lo: int, hi: int, points: int) -> tuple[int, ...]:
 
 def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int) -> Throughput:
     """Step time at each GPU count (and candidate batch, when the job reports its batch range)
-    when the job reports nothing but its step rate: a linear model (per-sample compute + a sync
-    share) scaled to the measured step times, fitted when more than one size was measured."""
+    when the job reports nothing but its step rate: the prior (fixed and per-sample compute, sync
+    growing with GPUs; elastic.*_fraction) scaled to the measured step times, fitted when more than
+    one size was measured."""
     gs_known = tuple(sorted(job.step_samples))
     model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
-                          tuple(job.step_samples[x] for x in gs_known), s.sync_fraction, nominal)
+                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s), nominal)
     batches: tuple[int, ...] = (nominal,)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = tuple(sorted({*_batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), nominal}))
-    return _prior_table(model, batches, hi)
+    # Per-GPU batches far above any measured are not trusted: a fit over small local batches
+    # (where a step's fixed cost dominates) extrapolated to large ones promised one GPU at a
+    # large batch the speed of eight, and jobs were shrunk to it and back.
+    local_limit = 0.0
+    if s.explore_local_factor > 0 and gs_known:
+        local_limit = max(math.ceil(job.step_batches.get(x, nominal) / x) for x in gs_known) * s.explore_local_factor
+    return _prior_table(model, batches, hi, local_limit)
 
 
 @functools.lru_cache(maxsize=8192)
-def _prior_table(model: StepTimeModel, batches: tuple[int, ...], hi: int) -> Throughput:
-    """prior_throughput's table, kept like _fitted_prior: a job whose measurements did not change
-    asks for the same one every round. Read-only, as every holder of it shares it."""
+def _prior_table(model: StepTimeModel, batches: tuple[int, ...], hi: int, local_limit: float) -> Throughput:
+    """prior_throughput's table (local_limit > 0: per-GPU batches above it unknown), kept like
+    _fitted_prior: a job whose measurements did not change asks for the same one every round.
+    Read-only, as every holder of it shares it."""
     b = np.array(batches, dtype=np.int64)
     gs = np.arange(hi + 1, dtype=np.float64)[:, None]
     step = np.array(model.step_time(np.maximum(gs, 1.0), b[None, :].astype(np.float64)), dtype=np.float64)
+    if local_limit > 0:
+        local = np.ceil(b[None, :] / np.maximum(gs, 1.0) - 1e-9)
+        step = np.where(local > local_limit, np.nan, step)
     realised = np.broadcast_to(b[None, :].astype(np.float64), step.shape).copy()
     for x in (b, step, realised):
         x.setflags(write=False)
     return Throughput(b, step, realised)
 
 
+def _prior_shape(s: ElasticLoopSettings) -> tuple[float, float, float]:
+    """The prior's terms as shares of a 1-GPU step at the nominal batch: fixed compute, sync,
+    sync per added GPU (the rest of the step is per-sample compute)."""
+    return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction)
+
+
 @functools.lru_cache(maxsize=8192)
-def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple[float, ...], sync_fraction: float,
-                  nominal: int) -> StepTimeModel:
+def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple[float, ...],
+                  shape: tuple[float, float, float], nominal: int) -> StepTimeModel:
     """prior_throughput's model: pure in its arguments, so kept for the next round (and the next
     loop's World) that asks with the same measurements."""
-    prior = StepTimeModel(0.0, 1.0 / nominal, sync_fraction, 0.0)
+    compute, sync, sync_per_gpu = shape
+    prior = StepTimeModel(compute, (1.0 - compute) / nominal, sync, sync_per_gpu)
     if not gpus:
         return prior
     g = np.array(gpus, dtype=np.float64)
     t = np.array(step_s, dtype=np.float64)
     b = np.array(batches, dtype=np.float64)
     scale = float(t[0] / prior.step_time(g[0], b[0]))
-    scaled = StepTimeModel(0.0, prior.per_sample_s * scale, prior.sync_s * scale, 0.0)
+    scaled = StepTimeModel(prior.compute_s * scale, prior.per_sample_s * scale, prior.sync_s * scale,
+                           prior.sync_per_gpu_s * scale)
     return fit_step_time(g, b, t, prior=scaled) or scaled
 
 

@@ -126,12 +126,23 @@ class ElasticLoopSettings(LoopSettings):
     # held, they left GPUs idle with nothing waiting. Growing into any GPU (others shrinking for
     # it) did worse than into free ones only.
     grow_in_cooldown: bool = True
-    sync_fraction: float = 0.1  # prior: share of a 1-GPU step spent syncing (multi-GPU)
+    # The step-time prior, as shares of a 1-GPU step at the job's batch: a fixed compute share (the
+    # rest scales with the per-GPU batch), a sync share for any multi-GPU step and one more per
+    # added GPU. The medians, rounded, over the Pollux artifact's six profiled models at the middle
+    # of their batch ranges (python -m benchmarks.fit_step_prior). The old linear prior (0, 0.1, 0)
+    # promised a speed-up that grew to 64 GPUs where the profiles level off from 16 or 32.
+    compute_fraction: float = 0.09
+    sync_fraction: float = 0.08
+    sync_per_gpu_fraction: float = 0.006
     # A job known only by its measured step times and the prior (no throughput table) is offered at
     # most this multiple of the largest size it has measured (or of its size now), as Pollux limits
     # a job to twice its largest allocation so far: the prior's near-linear speed-up is not trusted
-    # far beyond what was measured. 0 = off.
-    explore_factor: float = 2.0
+    # far beyond what was measured. 0 = off: off since the prior levels off as the profiles do
+    # (Pollux workloads 1-2, one seed, every job elastic, learned: 3711 / 6018 s and 2.86 / 1.82
+    # restarts a job at 1.0x / 2.0x with 2, 3462 / 5949 s and 1.83 / 1.76 off; 3521 s, 2.20 at 4).
+    explore_factor: float = 0.0
+    # ...and per-GPU batches above this multiple of the largest it has measured (0 = off).
+    explore_local_factor: float = 2.0
     reserve_pending: bool = True  # GPUs asked for by waiting non-elastic pods are kept out of the plan
     # ...and those of gated non-elastic jobs. Off: gated work reaches GPUs through admission's
     # order and preemption instead, and reserving for it left GPUs idle (it raised the average JCT
@@ -174,7 +185,9 @@ class ElasticLoopSettings(LoopSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "sync_fraction", "explore_factor", "min_evidence",
+        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "compute_fraction", "sync_fraction",
+                      "sync_per_gpu_fraction", "explore_factor", "explore_local_factor",
+                      "min_evidence",
                       "las_power", "srpt_power", "grow_waiting_within", "growing_weight", "watching_weight",
                       "completing_weight")
         _positive(self, "horizon_s", "batch_points")

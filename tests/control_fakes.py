@@ -32,6 +32,12 @@ class FakeActions:
         return "evicted"
 
 
+# The elastic step-time prior these tests plan with: near-linear (no fixed compute, a 0.1 sync
+# share), so that a job known by no measurement grows 4 -> 8 GPUs; the default prior, fitted to
+# the Pollux profiles, promises less than the optimizer's min_gain there.
+LINEAR_PRIOR: dict[str, float] = {"compute_fraction": 0.0, "sync_fraction": 0.1, "sync_per_gpu_fraction": 0.0}
+
+
 def make_context(state: Any, tracker: Any, actions: Any, recorder: Any, *, settings: Any = None,
                  namespace_labels: dict[str, dict[str, str]] | None = None, clock: Any = None) -> Any:
     """A ControlContext over a fake tracker and actions: the real WorldBuilder and core settings."""

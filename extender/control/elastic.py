@@ -11,7 +11,8 @@ non-elastic pods); a job rescaled within `cooldown_s` (read from its pods' plan 
 any replica knows), or with pods terminating, is held at its size.
 
 Throughput: from the job's measured step times (kept per GPU count while it runs at a steady
-size) over a prior (linear compute, `sync_fraction` of a 1-GPU step for synchronisation).
+size) over a prior (fixed and per-sample compute, a sync share and one per added GPU:
+`compute_fraction`, `sync_fraction`, `sync_per_gpu_fraction` of a 1-GPU step).
 Weight: its convergence phase and attained service (las_power). Batch size: chosen too when
 the job reports its batch range and gradient statistics (the progress API's optional fields);
 otherwise the job's own.

@@ -280,3 +280,42 @@ def test_a_step_sample_keeps_the_batch_it_was_measured_at() -> None:
     assert samples == {4: 0.5} and batches == {4: 256}
     record_step_sample(samples, 4.0, 4, settling=False, batches=batches, batch=0)  # batch unknown now
     assert samples == {4: 0.25} and batches == {}
+
+
+def test_prior_offers_no_per_gpu_batch_far_above_the_largest_measured() -> None:
+    """A job measured at 4 GPUs and batch 128 (32 a GPU) is offered per-GPU batches up to
+    explore_local_factor x 32 by its prior, not one GPU at batch 4096: a fit over small local
+    batches extrapolated to large ones is not trusted (elastic.explore_local_factor)."""
+    from scoring.control import prior_throughput
+    from scoring.world import JobState
+
+    job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 4.0}, live_gpus=4, per_pod=1, checkpointable=True,
+                   elastic=(1, 8), running=True, settling=False, runtime_s=600.0, attained_gpu_s=2400.0,
+                   batch_size=128, batch_range=(128, 4096), noise=GradientNoise(1.0, 1.0, 128),
+                   step_samples={4: 0.5}, step_batches={4: 128})
+    s = ElasticLoopSettings()
+    assert s.explore_local_factor == 2.0
+    tp = prior_throughput(job, s, 8, 128)
+    col = {int(b): i for i, b in enumerate(tp.batches)}
+    assert math.isfinite(tp.step_s[4, col[128]]) and math.isfinite(tp.step_s[2, col[128]])  # 64 a GPU
+    assert math.isnan(tp.step_s[1, col[128]])  # 128 a GPU: four times what was measured
+    assert math.isnan(tp.step_s[1, col[4096]]) and math.isnan(tp.step_s[8, col[4096]])
+    off = prior_throughput(job, replace(s, explore_local_factor=0.0), 8, 128)
+    assert np.isfinite(off.step_s[1:]).all()
+
+
+def test_prior_speed_up_levels_off_with_size() -> None:
+    """The default prior (fixed compute, sync and a per-GPU sync share) gives a job measured at one
+    GPU a speed-up at its batch that grows to some GPUs, then falls as sync grows, as the profiles'
+    does: never near linear at 64."""
+    from scoring.control import prior_throughput
+    from scoring.world import JobState
+
+    job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
+                   elastic=(1, 64), running=True, settling=False, runtime_s=600.0, attained_gpu_s=600.0,
+                   batch_size=4096, step_samples={1: 2.0}, step_batches={1: 4096})
+    tp = prior_throughput(job, ElasticLoopSettings(), 64, 4096)
+    speed_up = tp.step_s[1, 0] / tp.step_s[1:, 0]
+    assert math.isclose(tp.step_s[1, 0], 2.0)  # scaled to what was measured
+    assert speed_up[1] > 1.5 and np.all(np.diff(speed_up[:8]) > 0)
+    assert 8 < int(np.argmax(speed_up)) + 1 < 64 and speed_up.max() < 8.0

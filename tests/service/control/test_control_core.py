@@ -27,9 +27,11 @@ from scoring.settings import CoreSettings
 from scoring.world import JobState, NodeState, PendingPod, Throughput, World
 
 # The elastic rules here are tested on jobs that report no throughput table, without the
-# exploration cap (elastic.explore_factor), which has its own test below.
+# exploration cap (elastic.explore_factor), which has its own test below, and with a near-linear
+# prior (no fixed compute, a 0.1 sync share), under which growing pays.
 DEFAULTS = CoreSettings()
-S = replace(DEFAULTS, elastic=replace(DEFAULTS.elastic, explore_factor=0.0))
+S = replace(DEFAULTS, elastic=replace(DEFAULTS.elastic, explore_factor=0.0, compute_fraction=0.0, sync_fraction=0.1,
+                                      sync_per_gpu_fraction=0.0))
 LABELS = {"frozen": {"flowsched.io/migrate": "false"}, "open": {"flowsched.io/migrate": "true"}}
 
 
@@ -354,9 +356,10 @@ def test_a_job_known_only_by_its_measurements_is_offered_at_most_twice_its_large
     # the job measured; with a throughput table (what the job reports of every size) no cap.
     base = job("open/run", gpus=1, elastic=(1, 16), estimate=est(Phase.GROWING, 1.0))
     nodes = (NodeState("n0", 8.0, 1.0), NodeState("n1", 8.0, 0.0))
+    capped = replace(DEFAULTS, elastic=replace(DEFAULTS.elastic, explore_factor=2.0))
 
     def top(j: JobState) -> int:
-        [o] = plan_elastic_for(World(0.0, nodes, (j,), (), LABELS), DEFAULTS).options
+        [o] = plan_elastic_for(World(0.0, nodes, (j,), (), LABELS), capped).options
         return max(g for g in range(o.rate.shape[0]) if g > 0 and np.isfinite(o.rate[g]).any())
 
     assert top(base) == 2

@@ -24,7 +24,7 @@ from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.kernel import Plan
 from scoring.settings import CoreSettings
 from scoring.world import World
-from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
+from tests.control_fakes import LINEAR_PRIOR, FakeActions, FakeTracker, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -137,7 +137,7 @@ def _service_loops(pods: list[dict[str, Any]], nodes: dict[str, int], est: dict[
     actions = FakeActions()
     clock = Clock(NOW)
     ctx = make_context(state, FakeTracker(est), actions, LogRecorder(),
-                       settings=Settings(kube=False, controllers=loops), clock=clock)
+                       settings=Settings(kube=False, controllers=loops, elastic=LINEAR_PRIOR), clock=clock)
     metrics = ControlMetrics.build(CollectorRegistry())
     built = {}
     for name in loops:

@@ -17,6 +17,7 @@ from extender.control.loop import Action
 from extender.control.migrator import Migrator
 from extender.metrics import build_metrics
 from extender.prometheus.config import TelemetryConfig
+from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from extender.snapshot.watcher import apply_event
@@ -25,7 +26,7 @@ from extender.telemetry.refresher import TelemetryRefresher
 from extender.telemetry.scrape_source import ScrapeSource
 from scoring.actions import Evict
 from tests.cluster import dra_objects as d
-from tests.control_fakes import FakeActions, FakeTracker, make_context, plan_at
+from tests.control_fakes import LINEAR_PRIOR, FakeActions, FakeTracker, make_context, plan_at
 from tests.k8s_factories import node, pod
 
 GPU = "nvidia.com/gpu"
@@ -97,7 +98,8 @@ class _Events:
 
 
 def _ctx(state: ClusterState) -> Any:
-    return make_context(state, FakeTracker({}), FakeActions(), _Events(), clock=lambda: NOW)
+    return make_context(state, FakeTracker({}), FakeActions(), _Events(), clock=lambda: NOW,
+                        settings=Settings(kube=False, elastic=LINEAR_PRIOR))
 
 
 # ---- the control view ----

@@ -1,0 +1,53 @@
+"""Where the elastic optimizer's step-time prior comes from (elastic.compute_fraction,
+sync_fraction, sync_per_gpu_fraction in scoring/settings.py): scoring.elastic.fit_step_time fitted
+to each profiled model of the Pollux artifact (benchmarks/data/pollux/traces, Apache-2.0) at every
+packed size up to 64 GPUs and 8 batches over its range, its terms taken as shares of a 1-GPU step
+at the geometric middle of that range (where the jobs' live batches mostly run), and the median
+over the six models printed.
+
+    python -m benchmarks.fit_step_prior
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.sim.jobmodel import load_profiles
+from benchmarks.sim.world import measured_throughput
+from scoring.elastic import StepTimeModel, fit_step_time
+
+TRACES = Path(__file__).resolve().parent / "data" / "pollux" / "traces"
+
+
+def shares(max_gpus: int = 64, gpus_per_node: int = 4) -> dict[str, tuple[float, float, float]]:
+    """Model -> (fixed compute, sync, sync per added GPU) as shares of its 1-GPU step at the middle batch."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for name, app in load_profiles(TRACES).app_objects().items():
+        batches = np.unique(np.geomspace(app.init_batch_size, app.max_batch_size, 8).astype(np.int64))
+        tp = measured_throughput(app, max_gpus, gpus_per_node, batches)
+        g, b = np.meshgrid(np.arange(max_gpus + 1), batches, indexing="ij")
+        ok = np.isfinite(tp.step_s) & (g >= 1)
+        m = fit_step_time(g[ok], b[ok], tp.step_s[ok], max_local_bsz=app.max_local_bsz)
+        if m is None:
+            continue
+        middle = float(np.sqrt(app.init_batch_size * app.max_batch_size))
+        one = float(StepTimeModel(m.compute_s, m.per_sample_s).step_time(1, middle))  # no accumulation
+        out[name] = (m.compute_s / one, m.sync_s / one, m.sync_per_gpu_s / one)
+    return out
+
+
+def main() -> int:
+    rows = shares()
+    print(f"{'model':<12}{'compute':>9}{'sync':>8}{'sync/GPU':>10}")
+    for name, (c, s, p) in rows.items():
+        print(f"{name:<12}{c:>9.3f}{s:>8.3f}{p:>10.4f}")
+    c, s, p = np.median(np.array(list(rows.values())), axis=0)
+    print(f"{'median':<12}{c:>9.3f}{s:>8.3f}{p:>10.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
