@@ -18,8 +18,12 @@ box's load does not blur as it does the p99. Attacks (finding numbers of issue 3
   slowbody  4: 64 connections, headers and one body byte each, plus 64 pipelined unread requests
   jobs      13: 16 readers looping on GET /v1/jobs of a 4,000-point job
   quota     7: one token posting 64 long metric names per point, a new job every batch
+  quotacut  7's control: the same batches one byte short, so the front parses each and refuses it
+            (400) and nothing reaches the verbs' process: what the traffic alone costs the verbs
 
 Attackers run in a child process so that their Python does not share the measuring client's GIL.
+`--attacker-cpus`, `--server-cpus`, `--verbs-loop-cpus` and `--client-cpus` pin the parties to
+cores, to separate what flowsched does for an attack from the attack's own CPU on a small box.
 """
 
 from __future__ import annotations
@@ -168,7 +172,7 @@ def attack_jobs(port: int, stop: Any, out: Any) -> None:
     out.put({"job_reads": calls})
 
 
-def attack_quota(port: int, stop: Any, out: Any) -> None:
+def attack_quota(port: int, stop: Any, out: Any, cut: bool = False) -> None:
     codes: dict[int, int] = {}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     metrics = {("m" * 120) + f"{i:03d}": 1.0 for i in range(64)}
@@ -177,6 +181,8 @@ def attack_quota(port: int, stop: Any, out: Any) -> None:
         n += 1
         body = orjson.dumps({"namespace": "team-a", "job": f"flood-{n}",
                              "points": [{"step": i, "loss": 1.0, "metrics": metrics} for i in range(100)]})
+        if cut:  # one byte short: the front parses it all, then refuses it (400); nothing is forwarded
+            body = body[:-1]
         try:
             c.request("POST", "/v1/progress", body=body,
                       headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
@@ -188,13 +194,44 @@ def attack_quota(port: int, stop: Any, out: Any) -> None:
     out.put({"answers": codes})
 
 
+def attack_quota_cut(port: int, stop: Any, out: Any) -> None:
+    attack_quota(port, stop, out, cut=True)
+
+
 ATTACKS = {"ws": attack_ws, "headers": attack_headers, "pipeline": attack_pipeline,
-           "slowbody": attack_slowbody, "jobs": attack_jobs, "quota": attack_quota}
+           "slowbody": attack_slowbody, "jobs": attack_jobs, "quota": attack_quota, "quotacut": attack_quota_cut}
 
 
-def _niced(nice: int, attack: Any, port: int, stop: Any, out: Any) -> None:
+def _niced(nice: int, cpus: set[int] | None, attack: Any, port: int, stop: Any, out: Any) -> None:
     os.nice(nice)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     attack(port, stop, out)
+
+
+def parse_cpus(text: str) -> set[int] | None:
+    return {int(c) for c in text.split(",")} if text else None
+
+
+def pin_tree(pid: int, cpus: set[int], front_cpus: set[int] | None, loop_cpus: set[int] | None) -> int:
+    """Pins every thread of `pid` to `cpus` (its main thread, the verbs' loop, to `loop_cpus`),
+    and of its children (the front) to `front_cpus` (None: `cpus` too); returns how many."""
+    pinned = 0
+    for p in [pid, *(int(k) for k in _children(pid))]:
+        for task in Path(f"/proc/{p}/task").iterdir():
+            tid = int(task.name)
+            mine = (front_cpus if p != pid else loop_cpus if tid == pid else None) or cpus
+            with contextlib.suppress(OSError):  # a thread that has just ended
+                os.sched_setaffinity(tid, mine)
+                pinned += 1
+    return pinned
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
 
 
 # ---- measuring ----
@@ -265,7 +302,8 @@ def attack_round(name: str, ns: argparse.Namespace, api_port: int, port: int, se
     attack saw, the server's peak RSS (both processes)."""
     ctx = mp.get_context("fork")
     stop, out = ctx.Event(), ctx.Queue()
-    child = ctx.Process(target=_niced, args=(ns.attacker_nice, ATTACKS[name], api_port, stop, out), daemon=True)
+    child = ctx.Process(target=_niced, args=(ns.attacker_nice, parse_cpus(ns.attacker_cpus), ATTACKS[name], api_port,
+                                             stop, out), daemon=True)
     child.start()
     peak = [tree_rss_mib(server_pid)]
     watching = threading.Event()
@@ -308,13 +346,36 @@ def main() -> int:
     ap.add_argument("--attacker-nice", type=int, default=0,
                     help="the attack process's nice value: on a box this small it stands for a client on another "
                          "machine (its own CPU is not flowsched's); 0 lets it compete with the verbs for the cores")
+    ap.add_argument("--attacker-cpus", default="",
+                    help="pin the attack process to these CPUs (e.g. 1), so that its own CPU is not flowsched's: "
+                         "on a cluster the attacker is another pod with its own CPU; empty: not pinned")
+    ap.add_argument("--server-cpus", default="",
+                    help="pin `flowsched serve` (both processes, every thread) to these CPUs (e.g. 0); "
+                         "empty: not pinned")
+    ap.add_argument("--front-cpus", default="",
+                    help="pin the API port's front process to these CPUs instead (a diagnostic: which of "
+                         "flowsched's two processes the verbs share a core with); empty: as --server-cpus")
+    ap.add_argument("--verbs-loop-cpus", default="",
+                    help="pin the verbs' process's main thread (the verbs' event loop) to these CPUs, its other "
+                         "threads staying on --server-cpus (a diagnostic: CPU vs GIL); empty: as --server-cpus")
+    ap.add_argument("--client-cpus", default="",
+                    help="pin the measuring client (kube-scheduler's stand-in) to these CPUs; empty: not pinned")
     ns = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))  # kept: its serve.log is printed at the end
     with local_flowsched(TOKEN, "team-a", keep_in=work) as served:
         port, api_port = served.verbs_port, served.api_port
         seed_big_job(api_port)
+        if ns.server_cpus:
+            cpus = parse_cpus(ns.server_cpus) or set()
+            n = pin_tree(served.pid, cpus, parse_cpus(ns.front_cpus), parse_cpus(ns.verbs_loop_cpus))
+            print(f"pinned {n} server threads")
+        if ns.client_cpus:
+            os.sched_setaffinity(0, parse_cpus(ns.client_cpus) or set())  # the attacker re-pins itself
         verb_round(port, 1.0)  # warm up
         print(f"load average {os.getloadavg()[0]:.1f}; attacker nice {ns.attacker_nice}; "
+              f"attacker CPUs {ns.attacker_cpus or 'any'}; server CPUs {ns.server_cpus or 'any'} "
+              f"(front {ns.front_cpus or ns.server_cpus or 'any'}, "
+              f"verbs' loop {ns.verbs_loop_cpus or ns.server_cpus or 'any'}); client CPUs {ns.client_cpus or 'any'}; "
               f"{len(NAMES)} names per /prioritize; "
               f"{ns.seconds:.0f} s per round; server RSS (both processes) {tree_rss_mib(served.pid):.0f} MiB")
         for name in ns.only.split(","):
