@@ -279,8 +279,15 @@ def _forecast_end(loss: tuple[FloatArray, FloatArray], monitored: tuple[FloatArr
     reason = (EndReason.PLANNED_END, EndReason.EARLY_STOPPING, EndReason.TARGET)[int(which[mid])]
     if not math.isfinite(point):  # most samples end beyond the horizon: unknown, under the declared rule
         return math.nan, math.nan, math.nan, EndReason.EARLY_STOPPING if es is not None else EndReason.TARGET
-    low, high = (float(np.quantile(end, q)) for q in (0.1, 0.9))
+    low, high = (_quantile(end, q) for q in (0.1, 0.9))
     return point, low, high, reason
+
+
+def _quantile(x: FloatArray, q: float) -> float:
+    """np.quantile, but inf where it falls among samples ending beyond the horizon (numpy's
+    interpolation between two infs gives NaN, which read as an unknown interval)."""
+    above = float(np.sort(x)[math.ceil(q * (x.size - 1))])  # the upper of the two samples it lies between
+    return math.inf if math.isinf(above) else float(np.quantile(x, q))
 
 
 def few_evaluations_end(ms: FloatArray, mv: FloatArray, rule: StoppingRule, last_step: float, fs: ForecastSettings

@@ -10,7 +10,7 @@ import pytest
 
 from scoring.convergence import ConvergenceSettings
 from scoring.end_interval import UNSCALED
-from scoring.job_end import ForecastSettings, first_stop, grid_unit, predict_end, rule_state, sample_paths
+from scoring.job_end import ForecastSettings, _quantile, first_stop, grid_unit, predict_end, rule_state, sample_paths
 from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
 from scoring.tracker import ConvergenceTracker
@@ -260,3 +260,13 @@ def test_no_rule_high_end_reaches_the_lindy_prior_nothing_stops_it_at_its_platea
     calibrated = predict_end(steps, values, steps, StoppingRule(), CONV)
     assert calibrated.remaining_steps == end.remaining_steps  # calibration moves the interval, not the point
     assert calibrated.steps_low <= calibrated.remaining_steps <= calibrated.steps_high
+
+
+def test_an_interval_whose_high_end_lies_beyond_the_horizon_is_inf_not_nan() -> None:
+    # Most samples end, but more than a tenth never do within the horizon: numpy's quantile
+    # interpolates inf - inf there (NaN, an "unknown" interval), the end's high is inf.
+    ends = np.array([5.0] * 100 + [math.inf] * 28)
+    assert _quantile(ends, 0.9) == math.inf
+    assert _quantile(ends, 0.1) == 5.0
+    finite = np.linspace(0.0, 10.0, 128)
+    assert _quantile(finite, 0.9) == float(np.quantile(finite, 0.9))
