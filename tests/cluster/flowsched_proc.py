@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
-from tests.cluster.controlplane import REPO, ClusterUnavailable, free_port
+from tests.cluster.controlplane import REPO, ClusterUnavailable, ControlPlane, free_port
+from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import ManagedProcess, install_exit_hooks, wait_until
 
 
@@ -114,3 +117,29 @@ def acting_loop_config(workdir: Path, controller: str, loop: dict[str, Any],
         controller: loop,
     }))
     return cfg
+
+
+@contextmanager
+def scheduling_through(control_plane: ControlPlane, svc: FlowschedService, back_to: FlowschedService
+                       ) -> Iterator[FlowschedService]:
+    """kube-scheduler calls `svc` while the block runs, then the session's flowsched (`back_to`)
+    again, before any other test runs."""
+    kubeconfig = control_plane.kubeconfigs["scheduler"]
+    control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, kubeconfig))
+    try:
+        yield svc
+    finally:
+        control_plane.start_scheduler(scheduler_config_for_tests(back_to.verbs_url, kubeconfig))
+
+
+@contextmanager
+def own_flowsched(control_plane: ControlPlane, config: Path, back_to: FlowschedService) -> Iterator[FlowschedService]:
+    """A flowsched of a test module's own, run from `config` (its folder the service's), which
+    kube-scheduler calls while the block runs; then the scheduler goes back and it stops."""
+    svc = FlowschedService(config.parent, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(config)])
+    try:
+        svc.start()
+        with scheduling_through(control_plane, svc, back_to):
+            yield svc
+    finally:
+        svc.close()

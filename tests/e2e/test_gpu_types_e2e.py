@@ -24,10 +24,9 @@ import pytest
 import yaml
 
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.flowsched_proc import FlowschedService, own_flowsched
 from tests.cluster.kubeapi import Kube
 from tests.cluster.kubelet_emulator import KubeletEmulator
-from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import wait_until
 from tests.cluster.scenario import Scenario
 
@@ -54,15 +53,8 @@ def typed_flowsched(control_plane: ControlPlane, deploy_rbac: None, kube: Kube, 
         "convergence": {"interval_s": 0.5, "window_s": 30.0},
         "gpu_types": {"fallback_s": FALLBACK_S, "refresh_s": 0.5},
     }))
-    svc = FlowschedService(work, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
-    sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
-    try:
-        svc.start()
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
+    with own_flowsched(control_plane, cfg, back_to=flowsched) as svc:
         yield svc
-    finally:
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
-        svc.close()
 
 
 @pytest.fixture

@@ -29,10 +29,9 @@ import yaml
 from extender.http.ui_render import duration
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.flowsched_proc import FlowschedService, scheduling_through
 from tests.cluster.kubeapi import Kube, pods_path
 from tests.cluster.kubelet_emulator import STARTED_AGO, KubeletEmulator
-from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import wait_until
 from tests.cluster.scenario import CHECKPOINTABLE, Scenario, gpu_pod
 from tests.headless_chromium import dump_dom, screenshot
@@ -104,17 +103,15 @@ def observed(control_plane: ControlPlane, deploy_rbac: None, kube: Kube, emulato
         "migrator": {"interval_s": 1, "min_runtime_s": 600, "max_per_interval": 1, "max_per_hour": 10},
     }))
     svc.extra_args = ["--config", str(cfg)]
-    sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
     s: Scenario | None = None
     try:
         prom.start()
         svc.start()
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
-        s = Scenario(kube, emulator, svc)
-        util = _populate(s, exporters, token)
-        yield Observed(svc, prom, exporters, s, token, util)
+        with scheduling_through(control_plane, svc, back_to=flowsched):
+            s = Scenario(kube, emulator, svc)
+            util = _populate(s, exporters, token)
+            yield Observed(svc, prom, exporters, s, token, util)
     finally:
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
         if s is not None:
             s.cleanup()
         svc.close()

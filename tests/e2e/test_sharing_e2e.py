@@ -23,10 +23,9 @@ import pytest
 
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.flowsched_proc import FlowschedService, acting_loop_config
+from tests.cluster.flowsched_proc import FlowschedService, acting_loop_config, own_flowsched
 from tests.cluster.kubeapi import JSON, Kube, pods_path
 from tests.cluster.kubelet_emulator import KubeletEmulator
-from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.procs import wait_until
 from tests.cluster.scenario import Scenario, gpu_pod
 from tests.prometheus_harness import PrometheusServer, scraping
@@ -67,15 +66,8 @@ def sharing_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsched:
         "telemetry": {"source": "prometheus", "prometheus_url": prometheus.url, "node_label": "Hostname",
                       "refresh_s": 0.5, "range_s": 3.0, "query_timeout_s": 1.0},
     })
-    svc = FlowschedService(workdir, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
-    svc.start()
-    sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
-    try:
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
+    with own_flowsched(control_plane, cfg, back_to=flowsched) as svc:
         yield svc
-    finally:
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
-        svc.close()
 
 
 @pytest.fixture

@@ -17,10 +17,9 @@ import yaml
 
 from extender.telemetry.dcgm_emulator import DcgmExporterEmulator
 from tests.cluster.controlplane import ControlPlane
-from tests.cluster.flowsched_proc import FlowschedService
+from tests.cluster.flowsched_proc import FlowschedService, own_flowsched
 from tests.cluster.kubeapi import Kube
 from tests.cluster.kubelet_emulator import KubeletEmulator
-from tests.cluster.manifests import scheduler_config_for_tests
 from tests.cluster.scenario import Scenario
 from tests.prometheus_harness import PrometheusServer, scraping
 
@@ -59,16 +58,8 @@ def telemetry_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsche
         "telemetry": {"source": "prometheus", "prometheus_url": prometheus.url, "node_label": "Hostname",
                       "refresh_s": 0.5, "range_s": 3.0, "query_timeout_s": 1.0},
     }))
-    svc = FlowschedService(workdir, control_plane.kubeconfigs["flowsched"], extra_args=["--config", str(cfg)])
-    svc.start()
-    sched_kubeconfig = control_plane.kubeconfigs["scheduler"]
-    try:
-        control_plane.start_scheduler(scheduler_config_for_tests(svc.verbs_url, sched_kubeconfig))
+    with own_flowsched(control_plane, cfg, back_to=flowsched) as svc:
         yield svc
-    finally:
-        # Give the session's flowsched its scheduler back before anything else runs.
-        control_plane.start_scheduler(scheduler_config_for_tests(flowsched.verbs_url, sched_kubeconfig))
-        svc.close()
 
 
 @pytest.fixture
