@@ -209,6 +209,18 @@ def _niced(nice: int, cpus: set[int] | None, attack: Any, port: int, stop: Any, 
     attack(port, stop, out)
 
 
+# Where the parties run (the probe's --X-cpus options): to separate what flowsched does for an
+# attack from the attack's own CPU on a small box.
+PIN_OPTIONS = {
+    "attacker-cpus": "the attack process (on a cluster, another pod with CPU of its own)",
+    "server-cpus": "`flowsched serve`, both processes, every thread",
+    "front-cpus": "the API port's front process instead (which of the two the verbs share a core with)",
+    "verbs-loop-cpus": "the verbs' process's main thread (its event loop) instead, its other threads as "
+                       "--server-cpus (CPU against GIL)",
+    "client-cpus": "the measuring client (kube-scheduler's stand-in)",
+}
+
+
 def parse_cpus(text: str) -> set[int] | None:
     return {int(c) for c in text.split(",")} if text else None
 
@@ -346,20 +358,8 @@ def main() -> int:
     ap.add_argument("--attacker-nice", type=int, default=0,
                     help="the attack process's nice value: on a box this small it stands for a client on another "
                          "machine (its own CPU is not flowsched's); 0 lets it compete with the verbs for the cores")
-    ap.add_argument("--attacker-cpus", default="",
-                    help="pin the attack process to these CPUs (e.g. 1), so that its own CPU is not flowsched's: "
-                         "on a cluster the attacker is another pod with its own CPU; empty: not pinned")
-    ap.add_argument("--server-cpus", default="",
-                    help="pin `flowsched serve` (both processes, every thread) to these CPUs (e.g. 0); "
-                         "empty: not pinned")
-    ap.add_argument("--front-cpus", default="",
-                    help="pin the API port's front process to these CPUs instead (a diagnostic: which of "
-                         "flowsched's two processes the verbs share a core with); empty: as --server-cpus")
-    ap.add_argument("--verbs-loop-cpus", default="",
-                    help="pin the verbs' process's main thread (the verbs' event loop) to these CPUs, its other "
-                         "threads staying on --server-cpus (a diagnostic: CPU vs GIL); empty: as --server-cpus")
-    ap.add_argument("--client-cpus", default="",
-                    help="pin the measuring client (kube-scheduler's stand-in) to these CPUs; empty: not pinned")
+    for flag, what in PIN_OPTIONS.items():
+        ap.add_argument(f"--{flag}", default="", help=f"pin {what}; a comma list of CPUs (e.g. 0), empty: not pinned")
     ns = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowsched-probe-"))  # kept: its serve.log is printed at the end
     with local_flowsched(TOKEN, "team-a", keep_in=work) as served:
