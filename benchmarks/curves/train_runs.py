@@ -6,7 +6,7 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
     for w in 1 2; do nice -n 19 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/rr & done
     python -m benchmarks.curves.real_curves /tmp/rr benchmarks/data/real_curves   # pack; no torch
 
-`--matrix long` (with its own --out) trains the second campaign, runs of 1-5 CPU minutes packed
+`--matrix long` (with its own --out) trains the second campaign, runs of about a CPU minute packed
 into benchmarks/data/real_curves_long; the default short matrix is the shipped real_curves, unchanged.
 
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
@@ -45,8 +45,8 @@ FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]
     "chars_lstm": ("stdlib_chars", "lstm", 16, (500, 1000), 50, ("val_loss", 2.35)),
     "chars_transformer": ("stdlib_chars", "transformer", 16, (500, 1000), 50, ("val_loss", 2.35)),
 }
-# The long campaign (--matrix long): the same tasks, bigger batches and models, runs of 1-5 CPU minutes
-# (sized from measured seconds per step on one thread). Same tuple as FAMILIES; synth_*_big are
+# The long campaign (--matrix long): the same tasks, bigger batches and models, planned runs of 1-1.5 CPU minutes
+# (sized from measured seconds per step on one thread). Same tuple as FAMILIES; synthbig_* are
 # new families (not in job_end_eval's TUNE_FAMILIES), with more data so a wide model learns for minutes.
 LONG_FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]] = {
     "chars_transformer": ("stdlib_chars", "transformer", 64, (4500, 8000), 100, ("val_loss", 1.9)),

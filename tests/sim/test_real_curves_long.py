@@ -1,4 +1,4 @@
-"""The second real-run campaign (benchmarks/data/real_curves_long: runs of 1-5 CPU minutes, held out
+"""The second real-run campaign (benchmarks/data/real_curves_long: runs of about a CPU minute, held out
 from every tuning choice): shipped small and sourced, its specs the long matrix's, every answer of the
 job-end estimator inside its interval on every run; and the packing round trip."""
 
