@@ -32,7 +32,12 @@ on the training thread's CPU time, the job's own time, as it would run on an acc
 own. The runs were trained on a 2-core machine shared with other sessions, whose load changes a
 run's wall step time by tens of per cent (SOURCE.md): --clock wall measures that load too.
 
-Usage: python -m benchmarks.job_end_eval [--split heldout|tune|all] [--clock cpu|wall] [--out DIR]
+--data long reads the second campaign (benchmarks/data/real_curves_long, runs of about a CPU minute,
+made after every choice above): all of it is new curves; --split still leaves out the families
+whose short runs were tuned on.
+
+Usage: python -m benchmarks.job_end_eval [--data short|long|DIR] [--split heldout|tune|all] [--clock cpu|wall]
+                                         [--out DIR]
                                          [--estimators api convergence job_end mean_rate]
 """
 
@@ -51,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.csv_rows import write_rows
-from benchmarks.curves.real_curves import CLOCKS, RULES, FloatArray, RealRun, load_runs, on_clock
+from benchmarks.curves.real_curves import CLOCKS, RULES, FloatArray, RealRun, data_dir, load_runs, on_clock
 from extender.http.progress_api import job_summary
 from extender.progress.store import JobHistory
 from scoring.convergence import estimate
@@ -251,7 +256,9 @@ def report(tallies: dict[tuple[str, str, float], Tally], runs: Sequence[RealRun]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--data", type=Path, default=None, help="folder of runs.csv (default: the shipped real_curves)")
+    ap.add_argument("--data", type=data_dir, default=None,
+                    help="short (default: the shipped real_curves), long (real_curves_long: runs of about a CPU "
+                         "minute, a second campaign) or a folder of runs.csv")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
     ap.add_argument("--clock", choices=CLOCKS, default="cpu",
                     help="cpu: the training thread's CPU seconds (the job's own time); wall: wall seconds on "

@@ -8,6 +8,7 @@ thread's CPU time (the job's own work; what its seconds would be on a machine of
 Pack (no torch needed):
 
     python -m benchmarks.curves.real_curves /work/real_runs benchmarks/data/real_curves
+    python -m benchmarks.curves.real_curves /work/real_runs_long benchmarks/data/real_curves_long
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ class RealRun:
 
 def default_dir() -> Path:
     return data_paths.data_root() / "real_curves"
+
+
+def long_dir() -> Path:
+    """The second campaign: runs of about a CPU minute (train_runs.py --matrix long), never used for tuning."""
+    return data_paths.data_root() / "real_curves_long"
+
+
+def data_dir(name: str) -> Path:
+    """"short" (the shipped real_curves), "long" (real_curves_long), or a folder of runs.csv."""
+    return {"short": default_dir(), "long": long_dir()}.get(name) or Path(name)
 
 
 def load_runs(folder: Path | None = None, families: set[str] | None = None) -> list[RealRun]:

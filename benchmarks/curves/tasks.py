@@ -65,6 +65,11 @@ def _table_task(name: str, x: np.ndarray, y: np.ndarray, seed: int, regression: 
                 nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                 nn.Linear(32 * 16, 64), nn.ReLU(), nn.Linear(64, n_out),
             )
+        if kind == "mlp_wide":  # the long campaign's bigger model (train_runs.py --matrix long)
+            return nn.Sequential(
+                nn.Linear(n_in, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, n_out),
+            )
         raise ValueError(f"{name}: no model kind {kind!r}")
 
     def batch(gen: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,6 +177,14 @@ def make_task(dataset: str, seed: int) -> Task:
         return _table_task(dataset, x, y, seed, regression=False)
     if dataset == "synth_reg":
         x, y = datasets.make_friedman1(n_samples=3000, n_features=12, noise=1.0, random_state=seed)
+        return _table_task(dataset, x, y, seed, regression=True)
+    if dataset == "synth_cls_big":  # the long campaign's: more data, so a wide model learns for minutes
+        x, y = datasets.make_classification(
+            n_samples=20000, n_features=40, n_informative=20, n_classes=4, flip_y=0.08, random_state=seed
+        )
+        return _table_task(dataset, x, y, seed, regression=False)
+    if dataset == "synth_reg_big":
+        x, y = datasets.make_friedman1(n_samples=20000, n_features=12, noise=1.0, random_state=seed)
         return _table_task(dataset, x, y, seed, regression=True)
     if dataset == "stdlib_chars":
         return _text_task(seed)

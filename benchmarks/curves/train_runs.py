@@ -6,6 +6,9 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
     for w in 1 2; do nice -n 19 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/rr & done
     python -m benchmarks.curves.real_curves /tmp/rr benchmarks/data/real_curves   # pack; no torch
 
+`--matrix long` (with its own --out) trains the second campaign, runs of about a CPU minute packed
+into benchmarks/data/real_curves_long; the default short matrix is the shipped real_curves, unchanged.
+
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
 rerun skips runs already written). One thread per run: the step times are a single core's.
 Every point carries two clocks: wall seconds, and the training thread's CPU seconds
@@ -42,6 +45,20 @@ FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]
     "chars_lstm": ("stdlib_chars", "lstm", 16, (500, 1000), 50, ("val_loss", 2.35)),
     "chars_transformer": ("stdlib_chars", "transformer", 16, (500, 1000), 50, ("val_loss", 2.35)),
 }
+# The long campaign (--matrix long): the same tasks, bigger batches and models, planned runs of 1-1.5 CPU minutes
+# (sized from measured seconds per step on one thread). Same tuple as FAMILIES; synthbig_* are
+# new families (not in job_end_eval's TUNE_FAMILIES), with more data so a wide model learns for minutes.
+LONG_FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]] = {
+    "chars_transformer": ("stdlib_chars", "transformer", 64, (4500, 8000), 100, ("val_loss", 1.9)),
+    "chars_lstm": ("stdlib_chars", "lstm", 32, (10000, 17000), 200, ("val_loss", 2.0)),
+    "chars_gru": ("stdlib_chars", "gru", 32, (7000, 12000), 200, ("val_loss", 1.95)),
+    "digits_cnn": ("digits", "cnn", 256, (4500, 8000), 100, ("val_acc", 0.99)),
+    "synthbig_cls_mlp": ("synth_cls_big", "mlp_wide", 256, (4000, 7000), 250, ("val_acc", 0.85)),
+    "synthbig_reg_mlp": ("synth_reg_big", "mlp_wide", 256, (4500, 8000), 250, ("val_mse", 1.5)),
+}
+LONG_MASTER_SEED = 3535
+LONG_SEED_BASE = 5000
+LONG_RUNS_PER_RULE = 2
 RULES = ("planned", "early_stopping", "target", "none")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "step", "onecycle")
@@ -75,13 +92,23 @@ class RunSpec:
 
 def run_matrix(master_seed: int = 35) -> list[RunSpec]:
     """Every (family, rule) gets RUNS_PER_RULE runs; optimizer x schedule cycle, the rest drawn from the seed."""
+    return _matrix(FAMILIES, RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=1000, id_suffix="")
+
+
+def long_matrix(master_seed: int = LONG_MASTER_SEED) -> list[RunSpec]:
+    """The long campaign: LONG_RUNS_PER_RULE runs per (family, rule), capped at the family's longest plan."""
+    return _matrix(LONG_FAMILIES, LONG_RUNS_PER_RULE, 1, master_seed, seed_base=LONG_SEED_BASE, id_suffix="-long")
+
+
+def _matrix(families: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]], runs_per_rule: int,
+            cap_factor: int, master_seed: int, seed_base: int, id_suffix: str) -> list[RunSpec]:
     rng = random.Random(master_seed)
     specs: list[RunSpec] = []
-    for fi, (family, (dataset, model, batch, (lo, hi), every, (target_series, target))) in enumerate(FAMILIES.items()):
-        metric_hib = dataset not in ("synth_reg", "stdlib_chars")
-        metric = "val_acc" if metric_hib else ("val_mse" if dataset == "synth_reg" else "val_loss")
+    for fi, (family, (dataset, model, batch, (lo, hi), every, (target_series, target))) in enumerate(families.items()):
+        metric_hib = not dataset.startswith(("synth_reg", "stdlib_chars"))
+        metric = "val_acc" if metric_hib else ("val_mse" if dataset.startswith("synth_reg") else "val_loss")
         for ri, rule in enumerate(RULES):
-            for k in range(RUNS_PER_RULE):
+            for k in range(runs_per_rule):
                 n = len(specs)
                 opt = OPTIMIZERS[(fi + ri + k) % 4]
                 sched = SCHEDULES[(fi + 2 * ri + 3 * k) % 4]
@@ -89,8 +116,9 @@ def run_matrix(master_seed: int = 35) -> list[RunSpec]:
                 lr = math.exp(rng.uniform(math.log(a), math.log(b)))
                 planned = rng.randrange(lo, hi + 1, 50)
                 common: dict[str, Any] = dict(
-                    run_id=f"{family}-{rule}-{k}", family=family, dataset=dataset, model=model, optimizer=opt,
-                    lr=round(lr, 6), schedule=sched, batch_size=batch, seed=1000 + n, rule=rule, eval_every=every,
+                    run_id=f"{family}-{rule}-{k}{id_suffix}", family=family, dataset=dataset, model=model,
+                    optimizer=opt, lr=round(lr, 6), schedule=sched, batch_size=batch, seed=seed_base + n, rule=rule,
+                    eval_every=every,
                 )
                 if rule in ("planned", "none"):
                     specs.append(RunSpec(**common, max_steps=planned, monitor="val_loss", higher_is_better=False))
@@ -98,13 +126,13 @@ def run_matrix(master_seed: int = 35) -> list[RunSpec]:
                     # monitor val_loss mostly; one run per family watches the task metric, as jobs do
                     watch_metric = k == 2 and metric_hib
                     specs.append(RunSpec(
-                        **common, max_steps=CAP_FACTOR * hi, monitor=metric if watch_metric else "val_loss",
+                        **common, max_steps=cap_factor * hi, monitor=metric if watch_metric else "val_loss",
                         higher_is_better=watch_metric, patience=rng.choice((3, 5, 8, 10)),
                         min_delta=rng.choice((0.0, 1e-3, 1e-2)) / (100 if watch_metric else 1),
                     ))
                 else:
                     specs.append(RunSpec(
-                        **common, max_steps=CAP_FACTOR * hi, monitor=target_series,
+                        **common, max_steps=cap_factor * hi, monitor=target_series,
                         higher_is_better=target_series == "val_acc", target=target,
                     ))
     return specs
@@ -202,9 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--only", nargs="*", default=None, help="run ids or family names")
     r.add_argument("--order", choices=("matrix", "interleave"), default="interleave",
                    help="interleave families so a partial campaign covers them all")
-    sub.add_parser("list", help="print the matrix")
+    ls = sub.add_parser("list", help="print the matrix")
+    for a in (r, ls):
+        a.add_argument("--matrix", choices=("short", "long"), default="short",
+                       help="short: the shipped real_curves (seconds per run); long: real_curves_long (minutes)")
     args = p.parse_args(argv)
-    specs = run_matrix()
+    specs = run_matrix() if args.matrix == "short" else long_matrix()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))
@@ -214,7 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.only:
         specs = [s for s in specs if s.run_id in args.only or s.family in args.only]
-    if args.order == "interleave":  # k-th run of every family before the (k+1)-th of any
+    if args.order == "interleave" and args.matrix == "long":  # a diagonal: each stretch covers families and rules
+        fam, rule = list(LONG_FAMILIES), list(RULES)
+        specs = sorted(specs, key=lambda s: (s.run_id.endswith("-1-long"),  # every first run before any second
+                                             (rule.index(s.rule) - fam.index(s.family)) % len(RULES),
+                                             fam.index(s.family)))
+    elif args.order == "interleave":  # k-th run of every family before the (k+1)-th of any
         pos = {s.run_id: i % (len(RULES) * RUNS_PER_RULE) for i, s in enumerate(specs)}
         specs = sorted(specs, key=lambda s: (pos[s.run_id] % RUNS_PER_RULE, pos[s.run_id] // RUNS_PER_RULE, s.family))
     args.out.mkdir(parents=True, exist_ok=True)
