@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 from scoring.admission import plan_admission_for, queue_of
+from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.settings import CoreSettings
 from scoring.world import JobState, NodeState, PendingPod, World
 
@@ -91,12 +92,17 @@ def test_namespaces_flowsched_may_not_touch_are_never_held() -> None:
                                                      free=(0, 0)), S).admits] == ["kube-system/j"]
 
 
+def growing(remaining_s: float = math.nan, low: float = math.nan, high: float = math.nan) -> ConvergenceEstimate:
+    """A job still improving, 900 steps in at a step a second; its time to the plateau and its
+    interval as given (unknown by default)."""
+    return ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
+                               remaining_steps=math.nan, remaining_seconds=remaining_s, step_rate=1.0, points_used=40,
+                               last_step=900.0, remaining_steps_low=low, remaining_steps_high=high)
+
+
 def _ran_before(key: str, wait_s: float, *, planned: float = math.nan, remaining_s: float = math.nan,
                 low: float = math.nan, high: float = math.nan) -> JobState:
-    from scoring.convergence import ConvergenceEstimate, Phase
-    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
-                            remaining_steps=math.nan, remaining_seconds=remaining_s, step_rate=1.0, points_used=40,
-                            last_step=900.0, remaining_steps_low=low, remaining_steps_high=high)
+    e = growing(remaining_s, low, high)
     return replace(gated(key, (4.0,), wait_s=wait_s), estimate=e, planned_steps=planned)
 
 
@@ -116,11 +122,8 @@ def test_within_its_queue_a_job_predicted_to_end_soon_goes_first_if_the_evidence
 
 
 def test_a_job_about_to_reach_its_planned_end_is_not_preempted() -> None:
-    from scoring.convergence import ConvergenceEstimate, Phase
     waiting = gated("a/new", (4.0,), wait_s=120)
-    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
-                            remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=1.0, points_used=40,
-                            last_step=900.0)
+    e = growing()
     ending = running("a/served", "n0", 4, attained=30 * H, estimate=e, planned_steps=1000.0)  # 100 s left
     assert plan_admission_for(world(waiting, ending, free=(0, 0)), S).preempts == ()
     later = replace(ending, planned_steps=100_000.0)
@@ -141,11 +144,8 @@ def test_within_a_queue_the_least_predicted_work_goes_first_and_attained_service
 
 
 def test_among_equals_the_job_with_the_most_work_left_is_preempted() -> None:
-    from scoring.convergence import ConvergenceEstimate, Phase
     waiting = gated("a/new", (4.0,), wait_s=120)
-    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
-                            remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=1.0, points_used=40,
-                            last_step=900.0)
+    e = growing()
     # Both in queue 1; the one with less attained has far more left to its planned end.
     near = running("a/near", "n0", 4, attained=40 * H, estimate=e, planned_steps=5_000.0)
     far = running("a/far", "n1", 4, attained=20 * H, estimate=e, planned_steps=100_000.0)
@@ -154,11 +154,8 @@ def test_among_equals_the_job_with_the_most_work_left_is_preempted() -> None:
 
 def test_queued_by_predicted_remaining_work_a_long_job_yields_before_it_has_attained_as_much() -> None:
     from scoring.admission import job_queue
-    from scoring.convergence import ConvergenceEstimate, Phase
     waiting = gated("a/new", (4.0,), wait_s=120)
-    e = ConvergenceEstimate(phase=Phase.GROWING, low_count=0, progress=0.5, growth_efficiency=math.nan,
-                            remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=1.0, points_used=40,
-                            last_step=900.0)
+    e = growing()
     # 1 GPU-h attained (queue 0 by attained service) but 4 GPUs x 99,100 s to its planned end.
     long = running("a/long", "n0", 4, attained=1 * H, estimate=e, planned_steps=100_000.0)
     unknown = running("a/unknown", "n1", 4, attained=2 * H)  # no prediction: its attained service
