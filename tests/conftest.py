@@ -144,8 +144,5 @@ def scheduler(control_plane: ControlPlane, flowsched: FlowschedService, deploy_r
 @pytest.fixture
 def scenario(kube: Kube, emulator: KubeletEmulator, flowsched: FlowschedService,
              scheduler: Path) -> Iterator[Scenario]:
-    s = Scenario(kube, emulator, flowsched)
-    try:
+    with Scenario(kube, emulator, flowsched) as s:
         yield s
-    finally:
-        s.cleanup()

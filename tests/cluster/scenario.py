@@ -110,6 +110,12 @@ class Scenario:
         return box[0]
 
     # ---- teardown ----
+    def __enter__(self) -> Scenario:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
     def cleanup(self) -> None:
         """Force-delete this test's pods and every fake node, then wait until flowsched forgot them.
 

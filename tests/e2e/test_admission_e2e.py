@@ -42,11 +42,8 @@ def admission_flowsched(control_plane: ControlPlane, deploy_rbac: None) -> Itera
 @pytest.fixture
 def ad(kube: Kube, emulator: KubeletEmulator, admission_flowsched: FlowschedService,
        scheduler: Any) -> Iterator[Scenario]:
-    s = Scenario(kube, emulator, admission_flowsched)
-    try:
+    with Scenario(kube, emulator, admission_flowsched) as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 def gated_pod(s: Scenario, name: str, job: str, gpus: int = 1, annotations: dict[str, str] | None = None) -> JSON:

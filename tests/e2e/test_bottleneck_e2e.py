@@ -83,11 +83,8 @@ def diagnosing_flowsched(control_plane: ControlPlane, deploy_rbac: None, prometh
 
 @pytest.fixture
 def bscenario(kube: Kube, emulator: KubeletEmulator, diagnosing_flowsched: FlowschedService) -> Iterator[Scenario]:
-    s = Scenario(kube, emulator, diagnosing_flowsched)
-    try:
+    with Scenario(kube, emulator, diagnosing_flowsched) as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 def _run_on(s: Scenario, name: str, node: str, gpus: int, role: str) -> None:

@@ -59,11 +59,8 @@ def typed_flowsched(control_plane: ControlPlane, deploy_rbac: None, kube: Kube, 
 
 @pytest.fixture
 def ts(kube: Kube, emulator: KubeletEmulator, typed_flowsched: FlowschedService) -> Iterator[Scenario]:
-    s = Scenario(kube, emulator, typed_flowsched)
-    try:
+    with Scenario(kube, emulator, typed_flowsched) as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 def job_pod(s: Scenario, name: str, model_class: str) -> None:

@@ -64,11 +64,8 @@ def telemetry_flowsched(control_plane: ControlPlane, deploy_rbac: None, flowsche
 
 @pytest.fixture
 def tscenario(kube: Kube, emulator: KubeletEmulator, telemetry_flowsched: FlowschedService) -> Iterator[Scenario]:
-    s = Scenario(kube, emulator, telemetry_flowsched)
-    try:
+    with Scenario(kube, emulator, telemetry_flowsched) as s:
         yield s
-    finally:
-        s.cleanup()
 
 
 def _fresh(snap: dict[str, object], expect: dict[str, list[float]]) -> bool:
