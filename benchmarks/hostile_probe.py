@@ -229,7 +229,7 @@ def pin_tree(pid: int, cpus: set[int], front_cpus: set[int] | None, loop_cpus: s
     """Pins every thread of `pid` to `cpus` (its main thread, the verbs' loop, to `loop_cpus`),
     and of its children (the front) to `front_cpus` (None: `cpus` too); returns how many."""
     pinned = 0
-    for p in [pid, *(int(k) for k in _children(pid))]:
+    for p in [pid, *children(pid)]:
         for task in Path(f"/proc/{p}/task").iterdir():
             tid = int(task.name)
             mine = (front_cpus if p != pid else loop_cpus if tid == pid else None) or cpus
@@ -239,9 +239,10 @@ def pin_tree(pid: int, cpus: set[int], front_cpus: set[int] | None, loop_cpus: s
     return pinned
 
 
-def _children(pid: int) -> list[str]:
+def children(pid: int) -> list[int]:
+    """The process's children (the front of `flowsched serve`); none if it is gone."""
     try:
-        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
 
@@ -250,14 +251,10 @@ def _children(pid: int) -> list[str]:
 
 def tree_rss_mib(pid: int) -> float:
     """The RSS of `flowsched serve` and its children (the API port's front process)."""
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        kids = []
     total = rss_mib(pid)
-    for k in kids:
+    for k in children(pid):
         with contextlib.suppress(OSError):  # a front being restarted
-            total += rss_mib(int(k))
+            total += rss_mib(k)
     return total
 
 
@@ -268,11 +265,8 @@ def cpu_s(pid: int) -> float:
 
 
 def front_pid(pid: int) -> int | None:
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    return int(kids[0]) if kids else None
+    kids = children(pid)
+    return kids[0] if kids else None
 
 
 def verb_round(port: int, seconds: float) -> tuple[np.ndarray, int]:
