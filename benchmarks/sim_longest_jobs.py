@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.cluster_spec import load_cluster
-from benchmarks.sim.engine import Engine, EngineSettings
+from benchmarks.sim.engine import EngineSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
-from benchmarks.sim.variants import build, completing_hook, gated, prepare
+from benchmarks.sim.variants import prepare, simulate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,18 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=8)
     a = ap.parse_args(argv)
     cluster = load_cluster(Path(a.cluster)).settings if a.cluster else ClusterSettings()
-    settings = EngineSettings(cluster=cluster, seed=a.seed)
+    settings = EngineSettings(cluster=cluster)
     profiles = calibrated_profiles(cluster.gpus_per_node)
     specs = prepare(generate(GeneratorSettings(160, 8.0, 0)), profiles, a.mix, "default")
-    v = build(a.policy, profiles, a.seed, settings, None, "learned")
-    t0 = time.perf_counter()
-    completing = completing_hook(v, profiles) if a.policy.startswith("flowsched") else None
-    eng = Engine(specs, profiles, v.policy, settings, control_loops=v.loops, completing=completing,
-                 gated=gated(v)).run()
+    eng, _, wall_s = simulate(specs, profiles, a.policy, a.seed, settings)
     done = [j for j in eng.jobs if j.completion is not None and j.first_start is not None]
     makespan = max((j.completion or 0.0) for j in done) - min(j.spec.arrival for j in eng.jobs)
     print(f"{a.policy} on {a.cluster or 'the demo cluster'}, job mix {a.mix}, seed {a.seed}: {len(done)} of "
-          f"{len(eng.jobs)} jobs finished, makespan {makespan:.0f} s ({time.perf_counter() - t0:.0f} s wall)")
+          f"{len(eng.jobs)} jobs finished, makespan {makespan:.0f} s ({wall_s:.0f} s wall)")
     print(f"{'app':14s} {'JCT s':>9s} {'ran s':>9s} {'GPU-s':>9s} {'avg GPUs':>8s} {'restarts':>8s} "
           f"{'type speed':>10s}")
     for j in sorted(done, key=lambda j: (j.completion or 0.0) - j.spec.arrival, reverse=True)[:a.top]:

@@ -218,13 +218,21 @@ def run_one(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int
             ) -> tuple[RunMetrics, RunTrace, Variant]:
     """One variant on one workload (specs as `prepare` marked them); `throughput`: what the
     control core is told of step times (benchmarks/sim/world.py THROUGHPUT_MODES)."""
+    eng, v, wall_s = simulate(specs, profiles, name, seed, settings, overrides, throughput)
+    m, tr = measure(eng, workload, seed, wall_s)
+    return replace(m, policy=name), replace(tr, policy=name), v
+
+
+def simulate(specs: Sequence[JobSpec], profiles: ProfileSet, name: str, seed: int, settings: EngineSettings,
+             overrides: dict[str, str] | None = None, throughput: str = "learned") -> tuple[Engine, Variant, float]:
+    """The engine after one variant's run on `specs` (every job's record in it), the variant, and
+    the run's wall seconds."""
     v = build(name, profiles, seed, settings, overrides, throughput)
     t0 = time.perf_counter()
     completing = completing_hook(v, profiles) if name.startswith("flowsched") else None
     eng = Engine(specs, profiles, v.policy, replace(settings, seed=seed), control_loops=v.loops,
                  completing=completing, gated=gated(v)).run()
-    m, tr = measure(eng, workload, seed, time.perf_counter() - t0)
-    return replace(m, policy=name), replace(tr, policy=name), v
+    return eng, v, time.perf_counter() - t0
 
 
 def gated(v: Variant) -> bool:
