@@ -59,6 +59,15 @@ LONG_FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, f
 LONG_MASTER_SEED = 3535
 LONG_SEED_BASE = 5000
 LONG_RUNS_PER_RULE = 2
+# The third campaign (--matrix long3, packed with the second into real_curves_long): the long families
+# with plans 1.3x longer (planned runs of about 1.2-2 CPU minutes), three runs per (family, rule),
+# early-stopping and target runs capped at twice the longest plan and early stopping more patient
+# (as jobs that validate often are), so that rule-ended runs, too, last minutes. Fixed before any run.
+LONG3_MASTER_SEED = 3737
+LONG3_SEED_BASE = 7000
+LONG3_RUNS_PER_RULE = 3
+LONG3_STEP_SCALE = 1.3
+LONG3_PATIENCE = (5, 8, 10, 15)
 RULES = ("planned", "early_stopping", "target", "none")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "step", "onecycle")
@@ -100,8 +109,21 @@ def long_matrix(master_seed: int = LONG_MASTER_SEED) -> list[RunSpec]:
     return _matrix(LONG_FAMILIES, LONG_RUNS_PER_RULE, 1, master_seed, seed_base=LONG_SEED_BASE, id_suffix="-long")
 
 
+def long3_matrix(master_seed: int = LONG3_MASTER_SEED) -> list[RunSpec]:
+    """The third campaign: LONG3_RUNS_PER_RULE runs per (family, rule) of the long families, plans scaled."""
+    families = {f: (d, m, b, (_scaled(lo), _scaled(hi)), every, t)
+                for f, (d, m, b, (lo, hi), every, t) in LONG_FAMILIES.items()}
+    return _matrix(families, LONG3_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=LONG3_SEED_BASE,
+                   id_suffix="-long3", patience=LONG3_PATIENCE)
+
+
+def _scaled(steps: int) -> int:
+    return int(round(steps * LONG3_STEP_SCALE / 50.0)) * 50
+
+
 def _matrix(families: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]], runs_per_rule: int,
-            cap_factor: int, master_seed: int, seed_base: int, id_suffix: str) -> list[RunSpec]:
+            cap_factor: int, master_seed: int, seed_base: int, id_suffix: str,
+            patience: tuple[int, ...] = (3, 5, 8, 10)) -> list[RunSpec]:
     rng = random.Random(master_seed)
     specs: list[RunSpec] = []
     for fi, (family, (dataset, model, batch, (lo, hi), every, (target_series, target))) in enumerate(families.items()):
@@ -127,7 +149,7 @@ def _matrix(families: dict[str, tuple[str, str, int, tuple[int, int], int, tuple
                     watch_metric = k == 2 and metric_hib
                     specs.append(RunSpec(
                         **common, max_steps=cap_factor * hi, monitor=metric if watch_metric else "val_loss",
-                        higher_is_better=watch_metric, patience=rng.choice((3, 5, 8, 10)),
+                        higher_is_better=watch_metric, patience=rng.choice(patience),
                         min_delta=rng.choice((0.0, 1e-3, 1e-2)) / (100 if watch_metric else 1),
                     ))
                 else:
@@ -232,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleave families so a partial campaign covers them all")
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
-        a.add_argument("--matrix", choices=("short", "long"), default="short",
-                       help="short: the shipped real_curves (seconds per run); long: real_curves_long (minutes)")
+        a.add_argument("--matrix", choices=("short", "long", "long3"), default="short",
+                       help="short: the shipped real_curves (seconds per run); long, long3: real_curves_long (minutes)")
     args = p.parse_args(argv)
-    specs = run_matrix() if args.matrix == "short" else long_matrix()
+    specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix}[args.matrix]()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))
@@ -245,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.only:
         specs = [s for s in specs if s.run_id in args.only or s.family in args.only]
-    if args.order == "interleave" and args.matrix == "long":  # a diagonal: each stretch covers families and rules
+    if args.order == "interleave" and args.matrix != "short":  # a diagonal: each stretch covers families and rules
         fam, rule = list(LONG_FAMILIES), list(RULES)
-        specs = sorted(specs, key=lambda s: (s.run_id.endswith("-1-long"),  # every first run before any second
+        specs = sorted(specs, key=lambda s: (int(s.run_id.rsplit("-", 2)[1]),  # every k-th run before any (k+1)-th
                                              (rule.index(s.rule) - fam.index(s.family)) % len(RULES),
                                              fam.index(s.family)))
     elif args.order == "interleave":  # k-th run of every family before the (k+1)-th of any
