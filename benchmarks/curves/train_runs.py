@@ -118,7 +118,7 @@ def long3_matrix(master_seed: int = LONG3_MASTER_SEED) -> list[RunSpec]:
 
 
 def _scaled(steps: int) -> int:
-    return int(round(steps * LONG3_STEP_SCALE / 50.0)) * 50
+    return round(steps * LONG3_STEP_SCALE / 50.0) * 50
 
 
 def _matrix(families: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]], runs_per_rule: int,
