@@ -120,11 +120,11 @@ class ElasticLoopSettings(LoopSettings):
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase
     # weights and las_power 0 below: smaller gains did not pay for the restarts they cost.
     min_gain: float = 0.30
-    # A job is not rescaled again within this... An hour: with learned step times each job rescaled
-    # 2.0 times at 300 s (Pollux workloads 1-2, seed 0, every job elastic; docs/elastic.md), mostly
-    # the longest jobs again and again; 3600 s gave 1.32 / 1.07 restarts a job and 3071 / 5245 s
-    # against 2.03 / 1.56 and 3280 / 5230 s at 1.0x / 2.0x load.
-    cooldown_s: float = 3600.0
+    # A job is not rescaled again within this... With learned step times each job rescaled 2.0 times
+    # at 300 s (Pollux workloads 1-2, seed 0, every job elastic), mostly the longest jobs again and
+    # again. 40 minutes: the lowest avg JCT on those workloads among the cooldowns that keep
+    # flowsched lowest on the demo's four seeds (3600 s did not); docs/elastic.md has the runs.
+    cooldown_s: float = 2400.0
     # ...except that it may grow into GPUs free now (no other job gives any up) once it runs at its
     # latest plan's size. Jobs start at their asked size and their cooldown counts from that plan:
     # held, they left GPUs idle with nothing waiting. Growing into any GPU (others shrinking for
