@@ -165,14 +165,13 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
                             "namespace not managed by flowsched: released at once"))
         order.append((j.key, q, j.wait_s, "released: namespace not managed"))
     blocked = False
-    held_by: str | None = None
     preempted_for: str | None = None
     running = [r for r in world.jobs if r.held_gpus > 0]
     for j in sorted(open_ns, key=key):
         q = job_queue(j, _asked(j), s)
         starve = starving(j, s.starvation_factor)
         if blocked:
-            order.append((j.key, q, j.wait_s, f"held: {held_by}"))
+            order.append((j.key, q, j.wait_s, "held: a starving job ahead keeps the GPUs it needs"))
             continue
         if room.fits(j.gated_pods):
             if budget.used_admits >= budget.admits:
@@ -202,15 +201,8 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
                                             f"{v.held_gpus:g} GPUs", count=v.migrations + 1))
                 decision = f"waits: preempting {len(victims)} job(s) for it"
         if starve:
-            held_by = "a starving job ahead keeps the GPUs it needs"  # nothing behind it takes them
+            blocked = True  # nothing behind a starving job takes the GPUs it waits for
             decision += "; starving: nothing behind it is admitted"
-        elif preempted_for == j.key:
-            # What a preemption frees is for the job it was made for (admitted at the next round):
-            # a job behind it released now could be bound into those GPUs and the preemption wasted
-            # (one seed of the Pollux workloads, no job elastic: 0.28 -> 0.23 restarts a job).
-            held_by = "jobs were just preempted for a job ahead: the GPUs they free are its own"
-            decision += "; nothing behind it is admitted this round"
-        blocked = held_by is not None
         order.append((j.key, q, j.wait_s, decision))
     return AdmissionPlan(tuple(admits), tuple(preempts), tuple(order))
 

@@ -84,21 +84,6 @@ def test_long_waiting_work_preempts_checkpointable_jobs_of_later_queues_only() -
     assert plan_admission_for(world(waiting, other, young, free=(0, 0)), S).preempts == ()
 
 
-def test_nothing_behind_a_job_is_admitted_in_the_round_jobs_are_preempted_for_it() -> None:
-    # n1 has 2 GPUs free: the small job fits there, but kube-scheduler could bind it into the GPUs
-    # freed on n0 for the big one, and the preemption would have been for nothing (a regression
-    # found in the simulator: the waiting job preempted round after round, its victims re-admitted).
-    waiting = gated("a/new", (4.0,), wait_s=120)
-    small = gated("a/small", (2.0,), wait_s=30)
-    served = running("a/served", "n0", 4, attained=30 * H)
-    plan = plan_admission_for(world(waiting, small, served, free=(0, 2)), S)
-    assert [p.job for p in plan.preempts] == ["a/served"] and plan.admits == ()
-    assert "held: jobs were just preempted" in dict((j, d) for j, _, _, d in plan.order)["a/small"]
-    # No preemption (the waiting job has not waited long enough): the small job goes as before.
-    calm = plan_admission_for(world(replace(waiting, wait_s=10), small, served, free=(0, 2)), S)
-    assert calm.preempts == () and [a.job for a in calm.admits] == ["a/small"]
-
-
 def test_namespaces_flowsched_may_not_touch_are_never_held() -> None:
     held = gated("frozen/job", (4.0, 4.0, 4.0), wait_s=5)
     plan = plan_admission_for(world(held, free=(0, 0), labels={"frozen": {"flowsched.io/migrate": "false"}}), S)
