@@ -1,5 +1,5 @@
-"""The second real-run campaign (benchmarks/data/real_curves_long: runs of about a CPU minute, held out
-from every tuning choice): shipped small and sourced, its specs the long matrix's, every answer of the
+"""The second and third real-run campaigns (benchmarks/data/real_curves_long: runs of one to four CPU
+minutes): shipped small and sourced, their specs the long and long3 matrices', every answer of the
 job-end estimator inside its interval on every run; and the packing round trip."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from benchmarks.curves.real_curves import (
     on_clock,
     pack,
 )
-from benchmarks.curves.train_runs import LONG_FAMILIES, long_matrix, run_matrix
+from benchmarks.curves.train_runs import LONG_FAMILIES, long3_matrix, long_matrix, run_matrix
 
 MAX_BYTES = 2 * 1024 * 1024
 SPEC_FIELDS = ("family", "dataset", "model", "optimizer", "lr", "schedule", "batch_size", "seed", "rule", "max_steps",
@@ -44,9 +44,9 @@ def test_the_long_campaign_is_shipped_small_sourced_and_long(runs: list[RealRun]
     sizes = {p.name: p.stat().st_size for p in long_dir().glob("*.csv")}
     assert all(b < MAX_BYTES for b in sizes.values()), sizes
     source = (long_dir() / "SOURCE.md").read_text()
-    for needed in ("Source:", "seed", "Licence:", "torch", "--matrix long"):
+    for needed in ("Source:", "seed", "Licence:", "torch", "--matrix long", "--matrix long3"):
         assert needed in source
-    assert len(runs) >= 20
+    assert len(runs) >= 80  # 48 of the second campaign, 37 of the third (cut short: SOURCE.md)
     assert {r.rule for r in runs} == set(RULES)
     assert {r.family for r in runs} - job_end_eval.TUNE_FAMILIES, "no held-out family"
     cpu_end = np.array([on_clock(r, "cpu").true_end_seconds for r in runs])
@@ -57,9 +57,9 @@ def test_the_long_campaign_is_shipped_small_sourced_and_long(runs: list[RealRun]
 
 
 def test_the_shipped_specs_are_the_matrices(runs: list[RealRun]) -> None:
-    """Both campaigns reproduce from the script: the long runs are long_matrix()'s, and the short
-    matrix still makes the shipped short runs (adding the long one changed none of its seeds)."""
-    long_specs = {s.run_id: _as_cells(s.__dict__) for s in long_matrix()}
+    """Every campaign reproduces from the script: the long runs are long_matrix()'s and long3_matrix()'s,
+    and the short matrix still makes the shipped short runs (adding the others changed none of its seeds)."""
+    long_specs = {s.run_id: _as_cells(s.__dict__) for s in (*long_matrix(), *long3_matrix())}
     for r in runs:
         assert {k: r.spec[k] for k in SPEC_FIELDS} == long_specs[r.run_id], r.run_id
     assert {r.family for r in runs} <= set(LONG_FAMILIES)
