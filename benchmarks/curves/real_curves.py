@@ -89,7 +89,7 @@ def default_dir() -> Path:
 
 
 def long_dir() -> Path:
-    """The second campaign: runs of about a CPU minute (train_runs.py --matrix long), never used for tuning."""
+    """The second and third campaigns: runs of minutes (train_runs.py --matrix long, long3), never used for tuning."""
     return data_paths.data_root() / "real_curves_long"
 
 

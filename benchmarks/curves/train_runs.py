@@ -6,8 +6,9 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
     for w in 1 2; do nice -n 19 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/rr & done
     python -m benchmarks.curves.real_curves /tmp/rr benchmarks/data/real_curves   # pack; no torch
 
-`--matrix long` (with its own --out) trains the second campaign, runs of about a CPU minute packed
-into benchmarks/data/real_curves_long; the default short matrix is the shipped real_curves, unchanged.
+`--matrix long` and `--matrix long3` (with their own --out) train the second and third campaigns,
+runs of one to four CPU minutes packed together into benchmarks/data/real_curves_long; the default
+short matrix is the shipped real_curves, unchanged.
 
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
 rerun skips runs already written). One thread per run: the step times are a single core's.
