@@ -120,7 +120,7 @@ class ElasticLoopSettings(LoopSettings):
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase
     # weights and las_power 0 below: smaller gains did not pay for the restarts they cost.
     min_gain: float = 0.30
-    # A job is not rescaled again within this... With learned step times each job rescaled 2.0 times
+    # A job is not rescaled again within this... With learned step times each job restarted about twice
     # at 300 s (Pollux workloads 1-2, seed 0, every job elastic), mostly the longest jobs again and
     # again. 40 minutes: the lowest avg JCT on those workloads among the cooldowns that keep
     # flowsched lowest on the demo's four seeds (3600 s did not); docs/elastic.md has the runs.
