@@ -32,6 +32,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, IN, HIDDEN = 128, 256, 1024  # the MLP: 350-550 steps/s of CPU time on one core here
+GPU_MLP = (4096, 2048, 2)  # --device cuda: batch (--gpu-batch), width, hidden layers: ~300 steps/s on an H200
 
 
 def _numpy_loop() -> tuple[Any, Any]:
@@ -63,33 +64,48 @@ def _numpy_loop() -> tuple[Any, Any]:
     return step, None
 
 
-def _torch_loop() -> tuple[Any, Any]:
+def _torch_loop(device: str = "cpu", gpu_batch: int = GPU_MLP[0]) -> tuple[Any, Any]:
     import torch
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10))
+    batch, width, layers = (BATCH, HIDDEN, 1) if device == "cpu" else (gpu_batch, *GPU_MLP[1:])
+    body = [torch.nn.Linear(IN, width), torch.nn.ReLU()]
+    for _ in range(layers - 1):
+        body += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*body, torch.nn.Linear(width, 10)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    x, y = torch.randn(BATCH, IN), torch.randint(0, 10, (BATCH,))
+    x, y = torch.randn(batch, IN, device=device), torch.randint(0, 10, (batch,), device=device)
 
     def step() -> Any:
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        return loss  # the tensor itself: no .item()
+        return loss  # the tensor itself (on the GPU with --device cuda): no .item()
 
-    return step, torch.__version__
+    version = torch.__version__ + ("" if device == "cpu" else f", {torch.cuda.get_device_name()}")
+    return step, version
 
 
-def child(kind: str, url: str, token: str, namespace: str, rounds: int, steps: int) -> None:
+def _sync(device: str) -> None:
+    """A GPU round ends when the device has run its steps (the loop only queued them)."""
+    if device != "cpu":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def child(kind: str, url: str, token: str, namespace: str, rounds: int, steps: int, device: str = "cpu",
+          gpu_batch: int = GPU_MLP[0]) -> None:
     sys.path.insert(0, str(ROOT))
     from flowsched_client import Reporter, ReporterConfig
 
-    train, version = _numpy_loop() if kind == "numpy" else _torch_loop()
+    train, version = _numpy_loop() if kind == "numpy" else _torch_loop(device, gpu_batch)
     reporter = Reporter(ReporterConfig(url=url, job=f"client-cost-{kind}", namespace=namespace, token=token))
     for _ in range(200):  # warm up
         train()
+    _sync(device)
     rows: dict[str, list[list[float]]] = {"plain": [], "reported": []}  # per round: steps/s by wall, process, thread
     step_no = 0
     in_report = 0.0  # seconds the training thread spent inside report()
@@ -99,6 +115,7 @@ def child(kind: str, url: str, token: str, namespace: str, rounds: int, steps: i
             if mode == "plain":
                 for _ in range(steps):
                     train()
+                _sync(device)
             else:
                 for _ in range(steps):
                     step_no += 1
@@ -106,6 +123,7 @@ def child(kind: str, url: str, token: str, namespace: str, rounds: int, steps: i
                     c0 = time.perf_counter()
                     reporter.report(step_no, loss)
                     in_report += time.perf_counter() - c0
+                _sync(device)
                 reporter.flush()  # counted: until this round's points are sent
             w, p, t = time.perf_counter() - w0, time.process_time() - p0, time.thread_time() - t0
             rows[mode].append([steps / w, steps / p, steps / t])
@@ -127,15 +145,19 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3000, help="steps per round")
     ap.add_argument("--torch-python", default="/work/torchvenv/bin/python",
                     help="an interpreter with torch for the PyTorch loop ('' to skip)")
+    ap.add_argument("--device", default="cpu",
+                    help="the PyTorch loop's device: cuda runs an MLP of GPU_MLP there, the loss a CUDA tensor "
+                         "(and skips the numpy loop)")
+    ap.add_argument("--gpu-batch", type=int, default=GPU_MLP[0], help="the GPU loop's batch (its steps/s)")
     ap.add_argument("--child", nargs=4, metavar=("KIND", "URL", "TOKEN", "NAMESPACE"), help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.child:
-        child(ns.child[0], ns.child[1], ns.child[2], ns.child[3], ns.rounds, ns.steps)
+        child(ns.child[0], ns.child[1], ns.child[2], ns.child[3], ns.rounds, ns.steps, ns.device, ns.gpu_batch)
         return 0
     from benchmarks.local_serve import local_flowsched
 
-    loops = [("numpy", sys.executable)]
-    if ns.torch_python and Path(ns.torch_python).exists():
+    loops = [("numpy", sys.executable)] if ns.device == "cpu" else []
+    if ns.torch_python and (Path(ns.torch_python).exists() or ns.device != "cpu"):
         loops.append(("torch", ns.torch_python))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with local_flowsched() as s:
@@ -143,7 +165,8 @@ def main() -> int:
               f"{os.getloadavg()[0]:.1f}; {ns.rounds} rounds x {ns.steps} steps per mode, report() every step")
         for kind, python in loops:
             out = subprocess.run([python, str(Path(__file__).resolve()), "--rounds", str(ns.rounds), "--steps",
-                                  str(ns.steps), "--child", kind, s.api_url, s.token, s.namespace],
+                                  str(ns.steps), "--device", ns.device, "--gpu-batch", str(ns.gpu_batch),
+                                  "--child", kind, s.api_url, s.token, s.namespace],
                                  capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
             if out.returncode != 0:
                 print(f"{kind}: failed: {out.stderr[-2000:]}")
@@ -151,6 +174,9 @@ def main() -> int:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             stored = _stored(s.api_url, s.token, s.namespace, f"client-cost-{kind}")
             label = f"{kind} MLP {IN}-{HIDDEN}-10, batch {BATCH}, one CPU thread"
+            if ns.device != "cpu":
+                b, w, n = ns.gpu_batch, *GPU_MLP[1:]
+                label = f"{kind} MLP {IN}-{w}x{n}-10, batch {b}, on {ns.device}, the loss a CUDA tensor"
             label += f" (torch {r['version']})" if r["version"] else ""
             print(f"{label}: points sent {r['sent']} of {ns.rounds * ns.steps}, dropped {r['dropped']}, "
                   f"posts retried {r['failed_posts']}; the job's history {stored} points (the store thins)")

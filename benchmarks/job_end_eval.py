@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=data_dir, default=None,
                     help="short (default: the shipped real_curves), long (real_curves_long: runs of minutes, "
-                         "the second and third campaigns) or a folder of runs.csv")
+                         "the second and third campaigns), gpu (real_curves_gpu: read it with --clock wall) or "
+                         "a folder of runs.csv")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
     ap.add_argument("--clock", choices=CLOCKS, default="cpu",
                     help="cpu: the training thread's CPU seconds (the job's own time); wall: wall seconds on "

@@ -31,7 +31,8 @@ FloatArray = npt.NDArray[np.float64]
 MAX_TRAIN_POINTS = 600
 RUN_FIELDS = ("run_id", "family", "dataset", "model", "optimizer", "lr", "schedule", "batch_size", "seed", "rule",
               "max_steps", "eval_every", "monitor", "higher_is_better", "patience", "min_delta", "target",
-              "stopped_by", "true_end_step", "true_end_seconds", "true_end_cpu_seconds")
+              "stopped_by", "true_end_step", "true_end_seconds", "true_end_cpu_seconds", "plan_s", "device")
+RUN_DEFAULTS = {"plan_s": 0.0, "device": "cpu"}  # fields that runs recorded before the GPU campaign lack
 RULES = ("planned", "early_stopping", "target", "none")
 CLOCKS = ("cpu", "wall")
 
@@ -93,9 +94,15 @@ def long_dir() -> Path:
     return data_paths.data_root() / "real_curves_long"
 
 
+def gpu_dir() -> Path:
+    """The GPU campaign (train_runs.py --matrix gpu on a lent H200), never used for tuning."""
+    return data_paths.data_root() / "real_curves_gpu"
+
+
 def data_dir(name: str) -> Path:
-    """"short" (the shipped real_curves), "long" (real_curves_long), or a folder of runs.csv."""
-    return {"short": default_dir(), "long": long_dir()}.get(name) or Path(name)
+    """"short" (the shipped real_curves), "long" (real_curves_long), "gpu" (real_curves_gpu), or a
+    folder of runs.csv."""
+    return {"short": default_dir(), "long": long_dir(), "gpu": gpu_dir()}.get(name) or Path(name)
 
 
 def load_runs(folder: Path | None = None, families: set[str] | None = None) -> list[RealRun]:
@@ -166,7 +173,7 @@ def pack(raw: Path, dest: Path) -> tuple[int, dict[str, int]]:
         w = csv.writer(f)
         w.writerow(RUN_FIELDS)
         for r in records:
-            merged = {**r["spec"], "true_end_cpu_seconds": math.nan,
+            merged = {**RUN_DEFAULTS, **r["spec"], "true_end_cpu_seconds": math.nan,
                       **{k: r[k] for k in ("stopped_by", "true_end_step", "true_end_seconds", "true_end_cpu_seconds")
                          if k in r}}
             w.writerow([_cell(merged[k]) for k in RUN_FIELDS])

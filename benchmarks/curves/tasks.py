@@ -45,13 +45,11 @@ def _split(x: np.ndarray, y: np.ndarray, seed: int, val_frac: float = 0.3) -> tu
     return (x[tr] - mu) / sd, y[tr], (x[va] - mu) / sd, y[va]
 
 
-def _table_task(name: str, x: np.ndarray, y: np.ndarray, seed: int, regression: bool) -> Task:
+def _table_task(name: str, x: np.ndarray, y: np.ndarray, seed: int, regression: bool, device: str = "cpu") -> Task:
     xt, yt, xv, yv = _split(x.astype(np.float32), y, seed)
-    Xt, Xv = torch.tensor(xt), torch.tensor(xv)
-    if regression:
-        Yt, Yv = torch.tensor(yt, dtype=torch.float32), torch.tensor(yv, dtype=torch.float32)
-    else:
-        Yt, Yv = torch.tensor(yt, dtype=torch.long), torch.tensor(yv, dtype=torch.long)
+    Xt, Xv = torch.tensor(xt, device=device), torch.tensor(xv, device=device)
+    ydt = torch.float32 if regression else torch.long
+    Yt, Yv = torch.tensor(yt, dtype=ydt, device=device), torch.tensor(yv, dtype=ydt, device=device)
     n_in, n_out = Xt.shape[1], 1 if regression else int(y.max()) + 1
 
     def build(kind: str) -> nn.Module:
@@ -70,10 +68,15 @@ def _table_task(name: str, x: np.ndarray, y: np.ndarray, seed: int, regression: 
                 nn.Linear(n_in, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                 nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, n_out),
             )
+        if kind == "mlp_huge":  # the GPU campaign's (train_runs.py --matrix gpu): a step worth a GPU
+            return nn.Sequential(
+                nn.Linear(n_in, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, n_out),
+            )
         raise ValueError(f"{name}: no model kind {kind!r}")
 
     def batch(gen: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.randint(0, len(Xt), (size,), generator=gen)
+        idx = torch.randint(0, len(Xt), (size,), generator=gen).to(device)  # drawn on the CPU: same on any device
         return Xt[idx], Yt[idx]
 
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -99,50 +102,60 @@ def corpus_text(max_chars: int = 400_000) -> str:
 
 
 class CharRNN(nn.Module):  # type: ignore[misc]  # torch is untyped here (ignore_missing_imports)
-    def __init__(self, vocab: int, cell: str) -> None:
+    def __init__(self, vocab: int, cell: str, width: int = 64, layers: int = 1) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab, 32)
-        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(32, 64, batch_first=True)
-        self.head = nn.Linear(64, vocab)
+        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(32, width, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(width, vocab)
 
     def forward(self, x: torch.Tensor) -> Any:
         return self.head(self.rnn(self.emb(x))[0])
 
 
 class CharTransformer(nn.Module):  # type: ignore[misc]
-    def __init__(self, vocab: int) -> None:
+    def __init__(self, vocab: int, d: int = 32, heads: int = 2, layers: int = 2, seq_len: int = SEQ_LEN) -> None:
         super().__init__()
-        self.emb = nn.Embedding(vocab, 32)
-        self.pos = nn.Parameter(torch.zeros(SEQ_LEN, 32))
-        layer = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
-        self.body = nn.TransformerEncoder(layer, 2)
-        self.head = nn.Linear(32, vocab)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ_LEN))
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq_len, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(d, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq_len))
 
     def forward(self, x: torch.Tensor) -> Any:
         n = x.shape[1]
         return self.head(self.body(self.emb(x) + self.pos[:n], mask=self.mask[:n, :n], is_causal=True))
 
 
-def _text_task(seed: int) -> Task:
+# The GPU campaign's text models (kind -> seq_len): sized so that a step is a GPU's work, not a launch.
+GPU_TEXT_SEQ = {"gpt": 128, "lstm_big": 128}
+
+
+def _text_task(seed: int, device: str = "cpu", seq_len: int = SEQ_LEN) -> Task:
     text = corpus_text()
     chars = sorted(set(text))
     ids = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
     cut = int(len(ids) * 0.9)
-    train, val = ids[:cut], ids[cut:]
+    train, val = ids[:cut].to(device), ids[cut:].to(device)
     vocab = len(chars)
-    val_starts = torch.arange(0, len(val) - SEQ_LEN - 1, SEQ_LEN)[:128]
+    val_starts = torch.arange(0, len(val) - seq_len - 1, seq_len)[:128]
 
     def windows(src: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = starts[:, None] + torch.arange(SEQ_LEN + 1)[None, :]
+        rows = (starts[:, None] + torch.arange(seq_len + 1)[None, :]).to(device)
         w = src[rows]
         return w[:, :-1], w[:, 1:]
 
     def build(kind: str) -> nn.Module:
-        return CharTransformer(vocab) if kind == "transformer" else CharRNN(vocab, kind)
+        if kind == "transformer":
+            return CharTransformer(vocab)
+        if kind == "gpt":
+            return CharTransformer(vocab, d=256, heads=4, layers=4, seq_len=seq_len)
+        if kind == "lstm_big":
+            return CharRNN(vocab, "lstm", width=256, layers=2)
+        return CharRNN(vocab, kind)
 
     def batch(gen: torch.Generator, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return windows(train, torch.randint(0, len(train) - SEQ_LEN - 1, (size,), generator=gen))
+        return windows(train, torch.randint(0, len(train) - seq_len - 1, (size,), generator=gen))
 
     def loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
@@ -157,35 +170,36 @@ def _text_task(seed: int) -> Task:
     return Task("stdlib_chars", build, batch, loss, evaluate, "val_loss", False)
 
 
-def make_task(dataset: str, seed: int) -> Task:
-    """The dataset, split with the run's seed (the split is part of what varies between runs)."""
+def make_task(dataset: str, seed: int, device: str = "cpu", seq_len: int = SEQ_LEN) -> Task:
+    """The dataset, split with the run's seed (the split is part of what varies between runs), its
+    tensors on `device`; seq_len: the text task's window."""
     from sklearn import datasets  # type: ignore[import-not-found]  # a script-only extra, like torch
 
     if dataset == "digits":
         d = datasets.load_digits()
-        return _table_task(dataset, d.data, d.target, seed, regression=False)
+        return _table_task(dataset, d.data, d.target, seed, regression=False, device=device)
     if dataset == "breast_cancer":
         d = datasets.load_breast_cancer()
-        return _table_task(dataset, d.data, d.target, seed, regression=False)
+        return _table_task(dataset, d.data, d.target, seed, regression=False, device=device)
     if dataset == "wine":
         d = datasets.load_wine()
-        return _table_task(dataset, d.data, d.target, seed, regression=False)
+        return _table_task(dataset, d.data, d.target, seed, regression=False, device=device)
     if dataset == "synth_cls":
         x, y = datasets.make_classification(
             n_samples=3000, n_features=40, n_informative=12, n_classes=4, flip_y=0.08, random_state=seed
         )
-        return _table_task(dataset, x, y, seed, regression=False)
+        return _table_task(dataset, x, y, seed, regression=False, device=device)
     if dataset == "synth_reg":
         x, y = datasets.make_friedman1(n_samples=3000, n_features=12, noise=1.0, random_state=seed)
-        return _table_task(dataset, x, y, seed, regression=True)
+        return _table_task(dataset, x, y, seed, regression=True, device=device)
     if dataset == "synth_cls_big":  # the long campaign's: more data, so a wide model learns for minutes
         x, y = datasets.make_classification(
             n_samples=20000, n_features=40, n_informative=20, n_classes=4, flip_y=0.08, random_state=seed
         )
-        return _table_task(dataset, x, y, seed, regression=False)
+        return _table_task(dataset, x, y, seed, regression=False, device=device)
     if dataset == "synth_reg_big":
         x, y = datasets.make_friedman1(n_samples=20000, n_features=12, noise=1.0, random_state=seed)
-        return _table_task(dataset, x, y, seed, regression=True)
+        return _table_task(dataset, x, y, seed, regression=True, device=device)
     if dataset == "stdlib_chars":
-        return _text_task(seed)
+        return _text_task(seed, device, seq_len)
     raise ValueError(f"no dataset {dataset!r}")

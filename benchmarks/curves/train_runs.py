@@ -28,7 +28,7 @@ import platform
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,20 @@ LONG3_SEED_BASE = 7000
 LONG3_RUNS_PER_RULE = 3
 LONG3_STEP_SCALE = 1.3
 LONG3_PATIENCE = (5, 8, 10, 15)
+# The GPU campaign (--matrix gpu --device cuda, whenever a GPU is lent): models sized so that a step
+# is a GPU's work; plans are given in seconds (GPU_PLAN_S) because a step's time is known only on
+# the device: each run times 20 steps of a throwaway copy of its model first and sets its plan to
+# the seconds drawn / that step time (recorded in the run's spec). Rules: the issue's three.
+GPU_FAMILIES: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]] = {
+    "gpu_chars_gpt": ("stdlib_chars", "gpt", 64, (0, 0), 100, ("val_loss", 1.5)),
+    "gpu_chars_lstm": ("stdlib_chars", "lstm_big", 128, (0, 0), 100, ("val_loss", 1.6)),
+    "gpu_synth_mlp": ("synth_cls_big", "mlp_huge", 1024, (0, 0), 100, ("val_acc", 0.85)),
+}
+GPU_PLAN_S = (40.0, 80.0)  # seconds
+GPU_MASTER_SEED = 4040
+GPU_SEED_BASE = 9000
+GPU_RUNS_PER_RULE = 2
+GPU_RULES = ("planned", "early_stopping", "none")
 RULES = ("planned", "early_stopping", "target", "none")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "step", "onecycle")
@@ -98,6 +112,8 @@ class RunSpec:
     patience: int = 0
     min_delta: float = 0.0
     target: float = math.nan
+    plan_s: float = 0.0  # > 0: max_steps is set on the device from this and a timed step (GPU campaign)
+    device: str = "cpu"
 
 
 def run_matrix(master_seed: int = 35) -> list[RunSpec]:
@@ -116,6 +132,14 @@ def long3_matrix(master_seed: int = LONG3_MASTER_SEED) -> list[RunSpec]:
                 for f, (d, m, b, (lo, hi), every, t) in LONG_FAMILIES.items()}
     return _matrix(families, LONG3_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=LONG3_SEED_BASE,
                    id_suffix="-long3", patience=LONG3_PATIENCE)
+
+
+def gpu_matrix(master_seed: int = GPU_MASTER_SEED) -> list[RunSpec]:
+    """The GPU campaign: GPU_RUNS_PER_RULE runs per (family, rule in GPU_RULES), plans drawn in seconds."""
+    rng = random.Random(master_seed)
+    specs = [s for s in _matrix(GPU_FAMILIES, GPU_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=GPU_SEED_BASE,
+                                id_suffix="-gpu") if s.rule in GPU_RULES]
+    return [replace(s, plan_s=round(rng.uniform(*GPU_PLAN_S), 1), device="cuda") for s in specs]
 
 
 def _scaled(steps: int) -> int:
@@ -182,21 +206,69 @@ def _scheduler(torch: Any, spec: RunSpec, opt: Any) -> Any:
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
 
 
-def train(spec: RunSpec) -> dict[str, Any]:
+def _timed_step_s(torch: Any, spec: RunSpec, task: Any, model: Any) -> float:
+    """Seconds a step of this run takes here: 20 timed steps (after 5) of a throwaway copy."""
+    import copy
+
+    probe = copy.deepcopy(model)
+    opt = _optimizer(torch, spec, probe.parameters())
+    gen = torch.Generator().manual_seed(spec.seed + 1)
+    t0 = 0.0
+    for i in range(25):
+        if i == 5:
+            t0 = time.perf_counter()
+        x, y = task.batch(gen, spec.batch_size)
+        loss = task.loss(probe(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    return (time.perf_counter() - t0) / 20
+
+
+def _planned_on_device(spec: RunSpec, step_s: float) -> RunSpec:
+    """The GPU campaign's plan in steps: plan_s / step_s, to 50 steps; rule-ended runs capped at
+    CAP_FACTOR x the longest plan, as in the other campaigns."""
+    planned = max(200, round(spec.plan_s / step_s / 50) * 50)
+    cap = max(200, round(CAP_FACTOR * GPU_PLAN_S[1] / step_s / 50) * 50)
+    return replace(spec, max_steps=planned if spec.rule in ("planned", "none") else cap)
+
+
+def declare_rule(reporter: Any, spec: RunSpec) -> None:
+    """Tell flowsched the run's stopping rule as a job would (Reporter.training); none: nothing."""
+    if spec.rule == "planned":
+        reporter.training(max_steps=spec.max_steps)
+    elif spec.rule == "early_stopping":
+        reporter.training(early_stopping={"patience": spec.patience, "min_delta": spec.min_delta,
+                                          "metric": spec.monitor, "higher_is_better": spec.higher_is_better})
+
+
+def train(spec: RunSpec, reporter: Any = None) -> dict[str, Any]:
+    """reporter: a flowsched_client Reporter the run reports to as it trains (every step's loss
+    tensor; each evaluation's monitored value as metrics[monitor]), after declaring its rule."""
     import torch
 
-    from benchmarks.curves.tasks import make_task
+    from benchmarks.curves.tasks import GPU_TEXT_SEQ, make_task
 
     torch.manual_seed(spec.seed)
-    task = make_task(spec.dataset, spec.seed)
-    model = task.build(spec.model)
+    if spec.device.startswith("cuda"):  # TF32 matrix products, as GPU training runs them
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    task = make_task(spec.dataset, spec.seed, spec.device, GPU_TEXT_SEQ.get(spec.model, 32))
+    model = task.build(spec.model).to(spec.device)
+    step_s = math.nan
+    if spec.plan_s > 0:
+        step_s = _timed_step_s(torch, spec, task, model)
+        spec = _planned_on_device(spec, step_s)
     opt = _optimizer(torch, spec, model.parameters())
     sched = _scheduler(torch, spec, opt)
     gen = torch.Generator().manual_seed(spec.seed)
+    if reporter is not None:
+        declare_rule(reporter, spec)
     es = EarlyStopping(spec.patience, spec.min_delta, spec.higher_is_better) if spec.rule == "early_stopping" else None
     train_rows: list[tuple[int, float, float, float]] = []  # TRAIN_COLUMNS
     eval_rows: list[tuple[int, float, float, float, float]] = []  # EVAL_COLUMNS
     stopped_by = "max_steps"
+    started_at = time.time()
     t0, c0 = time.perf_counter(), time.thread_time()
     for step in range(1, spec.max_steps + 1):
         model.train()
@@ -207,6 +279,8 @@ def train(spec: RunSpec) -> dict[str, Any]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        if reporter is not None and step % spec.eval_every:  # an evaluation step reports below, with it
+            reporter.report(step, loss)  # the tensor, as a GPU loop would pass it
         value = loss.item()
         train_rows.append((step, round(time.perf_counter() - t0, 4), round(value, 5),
                            round(time.thread_time() - c0, 4)))
@@ -219,6 +293,8 @@ def train(spec: RunSpec) -> dict[str, Any]:
             eval_rows.append((step, round(time.perf_counter() - t0, 4), round(val_loss, 5), round(val_metric, 5),
                               round(time.thread_time() - c0, 4)))
             watched = val_loss if spec.monitor == "val_loss" else val_metric
+            if reporter is not None:
+                reporter.report(step, loss, metrics={spec.monitor: watched})
             if es is not None and es.should_stop(watched):
                 stopped_by = "early_stopping"
                 break
@@ -226,7 +302,13 @@ def train(spec: RunSpec) -> dict[str, Any]:
                 stopped_by = "target"
                 break
     end_s, end_cpu = time.perf_counter() - t0, time.thread_time() - c0
-    return {
+    ended_at = time.time()
+    device: dict[str, Any] = {}
+    if spec.plan_s > 0:
+        device = {"timed_step_s": round(step_s, 6), "started_at": started_at, "ended_at": ended_at}
+    if spec.device.startswith("cuda"):
+        device["gpu"] = torch.cuda.get_device_name()
+    return {**device,
         "spec": asdict(spec), "train": train_rows, "evals": eval_rows, "stopped_by": stopped_by,
         "true_end_step": train_rows[-1][0], "true_end_seconds": round(end_s, 4),
         "true_end_cpu_seconds": round(end_cpu, 4), "columns": {"train": TRAIN_COLUMNS, "evals": EVAL_COLUMNS},
@@ -255,10 +337,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleave families so a partial campaign covers them all")
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
-        a.add_argument("--matrix", choices=("short", "long", "long3"), default="short",
-                       help="short: the shipped real_curves (seconds per run); long, long3: real_curves_long (minutes)")
+        a.add_argument("--matrix", choices=("short", "long", "long3", "gpu"), default="short",
+                       help="short: the shipped real_curves (seconds per run); long, long3: real_curves_long "
+                            "(minutes); gpu: the GPU campaign (needs CUDA)")
+    r.add_argument("--device", default=None, help="override the matrix's device (cpu: smoke-test the GPU matrix)")
+    r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
+                   help="report each run live to a flowsched API (job = run id), its rule declared")
     args = p.parse_args(argv)
-    specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix}[args.matrix]()
+    specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "gpu": gpu_matrix}[args.matrix]()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))
@@ -268,8 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.only:
         specs = [s for s in specs if s.run_id in args.only or s.family in args.only]
+    if args.device:
+        specs = [replace(s, device=args.device) for s in specs]
     if args.order == "interleave" and args.matrix != "short":  # a diagonal: each stretch covers families and rules
-        fam, rule = list(LONG_FAMILIES), list(RULES)
+        fam, rule = list(GPU_FAMILIES if args.matrix == "gpu" else LONG_FAMILIES), list(RULES)
         specs = sorted(specs, key=lambda s: (int(s.run_id.rsplit("-", 2)[1]),  # every k-th run before any (k+1)-th
                                              (rule.index(s.rule) - fam.index(s.family)) % len(RULES),
                                              fam.index(s.family)))
@@ -281,7 +369,17 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{spec.run_id}.json"
         if path.exists() or not _claim(path.with_suffix(".claim")):
             continue
-        rec = train(spec)
+        reporter = None
+        if args.report:
+            from flowsched_client import Reporter, ReporterConfig
+
+            url, token, namespace = args.report
+            reporter = Reporter(ReporterConfig(url=url, job=spec.run_id, namespace=namespace, token=token,
+                                               higher_is_better=False))
+        rec = train(spec, reporter)
+        if reporter is not None:
+            reporter.close()
+            rec["reported"] = {"sent": reporter.sent, "dropped": reporter.dropped}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec, separators=(",", ":")))
         tmp.replace(path)
