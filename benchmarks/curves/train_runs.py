@@ -69,6 +69,15 @@ LONG3_SEED_BASE = 7000
 LONG3_RUNS_PER_RULE = 3
 LONG3_STEP_SCALE = 1.3
 LONG3_PATIENCE = (5, 8, 10, 15)
+# The fourth campaign (--matrix long4, packed with the second and third): plans 1.6x the long ones
+# (about 1.5-2.5 CPU minutes), two runs per (family, rule) of planned end, early stopping (patient:
+# 8-20 evaluations) and no rule, the rules whose runs last minutes; fixed before any run.
+LONG4_MASTER_SEED = 3838
+LONG4_SEED_BASE = 11000
+LONG4_RUNS_PER_RULE = 2
+LONG4_STEP_SCALE = 1.6
+LONG4_PATIENCE = (8, 10, 15, 20)
+LONG4_RULES = ("planned", "early_stopping", "none")
 # The GPU campaign (--matrix gpu --device cuda, whenever a GPU is lent): models sized so that a step
 # is a GPU's work; plans are given in seconds (GPU_PLAN_S) because a step's time is known only on
 # the device: each run times 20 steps of a throwaway copy of its model first and sets its plan to
@@ -134,6 +143,14 @@ def long3_matrix(master_seed: int = LONG3_MASTER_SEED) -> list[RunSpec]:
                    id_suffix="-long3", patience=LONG3_PATIENCE)
 
 
+def long4_matrix(master_seed: int = LONG4_MASTER_SEED) -> list[RunSpec]:
+    """The fourth campaign: LONG4_RUNS_PER_RULE runs per (family, rule in LONG4_RULES), plans scaled 1.6x."""
+    families = {f: (d, m, b, (_scaled(lo, LONG4_STEP_SCALE), _scaled(hi, LONG4_STEP_SCALE)), every, t)
+                for f, (d, m, b, (lo, hi), every, t) in LONG_FAMILIES.items()}
+    return [s for s in _matrix(families, LONG4_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=LONG4_SEED_BASE,
+                               id_suffix="-long4", patience=LONG4_PATIENCE) if s.rule in LONG4_RULES]
+
+
 def gpu_matrix(master_seed: int = GPU_MASTER_SEED) -> list[RunSpec]:
     """The GPU campaign: GPU_RUNS_PER_RULE runs per (family, rule in GPU_RULES), plans drawn in seconds."""
     rng = random.Random(master_seed)
@@ -142,8 +159,8 @@ def gpu_matrix(master_seed: int = GPU_MASTER_SEED) -> list[RunSpec]:
     return [replace(s, plan_s=round(rng.uniform(*GPU_PLAN_S), 1), device="cuda") for s in specs]
 
 
-def _scaled(steps: int) -> int:
-    return round(steps * LONG3_STEP_SCALE / 50.0) * 50
+def _scaled(steps: int, scale: float = LONG3_STEP_SCALE) -> int:
+    return round(steps * scale / 50.0) * 50
 
 
 def _matrix(families: dict[str, tuple[str, str, int, tuple[int, int], int, tuple[str, float]]], runs_per_rule: int,
@@ -337,14 +354,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleave families so a partial campaign covers them all")
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
-        a.add_argument("--matrix", choices=("short", "long", "long3", "gpu"), default="short",
+        a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "gpu"), default="short",
                        help="short: the shipped real_curves (seconds per run); long, long3: real_curves_long "
                             "(minutes); gpu: the GPU campaign (needs CUDA)")
     r.add_argument("--device", default=None, help="override the matrix's device (cpu: smoke-test the GPU matrix)")
     r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
                    help="report each run live to a flowsched API (job = run id), its rule declared")
     args = p.parse_args(argv)
-    specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "gpu": gpu_matrix}[args.matrix]()
+    specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "long4": long4_matrix,
+             "gpu": gpu_matrix}[args.matrix]()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))
