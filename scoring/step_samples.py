@@ -15,14 +15,30 @@ from collections.abc import Mapping
 
 
 def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: int, settling: bool,
-                       noise: float = 1.0, batches: dict[int, int] | None = None, batch: int = 0) -> None:
+                       noise: float = 1.0, batches: dict[int, int] | None = None, batch: int = 0,
+                       gpu_type: str = "", types: dict[int, str] | None = None) -> None:
     """Keep 1 / `step_rate` (steps/s measured now) as the step time at `held_gpus`, times `noise`
     (a measurement's error where a shell models one; 1 = exact), and in `batches` the global batch
     it ran at when known (> 0): a step at a larger batch takes longer, and a job whose batch changes
     live would otherwise have its step times compared across batches. Nothing is kept while the
-    job is mid-change (a pod starting or terminating), holds no GPU, or has no measurable rate."""
+    job is mid-change (a pod starting or terminating), holds no GPU, or has no measurable rate.
+
+    `gpu_type` (the one type the job's pods run on; "" unknown) with `types` (GPUs -> the type each
+    sample was measured on): a sample on a type drops those measured on another. A job requeued
+    onto another type measured 1 and 3 GPUs on V100s and 2 and 5 on K80s (7x slower), and the fit
+    through them said that more than 3 GPUs made it slower: it ran on 2 K80s for 30 days."""
     if settling or held_gpus <= 0 or not (math.isfinite(step_rate) and step_rate > 0):
         return
+    if types is not None:
+        if gpu_type:
+            for g in [g for g, t in types.items() if t != gpu_type]:
+                types.pop(g)
+                samples.pop(g, None)
+                if batches is not None:
+                    batches.pop(g, None)
+            types[held_gpus] = gpu_type
+        else:
+            types.pop(held_gpus, None)
     samples[held_gpus] = noise / step_rate
     if batches is not None:
         if batch > 0:

@@ -126,6 +126,7 @@ class SimWorldBuilder:
     types: TypeBook = field(default_factory=TypeBook)  # GPU types (none on an untyped cluster)
     _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
     _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
+    _sample_types: dict[int, dict[int, str]] = field(default_factory=dict)  # job idx -> GPUs -> type measured on
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
     _kept: dict[int, tuple[tuple[Hashable, ...], JobState]] = field(default_factory=dict)  # world_keep.py
     _kept_at: float = math.nan
@@ -148,8 +149,11 @@ class SimWorldBuilder:
         err = 1.0
         if self.step_noise > 0 and math.isfinite(true_s):
             err = self._error(engine.settings.seed, job)
+        kinds = {self.types.node_type(engine, n) for n, _ in job.placement}
         record_step_sample(samples, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus,
-                           settling=not steady, noise=err, batches=batches, batch=int(job.batch_size))
+                           settling=not steady, noise=err, batches=batches, batch=int(job.batch_size),
+                           gpu_type=kinds.pop() if len(kinds) == 1 else "",
+                           types=self._sample_types.setdefault(job.idx, {}))
         return samples, batches
 
     def _error(self, seed: int, job: SimJob) -> float:

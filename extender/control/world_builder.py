@@ -64,6 +64,7 @@ class WorldBuilder:
     diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
     step_batches: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> GPUs -> batch measured at
+    step_types: dict[str, dict[int, str]] = field(default_factory=dict)  # job -> GPUs -> type measured on
     # GPU types (scoring/gpu_types.py): a node's type from its gpu.product (label, else DRA
     # productName); with types on and more than one type, the World has them (as the simulator's)
     # and each job's step time per type and GPU count is kept from its step rate on the one type
@@ -120,14 +121,16 @@ class WorldBuilder:
         settling = any(p.terminating or not p.node or p.phase != "Running" for p in ps)
         held = int(sum(gpus_on.values()))
         report = report or JobReport()
+        kinds = {node_type.get(n, "") for n in gpus_on} if node_type else set()
+        gpu_type = kinds.pop() if len(kinds) == 1 else ""  # the one type its pods run on
         if elastic is not None:
             record_step_sample(self.step_samples.setdefault(key, {}),
                                est.step_rate if est is not None else math.nan, held, settling,
-                               batches=self.step_batches.setdefault(key, {}), batch=report.batch_size)
+                               batches=self.step_batches.setdefault(key, {}), batch=report.batch_size,
+                               gpu_type=gpu_type, types=self.step_types.setdefault(key, {}))
         measured: dict[str, float] = {}
         if node_type:
-            kinds = {node_type.get(n, "") for n in gpus_on}
-            record_type_sample(self.type_samples.setdefault(key, {}), kinds.pop() if len(kinds) == 1 else "",
+            record_type_sample(self.type_samples.setdefault(key, {}), gpu_type,
                                est.step_rate if est is not None else math.nan, held, settling)
             measured = type_speeds(self.type_samples[key])
         # Since its size last changed: a plan that changed only a live job's batch restarts nothing.

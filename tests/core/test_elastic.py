@@ -282,6 +282,31 @@ def test_a_step_sample_keeps_the_batch_it_was_measured_at() -> None:
     assert samples == {4: 0.25} and batches == {}
 
 
+def test_a_step_sample_on_another_gpu_type_drops_the_old_types_samples() -> None:
+    """Step times measured on V100s and on K80s (7x slower) are not one job's curve: a fit through
+    1 and 3 GPUs on V100s and 2 and 5 on K80s said more than 3 GPUs made the job slower, and it ran
+    on 2 K80s for 30 simulated days. A sample on a new type starts the job's samples afresh."""
+    from scoring.step_samples import record_step_sample
+
+    samples: dict[int, float] = {}
+    batches: dict[int, int] = {}
+    types: dict[int, str] = {}
+    record_step_sample(samples, 1 / 82.0, 1, False, batches=batches, batch=3200, gpu_type="v100", types=types)
+    record_step_sample(samples, 1 / 28.0, 3, False, batches=batches, batch=3200, gpu_type="v100", types=types)
+    assert samples == {1: 82.0, 3: 28.0} and types == {1: "v100", 3: "v100"}
+    record_step_sample(samples, 1 / 305.0, 2, False, batches=batches, batch=3200, gpu_type="k80", types=types)
+    assert samples == {2: 305.0} and batches == {2: 3200} and types == {2: "k80"}
+    record_step_sample(samples, 1 / 122.0, 5, True, batches=batches, batch=3200, gpu_type="v100", types=types)
+    assert samples == {2: 305.0}  # mid-change: nothing, and nothing dropped
+    # A type not known (an untyped cluster, or pods across types): kept as before, nothing dropped.
+    record_step_sample(samples, 1 / 122.0, 5, False, batches=batches, batch=3200, gpu_type="", types=types)
+    assert samples == {2: 305.0, 5: 122.0} and types == {2: "k80"}
+    untyped: dict[int, float] = {}
+    record_step_sample(untyped, 0.5, 4, False)
+    record_step_sample(untyped, 0.25, 8, False, gpu_type="v100")  # no `types` kept: today's rule
+    assert untyped == {4: 2.0, 8: 4.0}
+
+
 def test_prior_offers_no_per_gpu_batch_far_above_the_largest_measured() -> None:
     """A job measured at 4 GPUs and batch 128 (32 a GPU) is offered per-GPU batches up to
     explore_local_factor x 32 by its prior, not one GPU at batch 4096: a fit over small local

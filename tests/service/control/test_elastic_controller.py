@@ -219,3 +219,24 @@ def test_on_a_typed_cluster_the_plan_names_the_gpu_type_the_filter_then_keeps_th
     assert len(acts) == 1 and acts[0].as_dict()["detail"]["gpus"] == 4  # the V100 node's 4, not all 8
     assert el.act(acts[0], 1000.0) == "planned"
     assert {json.loads(a[2][PLAN])["gpu_type"] for a in actions.annotations} == {"v100"}
+
+
+def test_on_a_typed_cluster_a_step_time_on_another_type_restarts_the_jobs_samples() -> None:
+    """The service keeps a job's step times by the rule the simulator keeps them by
+    (scoring.step_samples): 1 and 3 GPUs measured on a V100 node are dropped once the job's pods run
+    on a K80 node, whose steps take 7x longer; one type's samples are one curve."""
+    state = ClusterState()
+    for name, product in (("n0", "Tesla-V100-SXM2-16GB"), ("n1", "Tesla-K80")):
+        state.upsert_node(parse_node(node(name, gpus=4, labels={"nvidia.com/gpu.product": product})))
+    for p in (worker("a", 0, "n1"), worker("a", 1, "n1")):
+        state.upsert_pod(parse_pod(p))
+    state.mark_synced()
+    cfg = ElasticConfig(las_power=0.0, explore_factor=0.0)
+    ctx = make_context(state, FakeTracker({"t/a": Est(Phase.GROWING, step_rate=1 / 305.0)}), FakeActions(),
+                       LogRecorder(), settings=Settings(kube=False, elastic=cfg))
+    el = Elastic(ctx, cfg)
+    el.ctx.world.step_samples["t/a"] = {1: 82.0, 3: 28.0}
+    el.ctx.world.step_types["t/a"] = {1: "v100", 3: "v100"}
+    plan_at(el, 1000.0)  # records the 2-GPU sample on the K80 node
+    assert el.ctx.world.step_samples["t/a"] == {2: 305.0}
+    assert el.ctx.world.step_types["t/a"] == {2: "k80"}
