@@ -194,7 +194,7 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     one size was measured."""
     gs_known = tuple(sorted(job.step_samples))
     model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
-                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s), nominal)
+                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s), nominal, s.fit_misfit)
     batches: tuple[int, ...] = (nominal,)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = tuple(sorted({*_batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), nominal}))
@@ -232,7 +232,7 @@ def _prior_shape(s: ElasticLoopSettings) -> tuple[float, float, float]:
 
 @functools.lru_cache(maxsize=8192)
 def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple[float, ...],
-                  shape: tuple[float, float, float], nominal: int) -> StepTimeModel:
+                  shape: tuple[float, float, float], nominal: int, misfit: float = math.inf) -> StepTimeModel:
     """prior_throughput's model: pure in its arguments, so kept for the next round (and the next
     loop's World) that asks with the same measurements."""
     compute, sync, sync_per_gpu = shape
@@ -245,7 +245,7 @@ def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple
     scale = float(t[0] / prior.step_time(g[0], b[0]))
     scaled = StepTimeModel(prior.compute_s * scale, prior.per_sample_s * scale, prior.sync_s * scale,
                            prior.sync_per_gpu_s * scale)
-    return fit_step_time(g, b, t, prior=scaled) or scaled
+    return fit_step_time(g, b, t, prior=scaled, misfit=misfit) or scaled
 
 
 def _place_pods(pods: list[float], free: FloatArray) -> tuple[bool, FloatArray]:
