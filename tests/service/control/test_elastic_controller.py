@@ -202,15 +202,21 @@ def test_a_replica_that_loses_the_lease_mid_action_writes_nothing_more() -> None
     assert [a[1] for a in actions.annotations] == ["a-0"] and len(rec.events) == 1  # a-1 untouched
 
 
-def test_on_a_typed_cluster_the_plan_names_the_gpu_type_the_filter_then_keeps_the_job_on() -> None:
-    """A V100 node and a K80 node (gpu.product): the lone job on the V100 is planned within the
-    V100s only (a job never spans types), and its plan annotation names the type."""
+def v100_and_k80(job_on: str) -> ClusterState:
+    """A V100 node n0 and a K80 node n1 (gpu.product), job a's two workers on `job_on`."""
     state = ClusterState()
     for name, product in (("n0", "Tesla-V100-SXM2-16GB"), ("n1", "Tesla-K80")):
         state.upsert_node(parse_node(node(name, gpus=4, labels={"nvidia.com/gpu.product": product})))
-    for p in (worker("a", 0, "n0"), worker("a", 1, "n0")):
+    for p in (worker("a", 0, job_on), worker("a", 1, job_on)):
         state.upsert_pod(parse_pod(p))
     state.mark_synced()
+    return state
+
+
+def test_on_a_typed_cluster_the_plan_names_the_gpu_type_the_filter_then_keeps_the_job_on() -> None:
+    """A V100 node and a K80 node (gpu.product): the lone job on the V100 is planned within the
+    V100s only (a job never spans types), and its plan annotation names the type."""
+    state = v100_and_k80("n0")
     actions = FakeActions()
     cfg = ElasticConfig(las_power=0.0, explore_factor=0.0)
     ctx = make_context(state, FakeTracker({}), actions, LogRecorder(), settings=Settings(kube=False, elastic=cfg))
@@ -225,12 +231,7 @@ def test_on_a_typed_cluster_a_step_time_on_another_type_restarts_the_jobs_sample
     """The service keeps a job's step times by the rule the simulator keeps them by
     (scoring.step_samples): 1 and 3 GPUs measured on a V100 node are dropped once the job's pods run
     on a K80 node, whose steps take 7x longer; one type's samples are one curve."""
-    state = ClusterState()
-    for name, product in (("n0", "Tesla-V100-SXM2-16GB"), ("n1", "Tesla-K80")):
-        state.upsert_node(parse_node(node(name, gpus=4, labels={"nvidia.com/gpu.product": product})))
-    for p in (worker("a", 0, "n1"), worker("a", 1, "n1")):
-        state.upsert_pod(parse_pod(p))
-    state.mark_synced()
+    state = v100_and_k80("n1")
     cfg = ElasticConfig(las_power=0.0, explore_factor=0.0)
     ctx = make_context(state, FakeTracker({"t/a": Est(Phase.GROWING, step_rate=1 / 305.0)}), FakeActions(),
                        LogRecorder(), settings=Settings(kube=False, elastic=cfg))
