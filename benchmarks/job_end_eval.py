@@ -32,8 +32,8 @@ on the training thread's CPU time, the job's own time, as it would run on an acc
 own. The runs were trained on a 2-core machine shared with other sessions, whose load changes a
 run's wall step time by tens of per cent (SOURCE.md): --clock wall measures that load too.
 
---data long reads the second and third campaigns (benchmarks/data/real_curves_long, runs of one to
-four CPU minutes, made after every choice above): all of it is new curves; --split still leaves out the families
+--data long reads the second, third and fourth campaigns (benchmarks/data/real_curves_long, runs of one to
+five CPU minutes, made after every choice above): all of it is new curves; --split still leaves out the families
 whose short runs were tuned on.
 
 Usage: python -m benchmarks.job_end_eval [--data short|long|DIR] [--split heldout|tune|all] [--clock cpu|wall]
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=data_dir, default=None,
                     help="short (default: the shipped real_curves), long (real_curves_long: runs of minutes, "
-                         "the second and third campaigns), gpu (real_curves_gpu: read it with --clock wall) or "
+                         "the second to fourth campaigns), gpu (real_curves_gpu: read it with --clock wall) or "
                          "a folder of runs.csv")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
     ap.add_argument("--clock", choices=CLOCKS, default="cpu",

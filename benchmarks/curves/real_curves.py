@@ -90,7 +90,8 @@ def default_dir() -> Path:
 
 
 def long_dir() -> Path:
-    """The second and third campaigns: runs of minutes (train_runs.py --matrix long, long3), never used for tuning."""
+    """The second, third and fourth campaigns: runs of minutes (train_runs.py --matrix long, long3, long4), never
+    used for tuning."""
     return data_paths.data_root() / "real_curves_long"
 
 

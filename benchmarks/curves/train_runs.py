@@ -6,9 +6,10 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
     for w in 1 2; do nice -n 19 /tmp/torchvenv/bin/python -m benchmarks.curves.train_runs run --out /tmp/rr & done
     python -m benchmarks.curves.real_curves /tmp/rr benchmarks/data/real_curves   # pack; no torch
 
-`--matrix long` and `--matrix long3` (with their own --out) train the second and third campaigns,
-runs of one to four CPU minutes packed together into benchmarks/data/real_curves_long; the default
-short matrix is the shipped real_curves, unchanged.
+`--matrix long`, `long3` and `long4` (each with its own --out) train the second, third and fourth
+campaigns, runs of one to five CPU minutes packed together into benchmarks/data/real_curves_long;
+`--matrix gpu --device cuda` the GPU campaign (benchmarks/gpu_runs.py runs it, reported live); the
+default short matrix is the shipped real_curves, unchanged.
 
 Each run writes <out>/<run_id>.json as it ends (a killed campaign keeps what it finished; a
 rerun skips runs already written). One thread per run: the step times are a single core's.
