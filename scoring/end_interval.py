@@ -47,7 +47,7 @@ class EndIntervalSettings:
     `python -m benchmarks.job_end_calibrate` (tuning families of benchmarks.job_end_eval, CPU clock)."""
 
     planned: IntervalScale = IntervalScale(0.62, 1.14)
-    early_stopping: IntervalScale = IntervalScale(0.54, 1.10)
+    early_stopping: IntervalScale = IntervalScale(0.68, 0.79)
     target: IntervalScale = IntervalScale(1.12, 2.94)
     none: IntervalScale = IntervalScale(2.24, 0.75)
 

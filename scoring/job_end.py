@@ -49,12 +49,6 @@ Series = tuple[npt.ArrayLike, npt.ArrayLike]  # (steps, values)
 class ForecastSettings:
     samples: int = 128  # sampled future curves (a job with early stopping costs ~20-40 ms per estimate)
     improvement_sd: float = 0.5  # log-normal spread of each sample's future improvement
-    # ...and its median under early stopping: the fitted families' future improvement x this. On
-    # the tuning runs' early-stopping asks (19 runs, 25 / 50 / 75 %), 1.0 read 37.3 / 33.7 / 40.3 %
-    # median error, 0.7 31.8 / 28.4 / 26.2 %, 0.5 36.9 / 28.4 / 25.5 %: the families, fitted to
-    # the curve so far, promised more improvement than came, and the rule fired later in the
-    # samples than in the runs late on.
-    es_improvement: float = 0.7
     max_evaluations: int = 2000  # future evaluations simulated; later ends count as beyond the horizon
     target_evaluations: int = 400  # a target alone is checked at this many future points at most
     noise_points: int = 20  # recent points whose residuals around the fit give the noise
@@ -72,8 +66,6 @@ class ForecastSettings:
             raise ValueError("forecast needs samples >= 10, max_evaluations >= 1, noise_points >= 2")
         if not (0 < self.recent_share <= 1 and self.rate_slack >= 0 and self.improvement_sd >= 0):
             raise ValueError("recent_share in (0, 1], rate_slack and improvement_sd >= 0")
-        if not (math.isfinite(self.es_improvement) and self.es_improvement > 0):
-            raise ValueError("es_improvement must be a finite number > 0")
 
 
 def rule_state(oriented: FloatArray, rule: EarlyStopping) -> tuple[float, int, int]:
@@ -97,10 +89,9 @@ def _cadence(steps: FloatArray) -> float:
 
 
 def sample_paths(steps: FloatArray, oriented: FloatArray, evaluations: int, cadence: float,
-                 conv: ConvergenceSettings, fs: ForecastSettings, improvement: float = 1.0) -> FloatArray:
+                 conv: ConvergenceSettings, fs: ForecastSettings) -> FloatArray:
     """(samples, evaluations) future values of an oriented (lower is better) series at steps
-    steps[-1] + cadence * (1..evaluations), in its own units; `improvement`: the median factor on
-    the fitted families' future improvement."""
+    steps[-1] + cadence * (1..evaluations), in its own units."""
     lo, hi = float(oriented.min()), float(oriented.max())
     rng = np.random.default_rng(fs.seed)
     if not hi - lo > 1e-12 * max(1.0, abs(hi)):
@@ -121,7 +112,7 @@ def sample_paths(steps: FloatArray, oriented: FloatArray, evaluations: int, cade
         drops = np.stack([f.predict(future) - f.value_at(float(steps[-1])) for f in fits])
         drops = np.where(np.isfinite(drops), np.minimum(drops, 0.0), 0.0)
         pick = rng.integers(0, len(fits), fs.samples)
-        scale = improvement * np.exp(rng.normal(0.0, fs.improvement_sd, fs.samples))
+        scale = np.exp(rng.normal(0.0, fs.improvement_sd, fs.samples))
         mean = anchor + drops[pick] * scale[:, None]
     else:  # nothing improves any more (a loss rising again): flat at the recent level
         recent = z[tail]
@@ -242,7 +233,7 @@ def _series_ends(cs: FloatArray, oriented: FloatArray, es: EarlyStopping | None,
         cadence = max(cadence, limit / fs.target_evaluations)
     best, wait, _ = rule_state(oriented, es) if es is not None else (math.inf, 0, -1)
     evaluations = int(min(fs.max_evaluations, max(1.0, math.ceil(limit / cadence))))
-    paths = sample_paths(cs, oriented, evaluations, cadence, conv, fs, fs.es_improvement if es is not None else 1.0)
+    paths = sample_paths(cs, oriented, evaluations, cadence, conv, fs)
     es_at, target_at = first_stop(paths, best, wait, es, target)
     offset = float(cs[-1]) - last_step  # the monitored series may lag the loss's last step
     return np.maximum(offset + es_at * cadence, 0.0), np.maximum(offset + target_at * cadence, 0.0)
