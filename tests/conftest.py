@@ -120,7 +120,13 @@ def emulator(kube: Kube) -> Iterator[KubeletEmulator]:
 
 @pytest.fixture(scope="session")
 def flowsched(control_plane: ControlPlane, deploy_rbac: None) -> Iterator[FlowschedService]:
-    svc = FlowschedService(control_plane.workdir, control_plane.kubeconfigs["flowsched"])
+    # It follows no container logs: tests/e2e/test_log_progress_e2e.py runs a follower of its own,
+    # and this one, with no control loop (so no Lease), followed the same pod on its next reconcile
+    # (every 5 s), a second pods/log stream that failed the test's "one follow" check at random.
+    config = control_plane.workdir / "flowsched-session.yaml"
+    config.write_text("progress_sources:\n  logs: false\n")
+    svc = FlowschedService(control_plane.workdir, control_plane.kubeconfigs["flowsched"],
+                           extra_args=["--config", str(config)])
     try:
         svc.start()
     except ClusterUnavailable as e:
