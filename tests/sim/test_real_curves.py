@@ -16,9 +16,9 @@ import pytest
 from benchmarks import job_end_eval
 from benchmarks.curves.real_curves import RULES, RealRun, has_cpu_clock, load_runs, on_clock
 from benchmarks.curves.stopping import EarlyStopping, early_stop_index, target_index
+from tests.sim.shipped_runs import MAX_BYTES, shipped_small_and_sourced
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "real_curves"
-MAX_BYTES = 2 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +27,8 @@ def runs() -> list[RealRun]:
 
 
 def test_the_campaign_is_shipped_small_and_sourced(runs: list[RealRun]) -> None:
-    sizes = {p.name: p.stat().st_size for p in FOLDER.glob("*.csv")}
-    assert all(b < MAX_BYTES for b in sizes.values()), sizes
+    sizes = shipped_small_and_sourced(FOLDER, ("Source:", "seed", "Licence:", "torch", "train_runs"))
     assert sum(sizes.values()) < 8 * MAX_BYTES
-    source = (FOLDER / "SOURCE.md").read_text()
-    for needed in ("Source:", "seed", "Licence:", "torch", "train_runs"):
-        assert needed in source
     assert len(runs) >= 100
     per_family = Counter((r.family, r.rule) for r in runs)
     families = {r.family for r in runs}

@@ -15,8 +15,8 @@ import pytest
 from benchmarks import job_end_eval
 from benchmarks.curves.real_curves import RUN_FIELDS, RealRun, data_dir, gpu_dir, load_runs, on_clock, pack
 from benchmarks.curves.train_runs import GPU_FAMILIES, GPU_RULES, gpu_matrix
+from tests.sim.shipped_runs import shipped_small_and_sourced
 
-MAX_BYTES = 2 * 1024 * 1024
 SPEC_FIELDS = ("family", "dataset", "model", "optimizer", "lr", "schedule", "batch_size", "seed", "rule",
                "eval_every", "monitor", "patience", "min_delta", "plan_s", "device")
 
@@ -27,11 +27,7 @@ def runs() -> list[RealRun]:
 
 
 def test_the_gpu_campaign_is_shipped_small_sourced_and_held_out(runs: list[RealRun]) -> None:
-    sizes = {p.name: p.stat().st_size for p in gpu_dir().glob("*.csv")}
-    assert all(b < MAX_BYTES for b in sizes.values()), sizes
-    source = (gpu_dir() / "SOURCE.md").read_text()
-    for needed in ("Source:", "seed", "Licence:", "torch", "H200", "--matrix gpu", "-w2"):
-        assert needed in source
+    shipped_small_and_sourced(gpu_dir(), ("Source:", "seed", "Licence:", "torch", "H200", "--matrix gpu", "-w2"))
     assert len(runs) >= 20
     assert {r.rule for r in runs} == set(GPU_RULES)
     assert not {r.family for r in runs} & job_end_eval.TUNE_FAMILIES

@@ -25,8 +25,8 @@ from benchmarks.curves.real_curves import (
     pack,
 )
 from benchmarks.curves.train_runs import LONG_FAMILIES, long3_matrix, long4_matrix, long_matrix, run_matrix
+from tests.sim.shipped_runs import shipped_small_and_sourced
 
-MAX_BYTES = 2 * 1024 * 1024
 SPEC_FIELDS = ("family", "dataset", "model", "optimizer", "lr", "schedule", "batch_size", "seed", "rule", "max_steps",
                "eval_every", "monitor", "patience", "min_delta")
 
@@ -41,11 +41,8 @@ def _as_cells(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_long_campaign_is_shipped_small_sourced_and_long(runs: list[RealRun]) -> None:
-    sizes = {p.name: p.stat().st_size for p in long_dir().glob("*.csv")}
-    assert all(b < MAX_BYTES for b in sizes.values()), sizes
-    source = (long_dir() / "SOURCE.md").read_text()
-    for needed in ("Source:", "seed", "Licence:", "torch", "--matrix long", "--matrix long3", "--matrix long4"):
-        assert needed in source
+    shipped_small_and_sourced(long_dir(), ("Source:", "seed", "Licence:", "torch", "--matrix long", "--matrix long3",
+                                           "--matrix long4"))
     assert len(runs) >= 140  # 48 of the second campaign, 72 of the third, the fourth's (SOURCE.md)
     minutes = [r for r in runs if 60.0 <= on_clock(r, "cpu").true_end_seconds <= 300.0]
     assert len(minutes) >= 100  # issue 35: about a hundred runs of 1-5 minutes
