@@ -41,13 +41,18 @@ class TypeBook:
     def node_type(self, engine: Engine, k: int) -> str:
         return engine.cluster.settings.node_types[k] if self.types(engine) else ""
 
+    def running_type(self, engine: Engine, job: SimJob) -> str | None:
+        """The one type a job's pods run on; None when it runs nowhere, on several, or types are off."""
+        if not job.placement or not self.types(engine):
+            return None
+        kinds = {engine.cluster.settings.node_types[n] for n, _ in job.placement}
+        return kinds.pop() if len(kinds) == 1 else None
+
     def observe(self, engine: Engine, job: SimJob, now: float) -> None:
         """A running job past its restart has measured its step time on the type it runs on."""
-        if not job.placement or now < job.restart_until or not self.types(engine):
-            return
-        kinds = {engine.cluster.settings.node_types[n] for n, _ in job.placement}
-        if len(kinds) == 1:
-            self.measured.setdefault(job.idx, {})[kinds.pop()] = job.type_speed
+        kind = self.running_type(engine, job) if now >= job.restart_until else None
+        if kind is not None:
+            self.measured.setdefault(job.idx, {})[kind] = job.type_speed
 
     def model_class(self, job: SimJob) -> str:
         return self.classes.get(job.spec.app, "")

@@ -149,10 +149,9 @@ class SimWorldBuilder:
         err = 1.0
         if self.step_noise > 0 and math.isfinite(true_s):
             err = self._error(engine.settings.seed, job)
-        kinds = {self.types.node_type(engine, n) for n, _ in job.placement}
         record_step_sample(samples, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus,
                            settling=not steady, noise=err, batches=batches, batch=int(job.batch_size),
-                           gpu_type=kinds.pop() if len(kinds) == 1 else "",
+                           gpu_type=self.types.running_type(engine, job) or "",
                            types=self._sample_types.setdefault(job.idx, {}))
         return samples, batches
 
