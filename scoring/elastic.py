@@ -115,21 +115,17 @@ def fit_step_time(
     for i in (1, 2, 3):
         if np.linalg.matrix_rank(np.stack([cols[c] for c in [*use, i]], axis=1)) == len(use) + 1:
             use.append(i)
-    best: tuple[float, dict[str, float]] | None = None
+    best: tuple[float, StepTimeModel] | None = None
     for shrink in _PRIOR_SHRINK if use != [0, 1, 2, 3] and math.isfinite(misfit) else (1.0,):
-        vals = _nonneg_fit(cols, names, use, base, shrink, t)
-        model = StepTimeModel(max_local_bsz=mlb, **vals)
+        model = StepTimeModel(max_local_bsz=mlb, **_nonneg_fit(cols, names, use, base, shrink, t))
         err = float(np.max(np.abs(model.step_time(g, b) - t) / t))
-        if best is None or err < best[0] - 1e-9:
-            best = (err, vals)
+        if best is None or err < best[0] - 1e-9 or err <= misfit:
+            best = (err, model)
         if err <= misfit:
-            best = (err, vals)
             break
     assert best is not None
-    vals = best[1]
-    if vals["compute_s"] + vals["per_sample_s"] <= 0:
-        return prior
-    return StepTimeModel(max_local_bsz=mlb, **vals)
+    fitted = best[1]
+    return prior if fitted.compute_s + fitted.per_sample_s <= 0 else fitted
 
 
 _PRIOR_SHRINK = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.0)  # the prior's unidentified terms, tried in turn
