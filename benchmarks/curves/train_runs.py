@@ -266,12 +266,12 @@ def train(spec: RunSpec, reporter: Any = None) -> dict[str, Any]:
     tensor; each evaluation's monitored value as metrics[monitor]), after declaring its rule."""
     import torch
 
-    from benchmarks.curves.tasks import GPU_TEXT_SEQ, make_task
+    from benchmarks.curves.tasks import GPU_TEXT_SEQ, SEQ_LEN, make_task
 
     torch.manual_seed(spec.seed)
     if spec.device.startswith("cuda"):  # TF32 matrix products, as GPU training runs them
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    task = make_task(spec.dataset, spec.seed, spec.device, GPU_TEXT_SEQ.get(spec.model, 32))
+    task = make_task(spec.dataset, spec.seed, spec.device, GPU_TEXT_SEQ.get(spec.model, SEQ_LEN))
     model = task.build(spec.model).to(spec.device)
     step_s = math.nan
     if spec.plan_s > 0:
@@ -356,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
         a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "gpu"), default="short",
-                       help="short: the shipped real_curves (seconds per run); long, long3: real_curves_long "
-                            "(minutes); gpu: the GPU campaign (needs CUDA)")
+                       help="short: the shipped real_curves (seconds per run); long, long3, long4: "
+                            "real_curves_long (minutes); gpu: the GPU campaign (needs CUDA)")
     r.add_argument("--device", default=None, help="override the matrix's device (cpu: smoke-test the GPU matrix)")
     r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
                    help="report each run live to a flowsched API (job = run id), its rule declared")
