@@ -8,6 +8,7 @@ Needs PyTorch and scikit-learn, which are not project dependencies (a script-onl
 
 `--matrix long`, `long3` and `long4` (each with its own --out) train the second, third and fourth
 campaigns, runs of one to five CPU minutes packed together into benchmarks/data/real_curves_long;
+`--matrix tune5` the fifth, early-stopping runs of job_end_eval's tuning families, packed with them;
 `--matrix gpu --device cuda` the GPU campaign (benchmarks/gpu_runs.py runs it, reported live); the
 default short matrix is the shipped real_curves, unchanged.
 
@@ -79,6 +80,15 @@ LONG4_RUNS_PER_RULE = 2
 LONG4_STEP_SCALE = 1.6
 LONG4_PATIENCE = (8, 10, 15, 20)
 LONG4_RULES = ("planned", "early_stopping", "none")
+# The fifth campaign (--matrix tune5, packed with the long ones): early-stopping runs of the families
+# job_end_eval tunes on (its TUNE_FAMILIES) only, so that the early-stopping forecast is chosen on more
+# than the 19 runs those families had: chars_gru at the long4 scale, the short tuning families with plans
+# TUNE5_SHORT_SCALE x theirs (more evaluations); patient early stopping as in long4. Fixed before any run.
+TUNE5_MASTER_SEED = 3939
+TUNE5_SEED_BASE = 13000
+TUNE5_RUNS_PER_RULE = 6
+TUNE5_SHORT_SCALE = 4.0
+TUNE5_SHORT_FAMILIES = ("digits_mlp", "cancer_logreg", "synth_reg_mlp")
 # The GPU campaign (--matrix gpu --device cuda, whenever a GPU is lent): models sized so that a step
 # is a GPU's work; plans are given in seconds (GPU_PLAN_S) because a step's time is known only on
 # the device: each run times 20 steps of a throwaway copy of its model first and sets its plan to
@@ -150,6 +160,21 @@ def long4_matrix(master_seed: int = LONG4_MASTER_SEED) -> list[RunSpec]:
                 for f, (d, m, b, (lo, hi), every, t) in LONG_FAMILIES.items()}
     return [s for s in _matrix(families, LONG4_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=LONG4_SEED_BASE,
                                id_suffix="-long4", patience=LONG4_PATIENCE) if s.rule in LONG4_RULES]
+
+
+def tune5_matrix(master_seed: int = TUNE5_MASTER_SEED) -> list[RunSpec]:
+    """The fifth campaign: TUNE5_RUNS_PER_RULE early-stopping runs of each tuning family (chars_gru scaled
+    as long4, TUNE5_SHORT_FAMILIES' plans x TUNE5_SHORT_SCALE)."""
+    families = {"chars_gru": _scaled_family(LONG_FAMILIES["chars_gru"], LONG4_STEP_SCALE)}
+    families |= {f: _scaled_family(FAMILIES[f], TUNE5_SHORT_SCALE) for f in TUNE5_SHORT_FAMILIES}
+    return [s for s in _matrix(families, TUNE5_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=TUNE5_SEED_BASE,
+                               id_suffix="-tune5", patience=LONG4_PATIENCE) if s.rule == "early_stopping"]
+
+
+def _scaled_family(family: tuple[str, str, int, tuple[int, int], int, tuple[str, float]], scale: float
+                   ) -> tuple[str, str, int, tuple[int, int], int, tuple[str, float]]:
+    dataset, model, batch, (lo, hi), every, target = family
+    return dataset, model, batch, (_scaled(lo, scale), _scaled(hi, scale)), every, target
 
 
 def gpu_matrix(master_seed: int = GPU_MASTER_SEED) -> list[RunSpec]:
@@ -355,15 +380,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleave families so a partial campaign covers them all")
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
-        a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "gpu"), default="short",
+        a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "tune5", "gpu"), default="short",
                        help="short: the shipped real_curves (seconds per run); long, long3, long4: "
-                            "real_curves_long (minutes); gpu: the GPU campaign (needs CUDA)")
+                            "real_curves_long (minutes); tune5: early-stopping runs of the tuning families, "
+                            "packed with the long ones; gpu: the GPU campaign (needs CUDA)")
     r.add_argument("--device", default=None, help="override the matrix's device (cpu: smoke-test the GPU matrix)")
     r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
                    help="report each run live to a flowsched API (job = run id), its rule declared")
     args = p.parse_args(argv)
     specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "long4": long4_matrix,
-             "gpu": gpu_matrix}[args.matrix]()
+             "tune5": tune5_matrix, "gpu": gpu_matrix}[args.matrix]()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))
@@ -376,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device:
         specs = [replace(s, device=args.device) for s in specs]
     if args.order == "interleave" and args.matrix != "short":  # a diagonal: each stretch covers families and rules
-        fam, rule = list(GPU_FAMILIES if args.matrix == "gpu" else LONG_FAMILIES), list(RULES)
+        fam, rule = list(dict.fromkeys(s.family for s in specs)), list(RULES)
         specs = sorted(specs, key=lambda s: (int(s.run_id.rsplit("-", 2)[1]),  # every k-th run before any (k+1)-th
                                              (rule.index(s.rule) - fam.index(s.family)) % len(RULES),
                                              fam.index(s.family)))

@@ -1,6 +1,7 @@
 """The second, third and fourth real-run campaigns (benchmarks/data/real_curves_long: runs of one to
-five CPU minutes): shipped small and sourced, their specs the long, long3 and long4 matrices', every
-answer of the job-end estimator inside its interval on every run; and the packing round trip."""
+five CPU minutes) and the fifth (early-stopping runs of the tuning families, packed with them): shipped
+small and sourced, their specs the long, long3, long4 and tune5 matrices', every answer of the job-end
+estimator inside its interval on every run; and the packing round trip."""
 
 from __future__ import annotations
 
@@ -24,7 +25,15 @@ from benchmarks.curves.real_curves import (
     on_clock,
     pack,
 )
-from benchmarks.curves.train_runs import LONG_FAMILIES, long3_matrix, long4_matrix, long_matrix, run_matrix
+from benchmarks.curves.train_runs import (
+    LONG_FAMILIES,
+    TUNE5_SHORT_FAMILIES,
+    long3_matrix,
+    long4_matrix,
+    long_matrix,
+    run_matrix,
+    tune5_matrix,
+)
 from tests.sim.shipped_runs import shipped_small_and_sourced
 
 SPEC_FIELDS = ("family", "dataset", "model", "optimizer", "lr", "schedule", "batch_size", "seed", "rule", "max_steps",
@@ -42,7 +51,7 @@ def _as_cells(spec: dict[str, Any]) -> dict[str, str]:
 
 def test_the_long_campaign_is_shipped_small_sourced_and_long(runs: list[RealRun]) -> None:
     shipped_small_and_sourced(long_dir(), ("Source:", "seed", "Licence:", "torch", "--matrix long", "--matrix long3",
-                                           "--matrix long4"))
+                                           "--matrix long4", "--matrix tune5"))
     assert len(runs) >= 140  # 48 of the second campaign, 72 of the third, the fourth's (SOURCE.md)
     minutes = [r for r in runs if 60.0 <= on_clock(r, "cpu").true_end_seconds <= 300.0]
     assert len(minutes) >= 100  # issue 35: about a hundred runs of 1-5 minutes
@@ -56,13 +65,17 @@ def test_the_long_campaign_is_shipped_small_sourced_and_long(runs: list[RealRun]
 
 
 def test_the_shipped_specs_are_the_matrices(runs: list[RealRun]) -> None:
-    """Every campaign reproduces from the script: the long runs are long_matrix()'s, long3_matrix()'s
-    and long4_matrix()'s, and the short matrix still makes the shipped short runs (adding the others
+    """Every campaign reproduces from the script: the long runs are long_matrix()'s, long3_matrix()'s,
+    long4_matrix()'s and tune5_matrix()'s, and the short matrix still makes the shipped short runs (adding the others
     changed none of its seeds)."""
-    long_specs = {s.run_id: _as_cells(s.__dict__) for s in (*long_matrix(), *long3_matrix(), *long4_matrix())}
+    long_specs = {s.run_id: _as_cells(s.__dict__) for s in (*long_matrix(), *long3_matrix(), *long4_matrix(),
+                                                                        *tune5_matrix())}
     for r in runs:
         assert {k: r.spec[k] for k in SPEC_FIELDS} == long_specs[r.run_id], r.run_id
-    assert {r.family for r in runs} <= set(LONG_FAMILIES)
+    assert {r.family for r in runs} <= set(LONG_FAMILIES) | set(TUNE5_SHORT_FAMILIES)
+    assert {r.run_id for r in runs} == set(long_specs)  # every campaign complete
+    tuning = {r.family for r in runs if r.run_id.endswith("-tune5")}
+    assert tuning <= job_end_eval.TUNE_FAMILIES  # the fifth campaign is tuning data only
     with (data_dir("short") / "runs.csv").open() as f:
         shipped = {row["run_id"]: {k: row[k] for k in SPEC_FIELDS} for row in csv.DictReader(f)}
     short_specs = {s.run_id: _as_cells(s.__dict__) for s in run_matrix()}
