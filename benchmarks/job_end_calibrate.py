@@ -1,7 +1,8 @@
 """Calibrate the job end's 80 % intervals per stopping rule on the tuning families' real runs.
 
 For every ask of benchmarks.job_end_eval (a run of TUNE_FAMILIES at 25 / 50 / 75 % of its
-duration, CPU clock) scoring.job_end.predict_end answers with unit scales (its raw interval).
+duration, CPU clock; the short set's tuning runs and the long set's)
+scoring.job_end.predict_end answers with unit scales (its raw interval).
 Per rule and side, each answer needs a scale s for the rescaled side (scoring.end_interval.rescale)
 to reach the truth: below the point ln(point / truth) / ln(point / low), above it
 ln(truth / point) / ln(high / point); 0 when the truth is on the other side, inf when that side
@@ -10,7 +11,7 @@ that side, unanswered asks counted as misses on both sides' shared budget (split
 calibration of each tail at 80 % in all). The printed pairs are EndIntervalSettings' defaults;
 tests/sim/test_job_end_calibrate.py checks that they still are.
 
-Usage: python -m benchmarks.job_end_calibrate [--data DIR]
+Usage: python -m benchmarks.job_end_calibrate [--data DIR [DIR ...]]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import job_end_eval
-from benchmarks.curves.real_curves import load_runs, on_clock
+from benchmarks.curves.real_curves import default_dir, load_runs, long_dir, on_clock
 from scoring.end_interval import RULE_GROUPS, UNSCALED, EndIntervalSettings, IntervalScale
 from scoring.job_end import ForecastSettings
 
@@ -55,9 +56,11 @@ def tail_scale(needs: Sequence[float], allowed: float) -> float:
     return min(MAX_SCALE, max(MIN_SCALE, ordered[k])) if k < len(ordered) else MIN_SCALE
 
 
-def calibrate(data: Path | None = None) -> tuple[EndIntervalSettings, list[str]]:
-    """The per-rule scales and the lines that explain them."""
-    runs = [on_clock(r, "cpu") for r in load_runs(data) if r.family in job_end_eval.TUNE_FAMILIES]
+def calibrate(data: Sequence[Path] | None = None) -> tuple[EndIntervalSettings, list[str]]:
+    """The per-rule scales, from the tuning runs of the folders `data` (default: the short and the
+    long set), and the lines that explain them."""
+    folders = (default_dir(), long_dir()) if data is None else data
+    runs = [on_clock(r, "cpu") for d in folders for r in load_runs(d, set(job_end_eval.TUNE_FAMILIES))]
     raw = functools.partial(job_end_eval.job_end, forecast=ForecastSettings(intervals=UNSCALED))
     _, rows = job_end_eval.evaluate(runs, {"raw": raw})
     lines = [f"{len(runs)} runs (tune: {', '.join(sorted(job_end_eval.TUNE_FAMILIES))}); clock: cpu; "
@@ -85,7 +88,8 @@ def calibrate(data: Path | None = None) -> tuple[EndIntervalSettings, list[str]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--data", type=Path, default=None, help="folder of runs.csv (default: the shipped real_curves)")
+    ap.add_argument("--data", type=Path, nargs="+", default=None,
+                    help="folders of runs.csv (default: the shipped real_curves and real_curves_long)")
     args = ap.parse_args(argv)
     settings, lines = calibrate(args.data)
     print("\n".join(lines))

@@ -90,8 +90,8 @@ def default_dir() -> Path:
 
 
 def long_dir() -> Path:
-    """The second, third and fourth campaigns: runs of minutes (train_runs.py --matrix long, long3, long4), never
-    used for tuning."""
+    """The second, third and fourth campaigns: runs of minutes (train_runs.py --matrix long, long3, long4), and the
+    fifth (--matrix tune5); only the runs of job_end_eval's tuning families are tuned on."""
     return data_paths.data_root() / "real_curves_long"
 
 
