@@ -52,8 +52,9 @@ class ForecastSettings:
     improvement_sd: float = 0.5  # log-normal spread of each sample's future improvement
     # early stopping: this share of the sampled futures improve no more from now on. The curve families all
     # keep decreasing, but a validation series stops at its best once the model overfits or has learnt what it
-    # can; on the real runs the rule had fired by the first unimproved `patience` for about half of the runs
-    # asked at 75 % of their time. 0.2: the lowest median error on the tuning runs of 0.1 / 0.2 / 0.3 (issue 35)
+    # can: asked at 75 % of their time, about half of the long real runs (benchmarks/data/real_curves_long)
+    # ended within 15 % of "no improvement from now". 0.2: the lowest median error on the 43 early-stopping
+    # tuning runs among 0 / 0.1 / 0.2 / 0.3 (docs/progress-api.md)
     stall_share: float = 0.2
     max_evaluations: int = 2000  # future evaluations simulated; later ends count as beyond the horizon
     target_evaluations: int = 400  # a target alone is checked at this many future points at most

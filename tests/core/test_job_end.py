@@ -270,3 +270,27 @@ def test_an_interval_whose_high_end_lies_beyond_the_horizon_is_inf_not_nan() -> 
     assert _quantile(ends, 0.1) == 5.0
     finite = np.linspace(0.0, 10.0, 128)
     assert _quantile(finite, 0.9) == float(np.quantile(finite, 0.9))
+
+
+def test_a_share_of_early_stopping_futures_improve_no_more() -> None:
+    """stall_share: a validation series still falling slowly may have reached its best; that share of
+    the samples improve no more, so the interval's low end reaches the rule's own floor (patience
+    evaluations without improvement from now), which a forecast of decreasing curves alone misses."""
+    steps = np.arange(1, 81) * 50.0
+    values = 1.0 + 2.0 / (1.0 + steps / 400.0) + np.random.default_rng(3).normal(0.0, 0.002, steps.size)
+    es = EarlyStopping(patience=10)
+    rule = StoppingRule(early_stopping=es)
+    _, wait, fired = rule_state(values, es)
+    assert fired < 0
+    floor = (10 - wait) * 50.0  # no improvement from now: the rule fires after its remaining patience
+    ends = {share: predict_end(steps, values, steps / 10.0, rule, CONV,
+                               forecast=dataclasses.replace(RAW, stall_share=share)) for share in (0.0, 0.2)}
+    assert ends[0.0].steps_low > 2 * floor  # every sample keeps improving
+    assert ends[0.2].steps_low <= floor + 50.0
+    assert ends[0.2].steps_low <= ends[0.2].remaining_steps <= ends[0.2].steps_high
+    # a target alone is not affected: only early stopping's forecast stalls
+    target = StoppingRule(target=1.2)
+    assert predict_end(steps, values, steps / 10.0, target, CONV, forecast=dataclasses.replace(RAW, stall_share=0.2)) \
+        == predict_end(steps, values, steps / 10.0, target, CONV, forecast=dataclasses.replace(RAW, stall_share=0.0))
+    with pytest.raises(ValueError, match="stall_share"):
+        ForecastSettings(stall_share=1.0)
