@@ -148,16 +148,14 @@ def long_matrix(master_seed: int = LONG_MASTER_SEED) -> list[RunSpec]:
 
 def long3_matrix(master_seed: int = LONG3_MASTER_SEED) -> list[RunSpec]:
     """The third campaign: LONG3_RUNS_PER_RULE runs per (family, rule) of the long families, plans scaled."""
-    families = {f: (d, m, b, (_scaled(lo), _scaled(hi)), every, t)
-                for f, (d, m, b, (lo, hi), every, t) in LONG_FAMILIES.items()}
+    families = {f: _scaled_family(fam, LONG3_STEP_SCALE) for f, fam in LONG_FAMILIES.items()}
     return _matrix(families, LONG3_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=LONG3_SEED_BASE,
                    id_suffix="-long3", patience=LONG3_PATIENCE)
 
 
 def long4_matrix(master_seed: int = LONG4_MASTER_SEED) -> list[RunSpec]:
     """The fourth campaign: LONG4_RUNS_PER_RULE runs per (family, rule in LONG4_RULES), plans scaled 1.6x."""
-    families = {f: (d, m, b, (_scaled(lo, LONG4_STEP_SCALE), _scaled(hi, LONG4_STEP_SCALE)), every, t)
-                for f, (d, m, b, (lo, hi), every, t) in LONG_FAMILIES.items()}
+    families = {f: _scaled_family(fam, LONG4_STEP_SCALE) for f, fam in LONG_FAMILIES.items()}
     return [s for s in _matrix(families, LONG4_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=LONG4_SEED_BASE,
                                id_suffix="-long4", patience=LONG4_PATIENCE) if s.rule in LONG4_RULES]
 
@@ -173,6 +171,7 @@ def tune5_matrix(master_seed: int = TUNE5_MASTER_SEED) -> list[RunSpec]:
 
 def _scaled_family(family: tuple[str, str, int, tuple[int, int], int, tuple[str, float]], scale: float
                    ) -> tuple[str, str, int, tuple[int, int], int, tuple[str, float]]:
+    """A family's tuple with its planned-step range scaled (to 50 steps)."""
     dataset, model, batch, (lo, hi), every, target = family
     return dataset, model, batch, (_scaled(lo, scale), _scaled(hi, scale)), every, target
 
@@ -185,7 +184,7 @@ def gpu_matrix(master_seed: int = GPU_MASTER_SEED) -> list[RunSpec]:
     return [replace(s, plan_s=round(rng.uniform(*GPU_PLAN_S), 1), device="cuda") for s in specs]
 
 
-def _scaled(steps: int, scale: float = LONG3_STEP_SCALE) -> int:
+def _scaled(steps: int, scale: float) -> int:
     return round(steps * scale / 50.0) * 50
 
 
