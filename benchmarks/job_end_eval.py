@@ -33,8 +33,9 @@ own. The runs were trained on a 2-core machine shared with other sessions, whose
 run's wall step time by tens of per cent (SOURCE.md): --clock wall measures that load too.
 
 --data long reads the second, third and fourth campaigns (benchmarks/data/real_curves_long, runs of one to
-five CPU minutes, made after every choice above): all of it is new curves; --split still leaves out the families
-whose short runs were tuned on.
+five CPU minutes, made after the choices above but early stopping's stall share and the calibration on
+all tuning runs) and the fifth, early-stopping runs of the tuning families made to tune on; --split leaves
+out the tuning families as on the short set.
 
 Usage: python -m benchmarks.job_end_eval [--data short|long|DIR] [--split heldout|tune|all] [--clock cpu|wall]
                                          [--out DIR]
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--data", type=data_dir, default=None,
                     help="short (default: the shipped real_curves), long (real_curves_long: runs of minutes, "
-                         "the second to fourth campaigns), gpu (real_curves_gpu: read it with --clock wall) or "
+                         "the second to fifth campaigns), gpu (real_curves_gpu: read it with --clock wall) or "
                          "a folder of runs.csv")
     ap.add_argument("--split", choices=("heldout", "tune", "all"), default="heldout")
     ap.add_argument("--clock", choices=CLOCKS, default="cpu",

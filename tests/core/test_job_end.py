@@ -282,7 +282,7 @@ def test_a_share_of_early_stopping_futures_improve_no_more() -> None:
     rule = StoppingRule(early_stopping=es)
     _, wait, fired = rule_state(values, es)
     assert fired < 0
-    floor = (10 - wait) * 50.0  # no improvement from now: the rule fires after its remaining patience
+    floor = (es.patience - wait) * 50.0  # no improvement from now: the rule fires after its remaining patience
     ends = {share: predict_end(steps, values, steps / 10.0, rule, CONV,
                                forecast=dataclasses.replace(RAW, stall_share=share)) for share in (0.0, 0.2)}
     assert ends[0.0].steps_low > 2 * floor  # every sample keeps improving
