@@ -290,15 +290,21 @@ def job_options(job: ElasticJob, s: ElasticLoopSettings) -> JobOptions:
     batch = bs[best_b]
     g = np.arange(mn, mx + 1, dtype=np.int64)
     # Staying as is costs no restart, and wins unless a change gains more than min_gain. A job that
-    # changes its batch live stays at its size with its best batch, still without a restart.
+    # changes its batch live stays at its size with its best batch, still without a restart, if
+    # that beats its batch now by more than batch_gain (what it reports is measured at its batch
+    # now, and each change made the other batch look better: without it, flips every round).
     cur = job.current_gpus
     if job.current_gpus > 0 and mn <= cur <= mx:
         i = cur - mn
         hit = np.flatnonzero(bs == job.current_batch)
+        at_current = filled[i, hit[0]] if hit.size else _NEG
         if job.batch_live and feasible[i]:
-            value[i] = best[i] / ref * job.weight * (1.0 + s.min_gain)
-        elif hit.size and filled[i, hit[0]] > _NEG:
-            stay = filled[i, hit[0]] / ref * job.weight * (1.0 + s.min_gain)
+            keep = at_current > _NEG and at_current * (1.0 + s.batch_gain) >= best[i]
+            value[i] = (at_current if keep else best[i]) / ref * job.weight * (1.0 + s.min_gain)
+            if keep:
+                batch[i] = job.current_batch
+        elif at_current > _NEG:
+            stay = at_current / ref * job.weight * (1.0 + s.min_gain)
             if stay >= value[i]:
                 value[i], batch[i] = stay, job.current_batch
     if not feasible.all():

@@ -120,6 +120,14 @@ class ElasticLoopSettings(LoopSettings):
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase
     # weights and las_power 0 below: smaller gains did not pay for the restarts they cost.
     min_gain: float = 0.30
+    # ...and a job that changes its batch live (batch_live) keeps its batch unless another gains more
+    # than this at its size. What it reports is measured at the batch it runs (its gradient noise,
+    # its step time), and each change moved it so that the other batch looked better: in the
+    # simulator yolov3 jobs flipped between batches 8 and 56 every round for 20 minutes (bert
+    # between 192 and 384 even with oracle step times). Pollux workloads 1-2, 3 seeds, every job elastic,
+    # avg JCT at 1.0x / 2.0x: 0 3120 / 5371 s, 0.02 2955 / 4945, 0.05 2892 / 4835, 0.1 2899 / 4941,
+    # 0.15 2869 / 4956, 0.3 2915 / 5111 (docs/elastic.md).
+    batch_gain: float = 0.05
     # A job is not rescaled again within this... With learned step times each job restarted about twice
     # at 300 s (Pollux workloads 1-2, seed 0, every job elastic), mostly the longest jobs again and
     # again. 40 minutes: the lowest avg JCT on those workloads among the cooldowns that keep
@@ -195,7 +203,7 @@ class ElasticLoopSettings(LoopSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _non_negative(self, "restart_s", "min_gain", "cooldown_s", "compute_fraction", "sync_fraction",
+        _non_negative(self, "restart_s", "min_gain", "batch_gain", "cooldown_s", "compute_fraction", "sync_fraction",
                       "sync_per_gpu_fraction", "explore_factor", "explore_local_factor", "fit_misfit",
                       "min_evidence",
                       "las_power", "srpt_power", "grow_waiting_within", "growing_weight", "watching_weight",

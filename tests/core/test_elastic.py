@@ -66,7 +66,14 @@ def _config_values(job: ElasticJob, s: ElasticLoopSettings) -> dict[tuple[int, i
     g_ref = min(g for g, _ in feas)
     ref = max(r for (g, _), r in feas.items() if g == g_ref) / g_ref
     disc = 1.0 - s.restart_s / s.horizon_s
+    # A job that changes its batch live keeps its batch at its size unless another beats it there by
+    # more than batch_gain; then it may take any batch at its size.
+    here = [r for (g, _), r in feas.items() if g == job.current_gpus]
+    now = feas.get((job.current_gpus, job.current_batch))
+    holds = job.batch_live and now is not None and now * (1 + s.batch_gain) >= max(here)
     for (g, b), r in feas.items():
+        if holds and g == job.current_gpus and b != job.current_batch:
+            continue
         # Staying costs no restart; a job that changes its batch live stays at any of its batches.
         stay = g == job.current_gpus and (b == job.current_batch or job.batch_live)
         out[(g, b)] = r / ref * job.weight * ((1 + s.min_gain) if stay else disc)
@@ -88,7 +95,8 @@ def test_dp_equals_brute_force(seed: int) -> None:
     n = int(rng.integers(1, 5))
     capacity = int(rng.integers(0, 14))
     s = ElasticLoopSettings(restart_s=float(rng.choice([0.0, 30.0, 120.0])), horizon_s=600.0,
-                            min_gain=float(rng.choice([0.0, 0.05, 0.3])))
+                            min_gain=float(rng.choice([0.0, 0.05, 0.3])),
+                            batch_gain=float(rng.choice([0.0, 0.05, 0.5])))
     jobs = [_random_job(rng, f"j{i}", capacity) for i in range(n)]
     plan = plan_elastic(jobs, capacity, s)
     want = _brute(jobs, capacity, s)
@@ -171,6 +179,29 @@ def test_a_live_batch_job_changes_its_batch_at_its_size_without_a_restart() -> N
     # Live or not, a job that holds no GPUs pays the restart to start.
     pending = ElasticJob("a", 1, 4, bs, rate, batch_live=True)
     assert plan_elastic([pending], 4, s).decisions[0].value == pytest.approx(4.6 / 1.1 * (1 - 120 / 1800))
+
+
+def test_a_live_batch_job_keeps_its_batch_unless_another_gains_more_than_batch_gain() -> None:
+    # At 4 GPUs batch 512 gives 4.6 against 4.4 at the 256 it runs at (+4.5 %): under batch_gain
+    # 5 % it keeps 256, its term that of 256; at +15 % it moves to 512. Off (0), any gain moves it.
+    bs = np.array([256, 512])
+    rate = np.array([[0.0, 0.0], [1.0, 1.1], [2.0, 2.2], [3.0, 3.4], [4.4, 4.6]])
+    s = ElasticLoopSettings(restart_s=120.0, horizon_s=1800.0, min_gain=0.3, batch_gain=0.05)
+    live = ElasticJob("a", 1, 4, bs, rate, current_gpus=4, current_batch=256, batch_live=True)
+    d = plan_elastic([live], 4, s).decisions[0]
+    assert (d.gpus, d.batch_size, d.changed) == (4, 256, False)
+    assert d.value == pytest.approx(4.4 / 1.1 * 1.3)
+    d_off = plan_elastic([live], 4, replace(s, batch_gain=0.0)).decisions[0]
+    assert (d_off.gpus, d_off.batch_size, d_off.changed) == (4, 512, True)
+    more = rate.copy()
+    more[4, 1] = 4.4 * 1.15
+    d_more = plan_elastic([replace(live, rate=more)], 4, s).decisions[0]
+    assert (d_more.gpus, d_more.batch_size) == (4, 512)
+    # A batch it runs at that is not among the candidates (or infeasible there) holds nothing.
+    odd = replace(live, current_batch=300)
+    assert plan_elastic([odd], 4, s).decisions[0].batch_size == 512
+    with pytest.raises(ValueError):
+        ElasticLoopSettings(batch_gain=-0.1)
 
 
 def test_a_job_horizon_shorter_than_its_restart_makes_every_change_worthless() -> None:
