@@ -521,7 +521,8 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
                       + f" (range {job.elastic[0]}-{job.elastic[1]}, {job.per_pod} per pod): "
                       f"{plan.gpus_used}/{plan.capacity} GPUs planned over {len(mine)} elastic job(s), "
                       f"objective {plan.total_value:.3g}; restart cost {s.restart_s:.0f}s over "
-                      f"{s.horizon_s:.0f}s, min gain {s.min_gain:.0%}")
+                      f"{s.horizon_s:.0f}s, min gain {s.min_gain:.0%}"
+                      + (f", batch gain {s.batch_gain:.0%}" if d.gpus == job.live_gpus else ""))
             actions.append(Scale(job.key, d.gpus, job.live_gpus, new_batch, job.batch_size, job.per_pod,
                                  job.elastic[0], job.elastic[1], reason, job.attained_gpu_s))
     actions.sort(key=lambda a: a.gpus - a.from_gpus)  # shrink first: their GPUs go to the growing ones

@@ -119,15 +119,16 @@ def test_a_job_that_changes_its_batch_live_is_rebatched_at_its_size() -> None:
     # Held at its 2 GPUs (rescaled a minute ago), with gradient noise that favours larger batches:
     # a job that adopts a planned batch only at a restart is left alone; one that says batch_live
     # gets a larger batch at its size (a "rebatch": no restart, so the cooldown does not hold it).
-    def actions(live: bool) -> list[tuple[str, int, int]]:
+    def actions(live: bool) -> list[tuple[str, int, int, str]]:
         j = job("open/pt", gpus=2, elastic=(1, 4), checkpointable=False, estimate=est(Phase.GROWING, 1.0),
                 batch_size=256, batch_range=(64, 4096), noise=GradientNoise(1.0, 1000.0 * 256 / 64, 64),
                 step_samples={2: 0.5}, since_scaled_s=60.0, batch_live=live)
-        return [(a.kind, a.gpus, a.batch_size) for a in plan_elastic_for(world(j), S).actions]
+        return [(a.kind, a.gpus, a.batch_size, a.reason) for a in plan_elastic_for(world(j), S).actions]
 
     assert actions(False) == []
-    [(kind, gpus, batch)] = actions(True)
+    [(kind, gpus, batch, reason)] = actions(True)
     assert kind == "rebatch" and gpus == 2 and batch > 256
+    assert f"batch gain {S.elastic.batch_gain:.0%}" in reason  # the Event says why it moved at its size
 
 
 def test_the_service_world_marks_inference_jobs_and_no_loop_touches_them() -> None:
