@@ -63,13 +63,15 @@ def _poll(url: str, token: str, namespace: str, jobs: list[str], out: Path, done
             stop.wait(every_s)
 
 
-def run(out: Path, workers: int, deadline_s: float, poll_s: float, python: str, extra: list[str]) -> int:
-    from benchmarks.curves.train_runs import gpu_matrix
+def run(out: Path, workers: int, deadline_s: float, poll_s: float, python: str, extra: list[str],
+        matrix: str = "gpu") -> int:
+    from benchmarks.curves.train_runs import gpu2_matrix, gpu_matrix
     from benchmarks.local_serve import local_flowsched
 
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    jobs = [s.run_id for s in gpu_matrix()]  # polled: those --only leaves out answer 404 throughout
+    # polled: those --only leaves out answer 404 throughout
+    jobs = [s.run_id for s in (gpu2_matrix() if matrix == "gpu2" else gpu_matrix())]
     (out / "serve").mkdir(exist_ok=True)
     with local_flowsched(keep_in=out / "serve") as s:
         stop = threading.Event()
@@ -77,7 +79,7 @@ def run(out: Path, workers: int, deadline_s: float, poll_s: float, python: str, 
                                                       runs, stop, poll_s), daemon=True)
         poller.start()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        cmd = [python, "-m", "benchmarks.curves.train_runs", "run", "--matrix", "gpu", "--out", str(runs),
+        cmd = [python, "-m", "benchmarks.curves.train_runs", "run", "--matrix", matrix, "--out", str(runs),
                "--report", s.api_url, s.token, s.namespace, *extra]
         logs = [(out / f"worker{i}.log").open("w") for i in range(workers)]
         procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT) for log in logs]
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--matrix", choices=("gpu", "gpu2"), default="gpu", help="which sitting's runs")
     r.add_argument("--workers", type=int, default=8)
     r.add_argument("--deadline-s", type=float, default=330.0)
     r.add_argument("--poll-s", type=float, default=2.0)
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     if ns.cmd == "run":
         extra = (["--device", ns.device] if ns.device else []) + (["--only", *ns.only] if ns.only else [])
-        return run(ns.out, ns.workers, ns.deadline_s, ns.poll_s, ns.python, extra)
+        return run(ns.out, ns.workers, ns.deadline_s, ns.poll_s, ns.python, extra, ns.matrix)
     print(summary(ns.out))
     return 0
 

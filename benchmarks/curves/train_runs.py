@@ -103,6 +103,10 @@ GPU_MASTER_SEED = 4040
 GPU_SEED_BASE = 9000
 GPU_RUNS_PER_RULE = 2
 GPU_RULES = ("planned", "early_stopping", "none")
+# The second GPU sitting (--matrix gpu2, the session of 2026-11-27 10:xx): the same families and rules,
+# new draws and seeds, fixed before any of its runs
+GPU2_MASTER_SEED = 4141
+GPU2_SEED_BASE = 9100
 RULES = ("planned", "early_stopping", "target", "none")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "step", "onecycle")
@@ -176,12 +180,18 @@ def _scaled_family(family: tuple[str, str, int, tuple[int, int], int, tuple[str,
     return dataset, model, batch, (_scaled(lo, scale), _scaled(hi, scale)), every, target
 
 
-def gpu_matrix(master_seed: int = GPU_MASTER_SEED) -> list[RunSpec]:
+def gpu_matrix(master_seed: int = GPU_MASTER_SEED, seed_base: int = GPU_SEED_BASE,
+               id_suffix: str = "-gpu") -> list[RunSpec]:
     """The GPU campaign: GPU_RUNS_PER_RULE runs per (family, rule in GPU_RULES), plans drawn in seconds."""
     rng = random.Random(master_seed)
-    specs = [s for s in _matrix(GPU_FAMILIES, GPU_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=GPU_SEED_BASE,
-                                id_suffix="-gpu") if s.rule in GPU_RULES]
+    specs = [s for s in _matrix(GPU_FAMILIES, GPU_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=seed_base,
+                                id_suffix=id_suffix) if s.rule in GPU_RULES]
     return [replace(s, plan_s=round(rng.uniform(*GPU_PLAN_S), 1), device="cuda") for s in specs]
+
+
+def gpu2_matrix() -> list[RunSpec]:
+    """The second GPU sitting: the GPU campaign's families and rules with new draws and seeds."""
+    return gpu_matrix(GPU2_MASTER_SEED, GPU2_SEED_BASE, "-gpu2")
 
 
 def _scaled(steps: int, scale: float) -> int:
@@ -379,16 +389,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleave families so a partial campaign covers them all")
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
-        a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "tune5", "gpu"), default="short",
+        a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "tune5", "gpu", "gpu2"), default="short",
                        help="short: the shipped real_curves (seconds per run); long, long3, long4: "
                             "real_curves_long (minutes); tune5: early-stopping runs of the tuning families, "
-                            "packed with the long ones; gpu: the GPU campaign (needs CUDA)")
+                            "packed with the long ones; gpu, gpu2: the GPU campaign's sittings (need CUDA)")
     r.add_argument("--device", default=None, help="override the matrix's device (cpu: smoke-test the GPU matrix)")
     r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
                    help="report each run live to a flowsched API (job = run id), its rule declared")
     args = p.parse_args(argv)
     specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "long4": long4_matrix,
-             "tune5": tune5_matrix, "gpu": gpu_matrix}[args.matrix]()
+             "tune5": tune5_matrix, "gpu": gpu_matrix, "gpu2": gpu2_matrix}[args.matrix]()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))
