@@ -96,7 +96,7 @@ def long_dir() -> Path:
 
 
 def gpu_dir() -> Path:
-    """The GPU campaign (train_runs.py --matrix gpu on a lent H200), never used for tuning."""
+    """The GPU campaign (train_runs.py --matrix gpu, then gpu2, on lent H200s), never used for tuning."""
     return data_paths.data_root() / "real_curves_gpu"
 
 
