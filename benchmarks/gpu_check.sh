@@ -10,7 +10,7 @@ work=${2:-/tmp/flowsched-gpu}
 workers=${3:-8}
 deadline=${4:-230}
 py=${PYTHON:-python3}
-matrix=${MATRIX:-gpu}  # gpu2: the second sitting's runs
+matrix=${MATRIX:-gpu}  # gpu2: the second session's matrix
 mkdir -p "$out" "$work"
 export PYTHONUNBUFFERED=1
 { nvidia-smi -L; $py -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())"; } 2>&1 | tee "$out/gpu.txt"

@@ -103,7 +103,7 @@ GPU_MASTER_SEED = 4040
 GPU_SEED_BASE = 9000
 GPU_RUNS_PER_RULE = 2
 GPU_RULES = ("planned", "early_stopping", "none")
-# The second GPU sitting (--matrix gpu2, the session of 2026-11-27 10:xx): the same families and rules,
+# The second session's GPU matrix (--matrix gpu2, run 2026-11-27 10:10-10:19 UTC): the same families and rules,
 # new draws and seeds, fixed before any of its runs
 GPU2_MASTER_SEED = 4141
 GPU2_SEED_BASE = 9100
@@ -190,7 +190,7 @@ def gpu_matrix(master_seed: int = GPU_MASTER_SEED, seed_base: int = GPU_SEED_BAS
 
 
 def gpu2_matrix() -> list[RunSpec]:
-    """The second GPU sitting: the GPU campaign's families and rules with new draws and seeds."""
+    """The second session's GPU matrix: the GPU campaign's families and rules with new draws and seeds."""
     return gpu_matrix(GPU2_MASTER_SEED, GPU2_SEED_BASE, "-gpu2")
 
 
