@@ -187,6 +187,16 @@ def _batch_grid(lo: int, hi: int, points: int) -> tuple[int, ...]:
     return tuple(int(b) for b in np.unique(np.round(np.geomspace(lo, hi, max(2, points))).astype(np.int64)))
 
 
+def prior_reference_batch(job: JobState, s: ElasticLoopSettings, nominal: int) -> int:
+    """The batch whose 1-GPU step the prior's shares are of: the geometric middle of the batches the
+    job accepts, as the shares were fitted (benchmarks/fit_step_prior.py), and the same whatever batch
+    it runs now; its own batch when it reports no range (or elastic.prior_at is "batch")."""
+    if s.prior_at == "range_middle" and job.batch_range is not None and s.adapt_batch:
+        lo, hi = job.batch_range
+        return max(1, round(math.sqrt(max(lo, 1) * max(hi, lo, 1))))
+    return nominal
+
+
 def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int) -> Throughput:
     """Step time at each GPU count (and candidate batch, when the job reports its batch range)
     when the job reports nothing but its step rate: the prior (fixed and per-sample compute, sync
@@ -194,7 +204,8 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     one size was measured."""
     gs_known = tuple(sorted(job.step_samples))
     model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
-                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s), nominal, s.fit_misfit)
+                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s),
+                          prior_reference_batch(job, s, nominal), s.fit_misfit)
     batches: tuple[int, ...] = (nominal,)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = tuple(sorted({*_batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), nominal}))

@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from scoring.convergence import ConvergenceEstimate, Phase
@@ -397,3 +398,35 @@ def test_prior_speed_up_levels_off_with_size() -> None:
     assert math.isclose(tp.step_s[1, 0], 2.0)  # scaled to what was measured
     assert speed_up[1] > 1.5 and np.all(np.diff(speed_up[:8]) > 0)
     assert 8 < int(np.argmax(speed_up)) + 1 < 64 and speed_up.max() < 8.0
+
+
+def test_prior_shares_are_of_a_step_at_the_middle_of_the_batch_range_whatever_batch_it_runs() -> None:
+    """A waiting job asked at batch 2048 and the same job running at 128 (nothing measured yet) see
+    one prior: its fixed share is of a step at the middle of the batches it accepts. With the shares
+    of a step at its batch now, the same job saw 1 GPU as its best size at 2048 and 17 at 128 (a
+    restart for nothing); elastic.prior_at="batch" keeps that behaviour."""
+    from scoring.control import prior_reference_batch, prior_throughput
+    from scoring.world import JobState
+
+    def at(batch: int, s: ElasticLoopSettings) -> tuple[dict[int, int], npt.NDArray[np.float64]]:
+        job = JobState(key="ns/a", namespace="ns", gpus_on={}, live_gpus=6, per_pod=1, checkpointable=True,
+                       elastic=(1, 64), running=False, settling=False, runtime_s=math.nan, attained_gpu_s=0.0,
+                       batch_size=batch, batch_range=(128, 8192), noise=GradientNoise(1.0, 1.0, 128))
+        tp = prior_throughput(job, replace(s, explore_local_factor=0.0), 64, batch)
+        return {int(b): i for i, b in enumerate(tp.batches)}, tp.step_s
+
+    s = ElasticLoopSettings()
+    assert s.prior_at == "range_middle"
+    (c_big, big), (c_small, small) = at(2048, s), at(128, s)
+    for b in (128, 2048, 8192):
+        np.testing.assert_allclose(big[1:, c_big[b]], small[1:, c_small[b]])
+    job = JobState(key="ns/a", namespace="ns", gpus_on={}, live_gpus=6, per_pod=1, checkpointable=True,
+                   elastic=(1, 64), running=False, settling=False, runtime_s=math.nan, attained_gpu_s=0.0,
+                   batch_size=2048, batch_range=(128, 8192))
+    assert prior_reference_batch(job, s, 2048) == 1024  # sqrt(128 x 8192)
+    assert prior_reference_batch(replace(job, batch_range=None), s, 2048) == 2048
+    old = replace(s, prior_at="batch")
+    (c_big, big), (c_small, small) = at(2048, old), at(128, old)
+    assert not np.allclose(big[1:, c_big[128]], small[1:, c_small[128]])
+    with pytest.raises(ValueError):
+        ElasticLoopSettings(prior_at="middle")  # type: ignore[arg-type]
