@@ -40,7 +40,7 @@ def serve(ns: argparse.Namespace) -> int:
     from extender.progress.store import ProgressStore, ProgressStoreSettings
     from extender.settings import Settings
     from extender.snapshot.state import ClusterState
-    from scoring.convergence import ConvergenceSettings
+    from scoring.settings import TrackerSettings
 
     state = ClusterState()
     openb.populate(state, ns.nodes, ns.pods, Path(ns.data))
@@ -48,7 +48,7 @@ def serve(ns: argparse.Namespace) -> int:
     gc.freeze()  # as the watcher does after its first list: the snapshot is not re-scanned by every GC
     settings = Settings(kube=False)
     store = ProgressStore(ProgressStoreSettings(path=str(Path(tempfile.mkdtemp()) / "progress.sqlite")))
-    ui = build_ui_router(state, store, ConvergenceSettings(), lambda: None, settings.telemetry_stale_s)
+    ui = build_ui_router(state, store, TrackerSettings(), lambda: None, settings.telemetry_stale_s)
     app = build_app(settings, state, build_metrics(), routers=[ui])
     print("populated nodes={nodes} pods={pods}".format(**state.read().counts()), flush=True)
     config = server_config(app, host="127.0.0.1", port=ns.port, limits=ServerLimits(), log_level="warning",

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from scoring.bottleneck import BottleneckSettings
 from scoring.convergence import ConvergenceSettings
 from scoring.gpu_types import GpuTypeSettings
+from scoring.job_end import ForecastSettings
 from scoring.placement import PlacementSettings
 
 
@@ -47,6 +48,9 @@ class TrackerSettings(ConvergenceSettings):
     interval_s: float = 10.0  # the service re-estimates jobs with new points this often
     active_within_s: float = 3600.0  # jobs silent for longer are not re-estimated
     min_points: int = 6  # fewer points: no estimate (unknown, neutral)
+    # When a job ends under its rule (scoring/job_end.py): early stopping's sampled futures, the
+    # step rate's interval and the per-rule interval calibration (docs/progress-api.md)
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -60,7 +60,7 @@ class ConvergenceTracker:
                                 target=target if target is not None else math.nan,
                                 higher_is_better=higher_is_better, early_stopping=early_stopping)
             est = dataclasses.replace(est, end=predict_end(steps, values, timestamps, rule, s, est=est,
-                                                           monitored=monitored))
+                                                           monitored=monitored, forecast=s.forecast))
         self._estimates[key] = est
         self._seen[key] = (signature, max_steps, target, early_stopping)
         self.computed += 1

@@ -65,8 +65,9 @@ from extender.http.upstream import FRONT_FORM_HEADER, FRONT_SCOPE_KEY
 from extender.progress.reports import JobReportBook, TrainingReport
 from extender.progress.store import EncodedPoints, JobHistory, ProgressStore, QuotaExceeded, Row, point_bytes
 from scoring.bottleneck import Diagnosis
-from scoring.convergence import ConvergenceEstimate, ConvergenceSettings, estimate
+from scoring.convergence import ConvergenceEstimate, estimate
 from scoring.job_end import Series, predict_end
+from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, StoppingRule
 
 log = logging.getLogger("flowsched.progress")
@@ -78,7 +79,7 @@ _JOB_RE = re.compile(JOB_PATTERN.replace("$", r"\Z"))
 
 @dataclass(frozen=True)
 class ProgressApiSettings:
-    convergence: ConvergenceSettings = field(default_factory=ConvergenceSettings)
+    convergence: TrackerSettings = field(default_factory=TrackerSettings)
     max_body_bytes: int = 1 << 20
     max_points_per_request: int = MAX_POINTS_PER_REQUEST
     # A point stamped further ahead than this is rejected: a job whose last timestamp lies far in
@@ -149,7 +150,7 @@ def split_points(report: CheckedReport, now: float, max_future_skew_s: float = 3
     return EncodedPoints(tuple(rows), size, report.metric_names), reasons
 
 
-def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: int | None = None,
+def job_summary(history: JobHistory, settings: TrackerSettings, max_steps: int | None = None,
                 target: float | None = None, early_stopping: EarlyStopping | None = None,
                 monitored: Series | None = None) -> dict[str, Any]:
     s = replace(settings, higher_is_better=history.higher_is_better)
@@ -160,7 +161,8 @@ def job_summary(history: JobHistory, settings: ConvergenceSettings, max_steps: i
     rule = StoppingRule(max_steps=float(max_steps) if max_steps else math.nan,
                         target=target if target is not None else math.nan,
                         higher_is_better=history.higher_is_better, early_stopping=early_stopping)
-    end = predict_end(history.steps, history.values, history.timestamps, rule, s, est=est, monitored=monitored)
+    end = predict_end(history.steps, history.values, history.timestamps, rule, s, est=est, monitored=monitored,
+                      forecast=settings.forecast)
     last = history.count - 1
     return {
         "namespace": history.namespace,

@@ -23,7 +23,8 @@ from extender.http.debug import DutyCycle, describe_unlocked
 from extender.http.progress_api import job_summary
 from extender.progress.store import JobHistory, ProgressStore
 from extender.snapshot.state import ClusterState
-from scoring.convergence import ConvergenceSettings, Phase
+from scoring.convergence import Phase
+from scoring.settings import TrackerSettings
 
 log = logging.getLogger("flowsched.ui")
 
@@ -127,7 +128,7 @@ def _actions(loops: Iterable[Any], limit: int) -> list[ActionRow]:
     return list(merged.values())[:limit]
 
 
-def gather_status(state: ClusterState, store: ProgressStore, convergence: ConvergenceSettings, controllers: Any,
+def gather_status(state: ClusterState, store: ProgressStore, convergence: TrackerSettings, controllers: Any,
                   now: float, stale_s: float, max_jobs: int = 100, max_actions: int = 30) -> StatusPage:
     """The page's data. `controllers` is extender.control.runtime.Controllers or None."""
     # Not StateView.describe: it holds the state's lock (and the verbs with it) for the whole build.

@@ -20,10 +20,10 @@ from extender.http.status_view import gather_status
 from extender.http.ui_render import render_status_page
 from extender.progress.store import ProgressStore
 from extender.snapshot.state import ClusterState
-from scoring.convergence import ConvergenceSettings
+from scoring.settings import TrackerSettings
 
 
-def build_ui_router(state: ClusterState, store: ProgressStore, convergence: ConvergenceSettings,
+def build_ui_router(state: ClusterState, store: ProgressStore, convergence: TrackerSettings,
                     controllers: Callable[[], Any], stale_s: float,
                     clock: Callable[[], float] = time.time) -> APIRouter:
     """`controllers` returns the service's Controllers (or None) when called: they exist only

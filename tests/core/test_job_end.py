@@ -173,6 +173,24 @@ def test_tracker_carries_the_end_and_end_seconds_reads_it() -> None:
     assert est is not None and est.end is None
 
 
+def test_the_trackers_forecast_settings_reach_the_end_it_carries() -> None:
+    # The service's convergence.forecast (TrackerSettings.forecast): every future stalled answers
+    # sooner than the default's fifth; the default equals predict_end's own default.
+    steps, values, rule = _curve(5)
+
+    def end(forecast: ForecastSettings) -> JobEnd:
+        tracker = ConvergenceTracker(TrackerSettings(forecast=forecast))
+        est = tracker.update("ns/a", steps[:50], values[:50], steps[:50] / 10.0, higher_is_better=False,
+                             signature=(50, 1.0), early_stopping=rule)
+        assert est is not None and est.end is not None
+        return est.end
+
+    default = end(ForecastSettings())
+    assert default == predict_end(steps[:50], values[:50], steps[:50] / 10.0, StoppingRule(early_stopping=rule), CONV)
+    stalled = end(ForecastSettings(stall_share=0.99))
+    assert stalled.remaining_steps < default.remaining_steps
+
+
 def test_unknown_end() -> None:
     end = JobEnd.unknown()
     assert not end.known and end.reason is None and end.evidence == 0.0

@@ -433,6 +433,20 @@ def test_the_simulator_runs_the_services_defaults_or_prints_the_difference() -> 
     assert v.control.loops == INTEGRATED
 
 
+def test_the_job_end_forecast_is_a_service_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # convergence.forecast (scoring.job_end.ForecastSettings, nested in the tracker's settings) from
+    # flowsched.yaml or FLOWSCHED_CONVERGENCE__FORECAST__<FIELD>: reaches core(), which the tracker
+    # and the progress API read; out-of-range values and unknown keys are refused.
+    from extender.settings import build_settings
+
+    assert build_settings(convergence={"forecast": {"stall_share": 0.3}}).core().convergence.forecast.stall_share == 0.3
+    monkeypatch.setenv("FLOWSCHED_CONVERGENCE__FORECAST__STALL_SHARE", "0.35")
+    assert Settings(kube=False).core().convergence.forecast.stall_share == 0.35
+    for bad in ({"stall_share": 1.5}, {"samples": 3}, {"no_such_field": 1}):
+        with pytest.raises(ValueError):  # pydantic's ValidationError is one
+            build_settings(convergence={"forecast": bad})
+
+
 def test_every_core_section_is_a_service_setting() -> None:
     # A core setting the service cannot parse is stuck at its default in a cluster (the bottleneck
     # thresholds were, docs/bottlenecks.md told operators to set link_bytes_s): each section of

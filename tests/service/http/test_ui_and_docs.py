@@ -20,7 +20,7 @@ from extender.http.ui_render import duration, gpu_cells, loss_curve_svg, render_
 from extender.service import Service, build_service
 from extender.settings import Settings
 from extender.snapshot.objects import parse_node, parse_pod
-from scoring.convergence import ConvergenceSettings
+from scoring.settings import TrackerSettings
 from tests.k8s_factories import node, pod
 
 TOKEN = "admin-token"
@@ -128,7 +128,7 @@ def test_status_page_shows_nodes_jobs_queue_and_loops(svc: tuple[TestClient, Ser
     s.tracker.clock = lambda: T0 + 600.0
     assert s.tracker.refresh_once() == 2
 
-    page = gather_status(st, s.store, ConvergenceSettings(), s.control, now=2001.0, stale_s=30.0)
+    page = gather_status(st, s.store, TrackerSettings(), s.control, now=2001.0, stale_s=30.0)
     assert [n.name for n in page.nodes] == ["n0", "n1"]
     assert page.nodes[0].gpu_util == [90.0, 80.0, 0.0, 0.0] and page.nodes[0].telemetry == "fresh"
     assert page.nodes[1].gpu_util == [None, None] and page.nodes[1].telemetry == "unknown"
