@@ -65,13 +65,13 @@ def _poll(url: str, token: str, namespace: str, jobs: list[str], out: Path, done
 
 def run(out: Path, workers: int, deadline_s: float, poll_s: float, python: str, extra: list[str],
         matrix: str = "gpu") -> int:
-    from benchmarks.curves.train_runs import gpu2_matrix, gpu_matrix
+    from benchmarks.curves.train_runs import MATRICES
     from benchmarks.local_serve import local_flowsched
 
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     # polled: those --only leaves out answer 404 throughout
-    jobs = [s.run_id for s in (gpu2_matrix() if matrix == "gpu2" else gpu_matrix())]
+    jobs = [s.run_id for s in MATRICES[matrix]()]
     (out / "serve").mkdir(exist_ok=True)
     with local_flowsched(keep_in=out / "serve") as s:
         stop = threading.Event()

@@ -194,6 +194,11 @@ def gpu2_matrix() -> list[RunSpec]:
     return gpu_matrix(GPU2_MASTER_SEED, GPU2_SEED_BASE, "-gpu2")
 
 
+# --matrix NAME: each campaign's runs (gpu_runs.py starts the GPU ones by the same names)
+MATRICES = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "long4": long4_matrix,
+            "tune5": tune5_matrix, "gpu": gpu_matrix, "gpu2": gpu2_matrix}
+
+
 def _scaled(steps: int, scale: float) -> int:
     return round(steps * scale / 50.0) * 50
 
@@ -389,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="interleave families so a partial campaign covers them all")
     ls = sub.add_parser("list", help="print the matrix")
     for a in (r, ls):
-        a.add_argument("--matrix", choices=("short", "long", "long3", "long4", "tune5", "gpu", "gpu2"), default="short",
+        a.add_argument("--matrix", choices=tuple(MATRICES), default="short",
                        help="short: the shipped real_curves (seconds per run); long, long3, long4: "
                             "real_curves_long (minutes); tune5: early-stopping runs of the tuning families, "
                             "packed with the long ones; gpu, gpu2: the GPU campaign's sittings (need CUDA)")
@@ -397,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
                    help="report each run live to a flowsched API (job = run id), its rule declared")
     args = p.parse_args(argv)
-    specs = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "long4": long4_matrix,
-             "tune5": tune5_matrix, "gpu": gpu_matrix, "gpu2": gpu2_matrix}[args.matrix]()
+    specs = MATRICES[args.matrix]()
     if args.cmd == "list":
         for s in specs:
             print(json.dumps(asdict(s)))

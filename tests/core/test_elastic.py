@@ -408,11 +408,12 @@ def test_prior_shares_are_of_a_step_at_the_middle_of_the_batch_range_whatever_ba
     from scoring.control import prior_reference_batch, prior_throughput
     from scoring.world import JobState
 
+    job = JobState(key="ns/a", namespace="ns", gpus_on={}, live_gpus=6, per_pod=1, checkpointable=True,
+                   elastic=(1, 64), running=False, settling=False, runtime_s=math.nan, attained_gpu_s=0.0,
+                   batch_size=2048, batch_range=(128, 8192), noise=GradientNoise(1.0, 1.0, 128))
+
     def at(batch: int, s: ElasticLoopSettings) -> tuple[dict[int, int], npt.NDArray[np.float64]]:
-        job = JobState(key="ns/a", namespace="ns", gpus_on={}, live_gpus=6, per_pod=1, checkpointable=True,
-                       elastic=(1, 64), running=False, settling=False, runtime_s=math.nan, attained_gpu_s=0.0,
-                       batch_size=batch, batch_range=(128, 8192), noise=GradientNoise(1.0, 1.0, 128))
-        tp = prior_throughput(job, replace(s, explore_local_factor=0.0), 64, batch)
+        tp = prior_throughput(replace(job, batch_size=batch), replace(s, explore_local_factor=0.0), 64, batch)
         return {int(b): i for i, b in enumerate(tp.batches)}, tp.step_s
 
     s = ElasticLoopSettings()
@@ -420,9 +421,6 @@ def test_prior_shares_are_of_a_step_at_the_middle_of_the_batch_range_whatever_ba
     (c_big, big), (c_small, small) = at(2048, s), at(128, s)
     for b in (128, 2048, 8192):
         np.testing.assert_allclose(big[1:, c_big[b]], small[1:, c_small[b]])
-    job = JobState(key="ns/a", namespace="ns", gpus_on={}, live_gpus=6, per_pod=1, checkpointable=True,
-                   elastic=(1, 64), running=False, settling=False, runtime_s=math.nan, attained_gpu_s=0.0,
-                   batch_size=2048, batch_range=(128, 8192))
     assert prior_reference_batch(job, s, 2048) == 1024  # sqrt(128 x 8192)
     assert prior_reference_batch(replace(job, batch_range=None), s, 2048) == 2048
     old = replace(s, prior_at="batch")
