@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--matrix", choices=("gpu", "gpu2"), default="gpu", help="which sitting's runs")
+    r.add_argument("--matrix", choices=("gpu", "gpu2", "gpu3"), default="gpu", help="which sitting's runs")
     r.add_argument("--workers", type=int, default=8)
     r.add_argument("--deadline-s", type=float, default=330.0)
     r.add_argument("--poll-s", type=float, default=2.0)

@@ -107,6 +107,12 @@ GPU_RULES = ("planned", "early_stopping", "none")
 # new draws and seeds, fixed before any of its runs
 GPU2_MASTER_SEED = 4141
 GPU2_SEED_BASE = 9100
+# The third session's (--matrix gpu3): early stopping only, the rule whose GPU figures rest on the fewest
+# runs (14 in the first two) and miss most; GPU3_RUNS_PER_RULE per family, new draws and seeds, fixed
+# before any of its runs
+GPU3_MASTER_SEED = 4242
+GPU3_SEED_BASE = 9200
+GPU3_RUNS_PER_RULE = 4
 RULES = ("planned", "early_stopping", "target", "none")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "step", "onecycle")
@@ -181,11 +187,12 @@ def _scaled_family(family: tuple[str, str, int, tuple[int, int], int, tuple[str,
 
 
 def gpu_matrix(master_seed: int = GPU_MASTER_SEED, seed_base: int = GPU_SEED_BASE,
-               id_suffix: str = "-gpu") -> list[RunSpec]:
-    """The GPU campaign: GPU_RUNS_PER_RULE runs per (family, rule in GPU_RULES), plans drawn in seconds."""
+               id_suffix: str = "-gpu", runs_per_rule: int = GPU_RUNS_PER_RULE,
+               rules: tuple[str, ...] = GPU_RULES) -> list[RunSpec]:
+    """The GPU campaign: runs_per_rule runs per (family, rule in rules), plans drawn in seconds."""
     rng = random.Random(master_seed)
-    specs = [s for s in _matrix(GPU_FAMILIES, GPU_RUNS_PER_RULE, CAP_FACTOR, master_seed, seed_base=seed_base,
-                                id_suffix=id_suffix) if s.rule in GPU_RULES]
+    specs = [s for s in _matrix(GPU_FAMILIES, runs_per_rule, CAP_FACTOR, master_seed, seed_base=seed_base,
+                                id_suffix=id_suffix) if s.rule in rules]
     return [replace(s, plan_s=round(rng.uniform(*GPU_PLAN_S), 1), device="cuda") for s in specs]
 
 
@@ -194,9 +201,14 @@ def gpu2_matrix() -> list[RunSpec]:
     return gpu_matrix(GPU2_MASTER_SEED, GPU2_SEED_BASE, "-gpu2")
 
 
+def gpu3_matrix() -> list[RunSpec]:
+    """The third session's GPU matrix: early-stopping runs of the GPU families, new draws and seeds."""
+    return gpu_matrix(GPU3_MASTER_SEED, GPU3_SEED_BASE, "-gpu3", GPU3_RUNS_PER_RULE, ("early_stopping",))
+
+
 # --matrix NAME: each campaign's runs (gpu_runs.py starts the GPU ones by the same names)
 MATRICES = {"short": run_matrix, "long": long_matrix, "long3": long3_matrix, "long4": long4_matrix,
-            "tune5": tune5_matrix, "gpu": gpu_matrix, "gpu2": gpu2_matrix}
+            "tune5": tune5_matrix, "gpu": gpu_matrix, "gpu2": gpu2_matrix, "gpu3": gpu3_matrix}
 
 
 def _scaled(steps: int, scale: float) -> int:
@@ -397,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         a.add_argument("--matrix", choices=tuple(MATRICES), default="short",
                        help="short: the shipped real_curves (seconds per run); long, long3, long4: "
                             "real_curves_long (minutes); tune5: early-stopping runs of the tuning families, "
-                            "packed with the long ones; gpu, gpu2: the GPU campaign's sittings (need CUDA)")
+                            "packed with the long ones; gpu, gpu2, gpu3: the GPU campaign's sittings (need CUDA)")
     r.add_argument("--device", default=None, help="override the matrix's device (cpu: smoke-test the GPU matrix)")
     r.add_argument("--report", nargs=3, metavar=("URL", "TOKEN", "NAMESPACE"), default=None,
                    help="report each run live to a flowsched API (job = run id), its rule declared")
