@@ -9,6 +9,10 @@ Pack (no torch needed):
 
     python -m benchmarks.curves.real_curves /work/real_runs benchmarks/data/real_curves
     python -m benchmarks.curves.real_curves /work/real_runs_long benchmarks/data/real_curves_long
+    python -m benchmarks.curves.real_curves --beside RAW benchmarks/data/real_curves_gpu  # keep the shipped runs
+
+`--beside`: the runs already in the folder whose raw records are gone stay as they are, and the new
+ones join them in pack's order (the same files packing all records at once would write).
 """
 
 from __future__ import annotations
@@ -163,36 +167,65 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def pack(raw: Path, dest: Path) -> tuple[int, dict[str, int]]:
-    """Raw per-run JSON (train_runs.py) -> runs.csv and one CSV per family; returns (runs, bytes per file)."""
+CURVE_FIELDS = ("run_id", "kind", "step", "seconds", "loss", "val_loss", "val_metric", "cpu_seconds")
+
+
+def _packed_rows(r: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """One raw record as its runs.csv row and its family CSV's rows (numbers as csv writes them)."""
+    merged = {**RUN_DEFAULTS, **r["spec"], "true_end_cpu_seconds": math.nan,
+              **{k: r[k] for k in ("stopped_by", "true_end_step", "true_end_seconds", "true_end_cpu_seconds")
+                 if k in r}}
+    rid = r["spec"]["run_id"]
+    curve: list[list[Any]] = [[rid, "t", step, sec, loss, "", "", _cell(cpu[0] if cpu else math.nan)]
+                              for step, sec, loss, *cpu in _thin(r["train"])]  # cpu_s: absent in older runs
+    curve += [[rid, "e", step, sec, "", vl, vm, _cell(cpu[0] if cpu else math.nan)]
+              for step, sec, vl, vm, *cpu in r["evals"]]
+    return [_cell(merged[k]) for k in RUN_FIELDS], curve
+
+
+def _shipped_rows(dest: Path) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """The runs already packed in `dest`, as pack wrote them, by run id."""
+    if not (dest / "runs.csv").exists():
+        return {}
+    with (dest / "runs.csv").open(newline="") as f:
+        reader = csv.reader(f)
+        if tuple(next(reader)) != RUN_FIELDS:
+            raise ValueError(f"{dest}/runs.csv: not this packer's columns")
+        specs = {row[0]: row for row in reader}
+    curves: dict[str, list[list[Any]]] = defaultdict(list)
+    for family in sorted({row[1] for row in specs.values()}):
+        with (dest / f"{family}.csv").open(newline="") as f:
+            reader = csv.reader(f)
+            next(reader)
+            for row in reader:
+                curves[row[0]].append(row)
+    return {rid: (row, curves[rid]) for rid, row in specs.items()}
+
+
+def pack(raw: Path, dest: Path, beside: bool = False) -> tuple[int, dict[str, int]]:
+    """Raw per-run JSON (train_runs.py) -> runs.csv and one CSV per family; returns (runs, bytes per file).
+    beside: keep the runs already packed in `dest` that the raw records do not hold."""
     records = [json.loads(p.read_text()) for p in sorted(raw.glob("*.json"))]
     if not records:
         raise ValueError(f"{raw}: no run files")
+    rows = {r["spec"]["run_id"]: _packed_rows(r) for r in records}
+    if beside:
+        rows = {**_shipped_rows(dest), **rows}
     dest.mkdir(parents=True, exist_ok=True)
-    records.sort(key=lambda r: (r["spec"]["family"], r["spec"]["run_id"]))
+    order = sorted(rows, key=lambda rid: (rows[rid][0][1], rid))  # (family, run id)
     with (dest / "runs.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(RUN_FIELDS)
-        for r in records:
-            merged = {**RUN_DEFAULTS, **r["spec"], "true_end_cpu_seconds": math.nan,
-                      **{k: r[k] for k in ("stopped_by", "true_end_step", "true_end_seconds", "true_end_cpu_seconds")
-                         if k in r}}
-            w.writerow([_cell(merged[k]) for k in RUN_FIELDS])
-    by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        by_family[r["spec"]["family"]].append(r)
-    for family, recs in by_family.items():
+        w.writerows(rows[rid][0] for rid in order)
+    for family in sorted({rows[rid][0][1] for rid in order}):
         with (dest / f"{family}.csv").open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(("run_id", "kind", "step", "seconds", "loss", "val_loss", "val_metric", "cpu_seconds"))
-            for r in recs:
-                rid = r["spec"]["run_id"]
-                for step, sec, loss, *cpu in _thin(r["train"]):  # cpu_s: absent in runs recorded before it
-                    w.writerow((rid, "t", step, sec, loss, "", "", _cell(cpu[0] if cpu else math.nan)))
-                for step, sec, vl, vm, *cpu in r["evals"]:
-                    w.writerow((rid, "e", step, sec, "", vl, vm, _cell(cpu[0] if cpu else math.nan)))
+            w.writerow(CURVE_FIELDS)
+            for rid in order:
+                if rows[rid][0][1] == family:
+                    w.writerows(rows[rid][1])
     sizes = {p.name: p.stat().st_size for p in sorted(dest.glob("*.csv"))}
-    return len(records), sizes
+    return len(rows), sizes
 
 
 def describe(runs: list[RealRun]) -> str:
@@ -235,7 +268,10 @@ def step_time_drift(run: RealRun) -> float:
 
 
 if __name__ == "__main__":
-    n, sizes = pack(Path(sys.argv[1]), Path(sys.argv[2]))
+    args = sys.argv[1:]
+    keep = args[:1] == ["--beside"]
+    raw_dir, dest_dir = (Path(a) for a in args[keep:])
+    n, sizes = pack(raw_dir, dest_dir, beside=keep)
     print(f"{n} runs; " + ", ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sizes.items())
           + f"; total {sum(sizes.values()) / 1024:.0f} KiB")
-    print(describe(load_runs(Path(sys.argv[2]))))
+    print(describe(load_runs(dest_dir)))
