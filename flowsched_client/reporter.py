@@ -35,7 +35,7 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 IN_CLUSTER_URL = "http://flowsched.flowsched.svc:8889"
 _TRANSIENT = (0, 429, 502, 503, 504)  # put the points back and retry later
 _TRAINING_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live",
-                    "target_metric", "early_stopping")
+                    "target_metric", "early_stopping", "batch_local_max")
 
 
 def _read(path: Path) -> str | None:
@@ -183,15 +183,18 @@ class Reporter:
     def training(self, *, batch_size: int | None = None, batch_min: int | None = None,
                  batch_max: int | None = None, grad_sqr: float | None = None, grad_var: float | None = None,
                  max_steps: int | None = None, batch_live: bool | None = None,
-                 target_metric: float | None = None, early_stopping: Mapping[str, Any] | None = None) -> None:
+                 target_metric: float | None = None, early_stopping: Mapping[str, Any] | None = None,
+                 batch_local_max: int | None = None) -> None:
         """What the job tells the elastic optimizer and the prediction; fields left None keep their
         last value. batch_live=True: the script adopts planned_batch_size() while it runs
         (docs/elastic.md). target_metric: the loss value the job stops at. early_stopping:
         {"patience": int, "min_delta": float, "metric": None | name, "higher_is_better": None | bool}
-        (docs/progress-api.md)."""
+        (docs/progress-api.md). batch_local_max: the largest batch one GPU holds (a larger share of
+        the global batch accumulates micro-batches; docs/elastic.md)."""
         given = {"batch_size": batch_size, "batch_min": batch_min, "batch_max": batch_max, "grad_sqr": grad_sqr,
                  "grad_var": grad_var, "max_steps": max_steps, "batch_live": batch_live,
-                 "target_metric": target_metric, "early_stopping": dict(early_stopping) if early_stopping else None}
+                 "target_metric": target_metric, "early_stopping": dict(early_stopping) if early_stopping else None,
+                 "batch_local_max": batch_local_max}
         with self._lock:
             for k, v in given.items():
                 if v is None:

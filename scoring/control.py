@@ -197,23 +197,27 @@ def prior_reference_batch(job: JobState, s: ElasticLoopSettings, nominal: int) -
     return nominal
 
 
-def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int) -> Throughput:
+def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int, node_gpus: int = 0) -> Throughput:
     """Step time at each GPU count (and candidate batch, when the job reports its batch range)
     when the job reports nothing but its step rate: the prior (fixed and per-sample compute, sync
-    growing with GPUs; elastic.*_fraction) scaled to the measured step times, fitted when more than
-    one size was measured."""
+    growing with GPUs, within a node and across nodes; elastic.*_fraction) scaled to the measured
+    step times, fitted when more than one size was measured. node_gpus: the GPUs of one node
+    (World.node_gpus; 0: one sync for every size)."""
     gs_known = tuple(sorted(job.step_samples))
     model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
                           tuple(job.step_samples[x] for x in gs_known), _prior_shape(s),
-                          prior_reference_batch(job, s, nominal), s.fit_misfit)
+                          prior_reference_batch(job, s, nominal), s.fit_misfit,
+                          node_gpus if s.node_sync else 0, job.batch_local_max)
     batches: tuple[int, ...] = (nominal,)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = tuple(sorted({*_batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), nominal}))
     # Per-GPU batches far above any measured are not trusted: a fit over small local batches
     # (where a step's fixed cost dominates) extrapolated to large ones promised one GPU at a
-    # large batch the speed of eight, and jobs were shrunk to it and back.
+    # large batch the speed of eight, and jobs were shrunk to it and back. A job that reports the
+    # largest batch a GPU holds (batch_local_max) has the model count the accumulated micro-batches
+    # above it instead, which is what that promise had missed.
     local_limit = 0.0
-    if s.explore_local_factor > 0 and gs_known:
+    if s.explore_local_factor > 0 and gs_known and job.batch_local_max <= 0:
         local_limit = max(math.ceil(job.step_batches.get(x, nominal) / x) for x in gs_known) * s.explore_local_factor
     return _prior_table(model, batches, hi, local_limit)
 
@@ -235,19 +239,24 @@ def _prior_table(model: StepTimeModel, batches: tuple[int, ...], hi: int, local_
     return Throughput(b, step, realised)
 
 
-def _prior_shape(s: ElasticLoopSettings) -> tuple[float, float, float]:
-    """The prior's terms as shares of a 1-GPU step at the nominal batch: fixed compute, sync,
-    sync per added GPU (the rest of the step is per-sample compute)."""
-    return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction)
+def _prior_shape(s: ElasticLoopSettings) -> tuple[float, float, float, float, float]:
+    """The prior's terms as shares of a 1-GPU step at the nominal batch: fixed compute, sync and
+    sync per added GPU within a node, the same across nodes (the rest of the step is per-sample
+    compute)."""
+    return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction, s.node_sync_fraction,
+            s.node_sync_per_gpu_fraction)
 
 
 @functools.lru_cache(maxsize=8192)
 def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple[float, ...],
-                  shape: tuple[float, float, float], nominal: int, misfit: float = math.inf) -> StepTimeModel:
+                  shape: tuple[float, float, float, float, float], nominal: int, misfit: float = math.inf,
+                  node_gpus: int = 0, local_max: int = 0) -> StepTimeModel:
     """prior_throughput's model: pure in its arguments, so kept for the next round (and the next
     loop's World) that asks with the same measurements."""
-    compute, sync, sync_per_gpu = shape
-    prior = StepTimeModel(compute, (1.0 - compute) / nominal, sync, sync_per_gpu)
+    compute, sync, sync_per_gpu, node_sync, node_sync_per_gpu = shape
+    mlb = local_max if local_max > 0 else 1 << 30
+    prior = StepTimeModel(compute, (1.0 - compute) / nominal, sync, sync_per_gpu, mlb, node_gpus=node_gpus,
+                          node_sync_s=node_sync, node_sync_per_gpu_s=node_sync_per_gpu)
     if not gpus:
         return prior
     g = np.array(gpus, dtype=np.float64)
@@ -255,7 +264,8 @@ def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple
     b = np.array(batches, dtype=np.float64)
     scale = float(t[0] / prior.step_time(g[0], b[0]))
     scaled = StepTimeModel(prior.compute_s * scale, prior.per_sample_s * scale, prior.sync_s * scale,
-                           prior.sync_per_gpu_s * scale)
+                           prior.sync_per_gpu_s * scale, mlb, node_gpus=node_gpus,
+                           node_sync_s=prior.node_sync_s * scale, node_sync_per_gpu_s=prior.node_sync_per_gpu_s * scale)
     return fit_step_time(g, b, t, prior=scaled, misfit=misfit) or scaled
 
 
@@ -289,7 +299,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     lo, hi = job.elastic
     hi = max(hi, lo)
     nominal = job.batch_size if job.batch_size > 0 else hi * 1024
-    tp = job.throughput or prior_throughput(job, s, hi, nominal)
+    tp = job.throughput or prior_throughput(job, s, hi, nominal, world.node_gpus)
     g_max = min(hi, tp.step_s.shape[0] - 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = tp.realised[: g_max + 1] / tp.step_s[: g_max + 1]

@@ -151,6 +151,18 @@ class ElasticLoopSettings(LoopSettings):
     compute_fraction: float = 0.09
     sync_fraction: float = 0.08
     sync_per_gpu_fraction: float = 0.006
+    # node_sync: a job of more GPUs than a node holds syncs on a line of its own (node_sync_*, the
+    # medians fitted so, python -m benchmarks.fit_step_prior; the within-node shares are then 0.12 /
+    # 0 / 0.003): the profiles step slower on 8 GPUs over two nodes than on 4 in one, which one line
+    # cannot follow. Off: a prior that makes crossing a node look slower is never measured wrong,
+    # since no job crosses it. Every job elastic, learned, avg JCT at 1.0x / 2.0x on the Pollux
+    # workloads 1-2 (3 seeds) and the demo's seed 0 (docs/elastic.md): off 2708 / 4691 s and 3164 s;
+    # on 2699 / 4608 s but 7435 s (its imagenet jobs stayed within a node: 207,262 s on average);
+    # with node shares a quarter as large 2715 / 4638 and 3780 s; with them as the within-node ones
+    # (0 / 0.003) 2772 / 4723 and 3364 s, and above Tiresias on the demo's seed 1 (3222 s, 3200).
+    node_sync: bool = False
+    node_sync_fraction: float = 0.24
+    node_sync_per_gpu_fraction: float = 0.003
     # ...of a step at which batch. "range_middle": the middle of the batches a job accepts, fixed
     # for the job (where the shares were fitted). "batch": the batch it runs now, which moved the
     # prior's fixed cost with every batch change: a waiting cifar10 job asked at batch 2048 saw
@@ -217,7 +229,8 @@ class ElasticLoopSettings(LoopSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         _non_negative(self, "restart_s", "min_gain", "batch_gain", "cooldown_s", "compute_fraction", "sync_fraction",
-                      "sync_per_gpu_fraction", "explore_factor", "explore_local_factor", "fit_misfit",
+                      "sync_per_gpu_fraction", "node_sync_fraction", "node_sync_per_gpu_fraction", "explore_factor",
+                      "explore_local_factor", "fit_misfit",
                       "min_evidence",
                       "las_power", "srpt_power", "grow_waiting_within", "growing_weight", "watching_weight",
                       "completing_weight")

@@ -70,6 +70,9 @@ class JobState:
     planned_gpus: int = 0  # GPUs of the elastic optimizer's latest plan for it; 0: none
     batch_size: int = 0  # global batch it runs at; 0 unknown
     batch_range: tuple[int, int] | None = None  # batches the job accepts (reported); None: its own only
+    # The largest batch one GPU holds (reported: training.batch_local_max); a larger share of the
+    # global batch runs as accumulated micro-batches. 0: not reported (no limit assumed).
+    batch_local_max: int = 0
     noise: GradientNoise | None = None  # reported gradient statistics
     throughput: Throughput | None = None  # None: the core's prior, scaled by step_samples
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
@@ -241,6 +244,12 @@ class World:
 
     def total_gpus(self) -> float:
         return float(sum(n.gpus for n in self.nodes))
+
+    @property
+    def node_gpus(self) -> int:
+        """The GPUs of the largest node: a job of more spans nodes (the step-time model's sync
+        across nodes, scoring.elastic.StepTimeModel); 0 without nodes."""
+        return int(max((n.gpus for n in self.nodes), default=0.0))
 
 
 def pods_for(job: JobState, gpus: int) -> list[float]:

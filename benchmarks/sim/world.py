@@ -302,6 +302,9 @@ class SimWorldBuilder:
             workload=self.sources.workload_of(j),
             gpu_measured=dict(self.types.measured.get(j.idx, {})) if self.types.types(engine) else {},
             model_class=self.types.model_class(j),
+            # An elastic job reports the largest batch one of its GPUs holds, as it reports its batch
+            # range (the artifact's jobs declare both; training.batch_local_max).
+            batch_local_max=int(getattr(app, "max_local_bsz", 0)) if elastic is not None else 0,
         )
 
 

@@ -152,7 +152,7 @@ class WorldBuilder:
             since_scaled_s=now - max(plan_at) if plan_at else math.inf,
             planned_gpus=planned_gpus(ps),
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
-            planned_steps=report.planned_steps, batch_live=report.batch_live,
+            planned_steps=report.planned_steps, batch_live=report.batch_live, batch_local_max=report.batch_local_max,
             step_samples=dict(self.step_samples.get(key, {})),
             step_batches=dict(self.step_batches.get(key, {})),
             # A gang with a pod whose claim is not seen yet is not offered: its GPUs are unknown.

@@ -335,7 +335,8 @@ def build_progress_router(
                                             None if t.grad_var is None else float(t.grad_var), t.max_steps, now,
                                             t.batch_live,
                                             None if t.target_metric is None else float(t.target_metric),
-                                            None if t.early_stopping is None else t.early_stopping.rule()))
+                                            None if t.early_stopping is None else t.early_stopping.rule(),
+                                            t.batch_local_max))
         replies.pop(key, None)
         body = {"accepted": stored, "rejected": rejected, "reasons": reasons, "plan": plan(key)}
         return reply("progress", Response(orjson.dumps(body), media_type="application/json"))

@@ -103,6 +103,9 @@ class TrainingIn(BaseModel):
     # The value of the reported metric at which the job stops (its own units and direction).
     target_metric: Number | None = Field(default=None, allow_inf_nan=False)
     early_stopping: EarlyStoppingIn | None = None
+    # The largest batch one GPU holds (its memory's limit): a larger share of the global batch runs
+    # as accumulated micro-batches, which the step-time model then counts (docs/elastic.md).
+    batch_local_max: StrictInt | None = Field(default=None, ge=1, le=2**31)
 
 
 class ReportIn(BaseModel):

@@ -1,7 +1,8 @@
 """What training jobs report about themselves beyond loss points, for the elastic optimizer and the prediction.
 
 The progress API's optional `training` object: the global batch size the job runs at, the
-range it accepts, its gradient statistics at that batch (Pollux's grad_sqr / grad_var), its
+range it accepts and the largest batch one GPU holds, its gradient statistics at that batch
+(Pollux's grad_sqr / grad_var), its
 planned end (max_steps), the metric value it stops at (target_metric) and its early stopping. Only the latest
 report per job is kept, in memory: the SDK sends it with every post, so a restarted replica has
 it again within one flush interval, and until then the optimizer treats the job as one that
@@ -30,6 +31,7 @@ class JobReport:
     noise: GradientNoise | None = None
     planned_steps: float = math.nan  # max_steps, the planned end; NaN: not reported
     batch_live: bool = False  # adopts a planned batch while it runs (training.batch_live)
+    batch_local_max: int = 0  # the largest batch one GPU holds (training.batch_local_max); 0: not reported
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class TrainingReport:
     batch_live: bool | None = None
     target_metric: float | None = None  # in the reported metric's own units and direction
     early_stopping: EarlyStopping | None = None  # training.early_stopping (DESIGN.md §11)
+    batch_local_max: int | None = None
 
     def as_job_report(self) -> JobReport:
         b = self.batch_size or 0
@@ -58,7 +61,7 @@ class TrainingReport:
             noise = GradientNoise(self.grad_sqr, self.grad_var * b / base, base)
         return JobReport(batch_size=b, batch_range=rng, noise=noise,
                          planned_steps=float(self.max_steps) if self.max_steps else math.nan,
-                         batch_live=bool(self.batch_live))
+                         batch_live=bool(self.batch_live), batch_local_max=self.batch_local_max or 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"batch_size": self.batch_size, "batch_min": self.batch_min, "batch_max": self.batch_max,
@@ -67,6 +70,7 @@ class TrainingReport:
                 "early_stopping": None if self.early_stopping is None else {
                     "patience": self.early_stopping.patience, "min_delta": self.early_stopping.min_delta,
                     "metric": self.early_stopping.metric, "higher_is_better": self.early_stopping.higher_is_better},
+                "batch_local_max": self.batch_local_max,
                 "at": self.at if math.isfinite(self.at) else None}
 
 
@@ -100,4 +104,4 @@ class JobReportBook:
 
 
 _FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live", "target_metric",
-           "early_stopping")
+           "early_stopping", "batch_local_max")

@@ -4,6 +4,8 @@
   $FLOWSCHED_KUSTOMIZE_BIN, else the one on PATH,
   else built from its Go module at a pinned version by build_go_tool.sh (cached outside the
   repository, like the Kubernetes binaries; see docs/testing.md).
+- A Python with PyTorch (torch_python): $FLOWSCHED_TORCH_PYTHON, else a virtual environment
+  made by build_torch_env.sh (cached outside the repository, keyed by torch's version).
 - System commands (e.g. openssl): found on PATH, else installed with apt-get when this runs as
   root on a Debian-like machine, else the error names the exact command to run.
 
@@ -108,3 +110,29 @@ def go_module_dir(module: str, version: str) -> Path:
     if r.returncode != 0 or not info.get("Dir"):
         raise ToolUnavailable(f"`go mod download {module}@{version}` failed: {info.get('Error') or r.stderr.strip()}")
     return Path(info["Dir"])
+
+
+TORCH_SCRIPT = Path(__file__).with_name("build_torch_env.sh")
+
+
+def torch_python() -> str:
+    """An interpreter that imports torch (not a flowsched dependency): $FLOWSCHED_TORCH_PYTHON, else
+    the cached environment build_torch_env.sh makes on first use."""
+    if "torch" in _found:
+        return _found["torch"]
+    if "torch" in _failed:
+        raise ToolUnavailable(_failed["torch"])
+    override = os.environ.get("FLOWSCHED_TORCH_PYTHON", "").strip()
+    if override:
+        if not os.access(override, os.X_OK):
+            _failed["torch"] = f"FLOWSCHED_TORCH_PYTHON={override} is not an executable file"
+            raise ToolUnavailable(_failed["torch"])
+        _found["torch"] = override
+        return override
+    out = subprocess.run(["bash", str(TORCH_SCRIPT)], capture_output=True, text=True, timeout=1800)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines or not os.access(lines[-1], os.X_OK):
+        _failed["torch"] = f"{TORCH_SCRIPT.name} failed (exit {out.returncode}): {out.stderr[-2000:]}"
+        raise ToolUnavailable(_failed["torch"])
+    _found["torch"] = lines[-1]
+    return lines[-1]

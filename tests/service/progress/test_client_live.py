@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks.local_serve import Served, free_port, local_flowsched
 from flowsched_client import Reporter, ReporterConfig, hf_rule, keras_rule, lightning_max_steps, lightning_rule
+from tests.cluster import tools
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -138,11 +139,8 @@ def test_rules_are_read_from_the_frameworks_objects() -> None:
     assert keras_rule(SimpleNamespace(monitor="val_loss", patience=0, min_delta=0.0)) is None
 
 
-TORCH_PYTHON = Path("/work/torchvenv/bin/python")  # torch is not a project dependency
-
-
-@pytest.mark.skipif(not TORCH_PYTHON.exists(), reason="needs an interpreter with torch (/work/torchvenv)")
 def test_torch_losses_are_converted_in_one_stack_per_flush_never_one_by_one() -> None:
+    torch_python = tools.torch_python()  # torch is not a project dependency: a cached environment
     code = f"""
 import sys; sys.path.insert(0, {str(ROOT)!r})
 import torch
@@ -175,6 +173,6 @@ sent = [p["loss"] for p in json.loads(bodies[0])["points"]]
 assert sent == [l.tolist() for l in losses], (sent[:3], losses[:3])
 print("ok")
 """
-    out = subprocess.run([str(TORCH_PYTHON), "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([torch_python, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "ok"

@@ -258,6 +258,15 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
                           "training": {"batch_live": "yes"}})
     assert bad.status_code == 400 and "training.batch_live" in bad.json()["error"]
     assert book.job_reports()["ns/j"].batch_live is True  # a rejected post changes nothing
+    assert book.job_reports()["ns/j"].batch_local_max == 0  # not said: no per-GPU limit assumed
+    r.training(batch_local_max=128)  # the largest batch one GPU holds: the model accumulates above it
+    r.report(9, 0.5)
+    assert r.flush()
+    assert book.job_reports()["ns/j"].batch_local_max == 128 and book.get("ns/j").batch_size == 256  # type: ignore[union-attr]
+    bad = http.post("/v1/progress", headers={"Authorization": "Bearer tok"},
+                    json={"namespace": "ns", "job": "j", "points": [{"step": 9, "loss": 1.0}],
+                          "training": {"batch_local_max": 0}})
+    assert bad.status_code == 400 and "training.batch_local_max" in bad.json()["error"]
     r.training(early_stopping={"patience": 8, "min_delta": 0.001, "metric": None, "higher_is_better": None})
     r.report(9, 0.5)
     assert r.flush()
