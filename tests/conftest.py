@@ -22,7 +22,7 @@ from tests.cluster.kubelet_emulator import KubeletEmulator
 from tests.cluster.manifests import Discovery, apply, load_docs, manifest_files, scheduler_config_for_tests
 from tests.cluster.procs import install_exit_hooks
 from tests.cluster.scenario import Scenario
-from tests.cluster.tools import ToolUnavailable, go_tool
+from tests.cluster.tools import ToolUnavailable, go_tool, torch_python
 
 # deploy/ objects the tests create for real: the identities flowsched and the second scheduler
 # run under here are authorised by exactly these.
@@ -47,10 +47,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         steps.append(("helm", lambda: go_tool("helm")))
     if "kustomize" in markers:
         steps.append(("kustomize", lambda: go_tool("kustomize")))
+    if "torch" in markers:
+        steps.append(("a Python with torch", torch_python))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for what, step in steps:
         if reporter is not None:  # before the step: a cold build takes minutes
-            reporter.write(f"flowsched tests: {what} (found, or built from source once and cached; "
+            reporter.write(f"flowsched tests: {what} (found, or built or installed once and cached; "
                            "docs/testing.md): ")
         t0 = time.monotonic()
         try:

@@ -139,6 +139,7 @@ def test_rules_are_read_from_the_frameworks_objects() -> None:
     assert keras_rule(SimpleNamespace(monitor="val_loss", patience=0, min_delta=0.0)) is None
 
 
+@pytest.mark.torch
 def test_torch_losses_are_converted_in_one_stack_per_flush_never_one_by_one() -> None:
     torch_python = tools.torch_python()  # torch is not a project dependency: a cached environment
     code = f"""
