@@ -299,12 +299,12 @@ def post_reports(ctx: Any, world: World) -> None:
             grad_sqr=noise.grad_sqr if noise else None,
             grad_var=noise.grad_var * base / j.batch_size if noise else None,
             max_steps=int(j.planned_steps) if math.isfinite(j.planned_steps) else None,
-            batch_live=j.batch_live, at=T0 + NOW))
+            batch_live=j.batch_live, at=T0 + NOW, batch_local_max=j.batch_local_max or None))
     ctx.world.job_reports = book.job_reports
 
 
 def reports(world: World) -> list[tuple[Any, ...]]:
-    return [(j.key, j.batch_size, j.batch_range, j.planned_steps, j.batch_live, dict(j.step_batches),
+    return [(j.key, j.batch_size, j.batch_range, j.planned_steps, j.batch_live, j.batch_local_max, dict(j.step_batches),
              {g: float(f"{t:.7g}") for g, t in j.step_samples.items()},  # the store keeps times to ~1e-7 s
              None if j.noise is None else (j.noise.base_batch, float(f"{j.noise.grad_sqr:.9g}"),
                                            float(f"{j.noise.grad_var:.9g}")))
@@ -332,6 +332,8 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     assert svc_world is not None
     assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
     assert reports(svc_world) == reports(sim_world)
+    if "elastic" in loops:  # the simulated elastic jobs say how large a batch one GPU holds, as real ones may
+        assert all(j.batch_local_max > 0 for j in sim_world.jobs if j.elastic is not None)
     assert {j.key: len(j.step_samples) for j in sim_world.jobs if j.elastic} == {"team-b/el": 1, "team-b/el2": 1}
     phases = {j.key: j.phase.name for j in sim_world.jobs}
     assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
