@@ -332,8 +332,6 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     assert svc_world is not None
     assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
     assert reports(svc_world) == reports(sim_world)
-    if "elastic" in loops:  # the simulated elastic jobs say how large a batch one GPU holds, as real ones may
-        assert all(j.batch_local_max > 0 for j in sim_world.jobs if j.elastic is not None)
     assert {j.key: len(j.step_samples) for j in sim_world.jobs if j.elastic} == {"team-b/el": 1, "team-b/el2": 1}
     phases = {j.key: j.phase.name for j in sim_world.jobs}
     assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
