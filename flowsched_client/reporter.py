@@ -36,6 +36,7 @@ IN_CLUSTER_URL = "http://flowsched.flowsched.svc:8889"
 _TRANSIENT = (0, 429, 502, 503, 504)  # put the points back and retry later
 _TRAINING_FIELDS = ("batch_size", "batch_min", "batch_max", "grad_sqr", "grad_var", "max_steps", "batch_live",
                     "target_metric", "early_stopping", "batch_local_max")
+_COUNTS = ("batch_size", "batch_min", "batch_max", "max_steps", "batch_local_max")  # integers >= 1 on the wire
 
 
 def _read(path: Path) -> str | None:
@@ -201,6 +202,10 @@ class Reporter:
                     continue
                 if isinstance(v, float) and not math.isfinite(v):
                     log.warning("flowsched: %s is not finite; not sent", k)
+                    continue
+                if k in _COUNTS and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                    # the server refuses the whole post for it, and the points with it
+                    log.warning("flowsched: %s must be a whole number >= 1, not %r; not sent", k, v)
                     continue
                 self.training_info[k] = v
 

@@ -259,6 +259,8 @@ def test_training_report_and_the_plan_round_trip_through_the_server(tmp_path: Pa
     assert bad.status_code == 400 and "training.batch_live" in bad.json()["error"]
     assert book.job_reports()["ns/j"].batch_live is True  # a rejected post changes nothing
     assert book.job_reports()["ns/j"].batch_local_max == 0  # not said: no per-GPU limit assumed
+    r.training(batch_local_max=0, batch_size=2.5)  # type: ignore[arg-type]  # refused by the server with its points: not sent
+    assert "batch_local_max" not in r.training_info and r.training_info["batch_size"] == 256
     r.training(batch_local_max=128)  # the largest batch one GPU holds: the model accumulates above it
     r.report(9, 0.5)
     assert r.flush()
