@@ -33,7 +33,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks.curves.train_runs import MATRICES
+
 FRACTIONS = (0.25, 0.5, 0.75)
+GPU_SITTINGS = tuple(m for m in MATRICES if m.startswith("gpu"))  # the GPU campaign's --matrix names
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,7 +68,6 @@ def _poll(url: str, token: str, namespace: str, jobs: list[str], out: Path, done
 
 def run(out: Path, workers: int, deadline_s: float, poll_s: float, python: str, extra: list[str],
         matrix: str = "gpu") -> int:
-    from benchmarks.curves.train_runs import MATRICES
     from benchmarks.local_serve import local_flowsched
 
     runs = out / "runs"
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--matrix", choices=("gpu", "gpu2", "gpu3"), default="gpu", help="which sitting's runs")
+    r.add_argument("--matrix", choices=GPU_SITTINGS, default="gpu", help="which sitting's runs")
     r.add_argument("--workers", type=int, default=8)
     r.add_argument("--deadline-s", type=float, default=330.0)
     r.add_argument("--poll-s", type=float, default=2.0)

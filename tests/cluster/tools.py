@@ -19,9 +19,11 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 BUILD_SCRIPT = Path(__file__).with_name("build_go_tool.sh")
+TORCH_SCRIPT = Path(__file__).with_name("build_torch_env.sh")
 GO_TOOLS = {"prometheus": "FLOWSCHED_PROMETHEUS_BIN", "helm": "FLOWSCHED_HELM_BIN",
             "kustomize": "FLOWSCHED_KUSTOMIZE_BIN"}
 GO_HINT = ("install Go 1.26.7 or newer (https://go.dev/dl/: unpack it to /usr/local/go and put /usr/local/go/bin "
@@ -37,12 +39,24 @@ class ToolUnavailable(RuntimeError):
 
 def go_tool(name: str) -> str:
     """The path of a runnable `name` (prometheus, helm or kustomize); builds it on first use."""
+    return _remembered(name, lambda: _locate_or_build(name))
+
+
+def torch_python() -> str:
+    """An interpreter that imports torch (not a flowsched dependency): $FLOWSCHED_TORCH_PYTHON, else
+    the cached environment build_torch_env.sh makes on first use."""
+    return _remembered("torch", lambda: _override("FLOWSCHED_TORCH_PYTHON")
+                       or _script_output([str(TORCH_SCRIPT)], timeout_s=1800))
+
+
+def _remembered(name: str, locate: Callable[[], str]) -> str:
+    """locate()'s path, or its failure, kept for the session."""
     if name in _found:
         return _found[name]
     if name in _failed:
         raise ToolUnavailable(_failed[name])
     try:
-        path = _locate_or_build(name)
+        path = locate()
     except ToolUnavailable as e:
         _failed[name] = str(e)
         raise
@@ -50,30 +64,41 @@ def go_tool(name: str) -> str:
     return path
 
 
+def _override(env: str) -> str:
+    """The executable $env names; "" when unset."""
+    override = os.environ.get(env, "").strip()
+    if override and not os.access(override, os.X_OK):
+        raise ToolUnavailable(f"{env}={override} is not an executable file")
+    return override
+
+
 def _locate_or_build(name: str) -> str:
     env = GO_TOOLS[name]
-    override = os.environ.get(env, "").strip()
+    override = _override(env)
     if override:
-        if os.access(override, os.X_OK):
-            return override
-        raise ToolUnavailable(f"{env}={override} is not an executable file")
+        return override
     on_path = shutil.which(name)
     if on_path:
         return on_path
     if shutil.which("go") is None:
         raise ToolUnavailable(f"no {name} on PATH and no Go to build it with: {GO_HINT}; "
                               f"or point {env} at a {name} binary")
+    return _script_output([str(BUILD_SCRIPT), name])
+
+
+def _script_output(args: list[str], timeout_s: float = 3600) -> str:
+    """Run `bash args...` (a build script) and return the executable path its last line prints."""
+    what = "`bash " + " ".join(args) + "`"
     try:
-        out = subprocess.run(["bash", str(BUILD_SCRIPT), name], capture_output=True, text=True,
-                             timeout=3600, check=False)
+        out = subprocess.run(["bash", *args], capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as e:
-        raise ToolUnavailable(f"`bash {BUILD_SCRIPT} {name}` did not finish within an hour") from e
+        raise ToolUnavailable(f"{what} did not finish within {timeout_s:.0f} s") from e
     if out.returncode != 0:
         tail = "\n".join(out.stderr.splitlines()[-30:])
-        raise ToolUnavailable(f"`bash {BUILD_SCRIPT} {name}` failed (rc {out.returncode}):\n{tail}")
+        raise ToolUnavailable(f"{what} failed (rc {out.returncode}):\n{tail}")
     path = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     if not os.access(path, os.X_OK):
-        raise ToolUnavailable(f"`bash {BUILD_SCRIPT} {name}` printed {path!r}, which is not an executable")
+        raise ToolUnavailable(f"{what} printed {path!r}, which is not an executable")
     return path
 
 
@@ -111,28 +136,3 @@ def go_module_dir(module: str, version: str) -> Path:
         raise ToolUnavailable(f"`go mod download {module}@{version}` failed: {info.get('Error') or r.stderr.strip()}")
     return Path(info["Dir"])
 
-
-TORCH_SCRIPT = Path(__file__).with_name("build_torch_env.sh")
-
-
-def torch_python() -> str:
-    """An interpreter that imports torch (not a flowsched dependency): $FLOWSCHED_TORCH_PYTHON, else
-    the cached environment build_torch_env.sh makes on first use."""
-    if "torch" in _found:
-        return _found["torch"]
-    if "torch" in _failed:
-        raise ToolUnavailable(_failed["torch"])
-    override = os.environ.get("FLOWSCHED_TORCH_PYTHON", "").strip()
-    if override:
-        if not os.access(override, os.X_OK):
-            _failed["torch"] = f"FLOWSCHED_TORCH_PYTHON={override} is not an executable file"
-            raise ToolUnavailable(_failed["torch"])
-        _found["torch"] = override
-        return override
-    out = subprocess.run(["bash", str(TORCH_SCRIPT)], capture_output=True, text=True, timeout=1800)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines or not os.access(lines[-1], os.X_OK):
-        _failed["torch"] = f"{TORCH_SCRIPT.name} failed (exit {out.returncode}): {out.stderr[-2000:]}"
-        raise ToolUnavailable(_failed["torch"])
-    _found["torch"] = lines[-1]
-    return lines[-1]
