@@ -243,6 +243,8 @@ def _prior_shape(s: ElasticLoopSettings) -> tuple[float, float, float, float, fl
     """The prior's terms as shares of a 1-GPU step at the nominal batch: fixed compute, sync and
     sync per added GPU within a node, the same across nodes (the rest of the step is per-sample
     compute)."""
+    if not s.node_sync:  # unused then: one key for every node share (the fit's cache)
+        return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction, 0.0, 0.0)
     return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction, s.node_sync_fraction,
             s.node_sync_per_gpu_fraction)
 
@@ -262,10 +264,7 @@ def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple
     g = np.array(gpus, dtype=np.float64)
     t = np.array(step_s, dtype=np.float64)
     b = np.array(batches, dtype=np.float64)
-    scale = float(t[0] / prior.step_time(g[0], b[0]))
-    scaled = StepTimeModel(prior.compute_s * scale, prior.per_sample_s * scale, prior.sync_s * scale,
-                           prior.sync_per_gpu_s * scale, mlb, node_gpus=node_gpus,
-                           node_sync_s=prior.node_sync_s * scale, node_sync_per_gpu_s=prior.node_sync_per_gpu_s * scale)
+    scaled = prior.scaled(float(t[0] / prior.step_time(g[0], b[0])))
     return fit_step_time(g, b, t, prior=scaled, misfit=misfit) or scaled
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +81,12 @@ class StepTimeModel:
             sync = np.where(g > self.node_gpus, self.node_sync_s + self.node_sync_per_gpu_s * (g - 1), sync)
         out: FloatArray = steps * (self.compute_s + self.per_sample_s * atomic) + sync
         return out
+
+    def scaled(self, factor: float) -> StepTimeModel:
+        """Every time term times `factor` (the shape kept): a prior scaled to a measured step."""
+        return replace(self, compute_s=self.compute_s * factor, per_sample_s=self.per_sample_s * factor,
+                       sync_s=self.sync_s * factor, sync_per_gpu_s=self.sync_per_gpu_s * factor,
+                       node_sync_s=self.node_sync_s * factor, node_sync_per_gpu_s=self.node_sync_per_gpu_s * factor)
 
 
 def fit_step_time(

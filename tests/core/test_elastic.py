@@ -455,6 +455,20 @@ def test_the_step_time_model_syncs_across_nodes_apart_and_the_fit_finds_both_lin
     assert np.max(np.abs(one_line.step_time(gs, bs) - t_all) / t_all) > 0.2
 
 
+def test_a_scaled_step_time_model_scales_every_size_and_batch_by_the_factor_and_keeps_its_limits() -> None:
+    """StepTimeModel.scaled: the prior scaled to a measured step (scoring.control._fitted_prior)
+    must scale every term, the sync across nodes included, and keep the per-GPU batch limit and
+    the node size that shape it."""
+    from scoring.elastic import StepTimeModel
+
+    m = StepTimeModel(0.05, 0.001, 0.01, 0.002, max_local_bsz=64, node_gpus=4, node_sync_s=0.3,
+                      node_sync_per_gpu_s=0.004)
+    k = m.scaled(2.5)
+    assert (k.max_local_bsz, k.node_gpus) == (64, 4)
+    gs, bs = [1, 1, 2, 4, 5, 8, 16], [32, 256, 256, 256, 256, 1024, 1024]
+    np.testing.assert_allclose(k.step_time(gs, bs), 2.5 * m.step_time(gs, bs), rtol=1e-12)
+
+
 def test_the_prior_counts_accumulation_above_the_batch_a_gpu_holds_and_the_sync_across_nodes() -> None:
     """A job that reports batch_local_max: a global batch above it on one GPU runs as accumulated
     micro-batches, each paying the fixed compute again, and per-GPU batches far above what was
