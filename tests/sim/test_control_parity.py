@@ -72,6 +72,10 @@ from tests.k8s_factories import node, pod
 
 PROFILES = calibrated_profiles()
 APP = "deepspeech2"  # a lower-is-better metric, as a loss posted to /v1/progress is
+# The largest batch one GPU holds, which the scenario's elastic jobs report (training.batch_local_max)
+# as the artifact's applications do; the generated profiles have none (their step time does not
+# depend on the batch), and without one both shells would carry 0 and the field go untested.
+PROFILES.apps[APP].max_local_bsz = 64  # type: ignore[attr-defined]
 T0 = 1_700_000_000.0  # the service's clock at the simulator's t = 0
 NOW = 20_000.0
 # GPU feature discovery's gpu.product values (and the driver's productName) of the typed scenario
@@ -333,6 +337,7 @@ def test_both_shells_build_the_same_world_and_the_same_plans(tmp_path: Path, loo
     assert comparable(svc_world, T0) == comparable(sim_world, 0.0)
     assert reports(svc_world) == reports(sim_world)
     assert {j.key: len(j.step_samples) for j in sim_world.jobs if j.elastic} == {"team-b/el": 1, "team-b/el2": 1}
+    assert {j.batch_local_max for j in svc_world.jobs if j.elastic} == {64}  # the per-GPU limit came through
     phases = {j.key: j.phase.name for j in sim_world.jobs}
     assert phases["team-a/slow"] == "COMPLETING" and phases["team-a/fresh"] == "GROWING"  # the scenario holds
 
