@@ -41,8 +41,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from benchmarks.sim.control import SimControl
 from benchmarks.sim.engine import CompletingFn, ControlLoop, Engine, EngineSettings, Policy, SimJob
 from benchmarks.sim.jobmodel import ProfileSet
@@ -50,7 +48,6 @@ from benchmarks.sim.policies import FlowschedScorer, make_policy
 from benchmarks.sim.report import RunMetrics, RunTrace, measure
 from benchmarks.sim.typed import TypedPlacement
 from benchmarks.sim.workload import JobSpec
-from benchmarks.sim.world import job_key
 from scoring.gpu_types import cluster_types, typed
 from scoring.settings import CoreSettings, differences, with_overrides
 from scoring.world import end_seconds, is_completing
@@ -198,16 +195,7 @@ def completing_hook(v: Variant, profiles: ProfileSet) -> CompletingFn | None:
     builder = control.builder
 
     def completing(job: SimJob) -> bool | None:
-        if not job.series:
-            return None
-        key, signature = job_key(job), (len(job.series), float(job.series[-1][0]))
-        if builder.tracker.unchanged(key, signature):  # update() would return it; no array needed
-            est = builder.tracker.get(key)
-        else:
-            pts = np.asarray(job.series, dtype=np.float64)
-            est = builder.tracker.update(key, pts[:, 1], pts[:, 2], pts[:, 0],
-                                         higher_is_better=profiles.apps[job.spec.app].metric_increases,
-                                         signature=signature)
+        est = builder.series_estimate(job, profiles.apps[job.spec.app])  # the World's estimate, its end included
         return None if est is None else is_completing(est.phase, end_seconds(est), settings.completing_horizon_s)
 
     return completing

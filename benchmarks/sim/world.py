@@ -167,20 +167,26 @@ class SimWorldBuilder:
 
     def estimate(self, engine: Engine, job: SimJob) -> ConvergenceEstimate | None:
         engine.sync(job)  # its series up to now, as the job would have posted it
-        n = len(job.series)
-        if n == 0:
+        if not job.series:
             return None
-        last = float(job.series[-1][0])
-        if engine.now - last > self.settings.convergence.active_within_s:
+        if engine.now - float(job.series[-1][0]) > self.settings.convergence.active_within_s:
             return self.tracker.get(job_key(job))  # the service re-estimates only jobs that reported lately
-        if self.tracker.unchanged(job_key(job), (n, last)):
+        return self.series_estimate(job, engine.profiles.apps[job.spec.app])
+
+    def series_estimate(self, job: SimJob, app: AppModel) -> ConvergenceEstimate | None:
+        """The tracker's estimate of the job's series so far under the end it declared (ends.py), as
+        the service's tracker passes the report on. The World and the placement's convergence term
+        (variants.completing_hook) both read this one: asked without the declaration, the tracker
+        kept an estimate with no planned end under the same series, which the World then reused."""
+        if not job.series:
+            return None
+        signature = (len(job.series), float(job.series[-1][0]))
+        max_steps, early_stopping = declared(job.spec.end_rule, app)
+        if self.tracker.unchanged(job_key(job), signature, max_steps, early_stopping=early_stopping):
             return self.tracker.get(job_key(job))  # what update() returns for it, without the series' array
         pts = np.asarray(job.series, dtype=np.float64)
-        app = engine.profiles.apps[job.spec.app]
-        # what the job declared about its end (ends.py), as the service's tracker passes it on
-        max_steps, early_stopping = declared(job.spec.end_rule, app)
         return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
-                                   higher_is_better=app.metric_increases, signature=(n, float(pts[-1, 0])),
+                                   higher_is_better=app.metric_increases, signature=signature,
                                    max_steps=max_steps, early_stopping=early_stopping)
 
     def throughput(self, engine: Engine, job: SimJob, hi: int) -> Throughput:
