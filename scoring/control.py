@@ -287,13 +287,24 @@ def _fits_kept(pods: tuple[float, ...], free: bytes) -> bool:
     return _place_pods(list(pods), np.frombuffer(free, dtype=np.float64))[0]
 
 
+def idle_min_gain(job: JobState, s: ElasticLoopSettings) -> float:
+    """The gain a change must bring for a running job while GPUs are free and no job waits: min_gain
+    until it has held its size for cooldown_s, then min_gain x cooldown_s / that time, down to
+    min_gain_idle; NaN: min_gain as always."""
+    at_size = min(job.since_scaled_s, job.runtime_s if math.isfinite(job.runtime_s) else math.inf)
+    if not (math.isfinite(at_size) and at_size > s.cooldown_s) or s.min_gain_idle >= s.min_gain:
+        return math.nan
+    return max(s.min_gain_idle, s.min_gain * s.cooldown_s / at_size)
+
+
 def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: FloatArray | None = None,
-                free_now: FloatArray | None = None) -> ElasticJob:
+                free_now: FloatArray | None = None, spare: bool = False) -> ElasticJob:
     """The optimizer's view of one job. `free`: GPUs per node a waiting job could start on now;
     a waiting job is only offered sizes whose pods fit there (a size kube-scheduler cannot place
     would leave it waiting with GPUs promised to it). `free_now`: the same without the GPUs
     running elastic jobs would give up, which bounds its growth above its ask (grow_waiting) and
-    a running job's growth within its cooldown (grow_in_cooldown)."""
+    a running job's growth within its cooldown (grow_in_cooldown). `spare`: GPUs are free and no
+    job waits (the gain a change must bring then falls with the time at its size: idle_min_gain)."""
     assert job.elastic is not None
     lo, hi = job.elastic
     hi = max(hi, lo)
@@ -359,8 +370,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     live = bool(cur) and job.batch_live and min_b != max_b  # only when the optimizer chooses its batch
     end = job.predicted_end_s(s.min_evidence) if cur and s.horizon_to_end else math.nan
     horizon = min(s.horizon_s, max(end, 1.0)) if math.isfinite(end) else math.nan
+    gain = idle_min_gain(job, s) if cur and spare else math.nan
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
-                      batch_live=live, horizon_s=horizon)
+                      batch_live=live, horizon_s=horizon, min_gain=gain)
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,
@@ -514,7 +526,9 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
     col = {n: k for k, n in enumerate(world.node_names)}
     for j in mine:
         _give_back(free, j, col, +1)
-    options = [elastic_job(j, world, s, free, free_now) for j in mine]
+    spare = bool(free_now.sum() >= 1) and not world.pending and not any(j.gated_pods or not j.bound
+                                                                           for j in world.jobs)
+    options = [elastic_job(j, world, s, free, free_now, spare) for j in mine]
     if s.srpt_rank_p > 0:
         w = rank_weights(np.array([j.remaining_gpu_s() for j in mine]), s.srpt_rank_p, s.srpt_rank_unknown)
         options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]

@@ -251,6 +251,7 @@ class ElasticJob:
     may_idle: bool | None = None  # g = 0 allowed; default: only when pending
     batch_live: bool = False  # a running job changes its batch without a restart (at its current size)
     horizon_s: float = math.nan  # how long a new configuration would hold for it; NaN: the settings'
+    min_gain: float = math.nan  # the gain a change must bring for it; NaN: the settings'
 
 
 @dataclass(frozen=True)
@@ -317,17 +318,18 @@ def job_options(job: ElasticJob, s: ElasticLoopSettings) -> JobOptions:
     # that beats its batch now by more than batch_gain (what it reports is measured at its batch
     # now, and each change made the other batch look better: without it, flips every round).
     cur = job.current_gpus
+    gain = job.min_gain if math.isfinite(job.min_gain) else s.min_gain
     if job.current_gpus > 0 and mn <= cur <= mx:
         i = cur - mn
         hit = np.flatnonzero(bs == job.current_batch)
         at_current = filled[i, hit[0]] if hit.size else _NEG
         if job.batch_live and feasible[i]:
             keep = at_current > _NEG and at_current * (1.0 + s.batch_gain) >= best[i]
-            value[i] = (at_current if keep else best[i]) / ref * job.weight * (1.0 + s.min_gain)
+            value[i] = (at_current if keep else best[i]) / ref * job.weight * (1.0 + gain)
             if keep:
                 batch[i] = job.current_batch
         elif at_current > _NEG:
-            stay = at_current / ref * job.weight * (1.0 + s.min_gain)
+            stay = at_current / ref * job.weight * (1.0 + gain)
             if stay >= value[i]:
                 value[i], batch[i] = stay, job.current_batch
     if not feasible.all():

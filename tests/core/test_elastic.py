@@ -163,6 +163,37 @@ def test_restart_penalty_keeps_marginal_changes_away() -> None:
     assert d.gpus == 5 and d.changed
 
 
+def test_on_an_idle_cluster_a_job_long_at_its_size_needs_less_gain_to_grow() -> None:
+    """min_gain_idle: with GPUs free and no job waiting, the gain a change must bring falls from
+    min_gain (30 %) as the job keeps its size beyond cooldown_s, down to min_gain_idle (10 %); a
+    job held at 5 GPUs whose 12 run 1.17x faster grows once the threshold is below 17 %, and not
+    before (the demo's ImageNet-like job held 5 GPUs of an empty cluster for 150,000 s)."""
+    from scoring.control import idle_min_gain
+    from scoring.world import JobState
+
+    s = ElasticLoopSettings()
+    assert (s.min_gain, s.min_gain_idle, s.cooldown_s) == (0.30, 0.10, 3600.0)
+
+    def held(seconds: float, runtime: float = 1e9) -> JobState:
+        return JobState(key="ns/a", namespace="ns", gpus_on={"n0": 5.0}, live_gpus=5, per_pod=1,
+                        checkpointable=True, elastic=(1, 16), running=True, settling=False, runtime_s=runtime,
+                        attained_gpu_s=5.0 * seconds, since_scaled_s=seconds)
+
+    assert math.isnan(idle_min_gain(held(3000.0), s))  # within its cooldown: min_gain as always
+    assert idle_min_gain(held(7200.0), s) == pytest.approx(0.15)
+    assert idle_min_gain(held(36000.0), s) == pytest.approx(0.10)  # the floor
+    assert idle_min_gain(held(math.inf, runtime=14400.0), s) == pytest.approx(0.10)  # never rescaled: its run
+    assert math.isnan(idle_min_gain(held(36000.0), replace(s, min_gain_idle=0.3)))  # off
+    bs = np.array([256])
+    rate = np.array([[0.0]] + [[min(g, 5) + 0.17 * 5 * min(max(0, g - 5), 7) / 7] for g in range(1, 17)])
+    assert rate[12, 0] == pytest.approx(1.17 * rate[5, 0]) and rate[16, 0] == rate[12, 0]
+    job = ElasticJob("a", 1, 16, bs, rate, current_gpus=5, current_batch=256)
+    s = replace(s, restart_s=30.0)  # as the simulator's restarts cost
+    assert plan_elastic([job], 16, s).decisions[0].gpus == 5  # 17 % < 30 %
+    assert plan_elastic([replace(job, min_gain=idle_min_gain(held(5400.0), s))], 16, s).decisions[0].gpus == 5  # 20 %
+    assert plan_elastic([replace(job, min_gain=idle_min_gain(held(36000.0), s))], 16, s).decisions[0].gpus >= 12
+
+
 def test_a_live_batch_job_changes_its_batch_at_its_size_without_a_restart() -> None:
     # At 4 GPUs batch 512 gives 15 % more than the 256 it runs at: not worth a restart (min_gain
     # 30 %), so a job that changes its batch only when it restarts keeps 256; one that changes it
