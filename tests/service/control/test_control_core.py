@@ -293,7 +293,11 @@ def test_a_job_in_its_cooldown_grows_into_free_gpus_only() -> None:
         return {x.job: x.gpus for x in plan_elastic_for(world(a, b), s).actions}
 
     assert planned(a) == {"open/a": 4}
-    assert planned(a, grow=False) == {}  # held where it is, as before the setting
+    # Held where it is, as before the setting; the 2 GPUs left free go to b, which has run at its
+    # size for two hours with no job waiting (elastic.min_gain_idle), and not before that.
+    assert planned(a, grow=False) == {"open/b": 6}
+    b = replace(b, runtime_s=1800.0)  # within its cooldown at its size: min_gain as always
+    assert planned(a, grow=False) == {}
     # Its latest plan (8 GPUs) not carried out yet: held, not planned again.
     assert planned(replace(a, planned_gpus=8)) == {}
     # Out of its cooldown, the optimizer may take b's GPUs for it as for any job.
