@@ -11,6 +11,7 @@ over the six models printed.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -44,9 +45,10 @@ def shares(max_gpus: int = 64, gpus_per_node: int = 4, node_gpus: int = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    node_gpus = int(args[1]) if args[:1] == ["--node-gpus"] and len(args) > 1 else 0
-    rows = shares(node_gpus=node_gpus)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--node-gpus", type=int, default=0,
+                    help="GPUs of one node: fit a sync line across nodes apart (0: one sync line)")
+    rows = shares(node_gpus=ap.parse_args(argv).node_gpus)
     print(f"{'model':<12}{'compute':>9}{'sync':>8}{'sync/GPU':>10}{'node sync':>11}{'node/GPU':>10}")
     for name, (c, s, p, n, q) in rows.items():
         print(f"{name:<12}{c:>9.3f}{s:>8.3f}{p:>10.4f}{n:>11.3f}{q:>10.4f}")

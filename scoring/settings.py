@@ -237,10 +237,8 @@ class ElasticLoopSettings(LoopSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         _non_negative(self, "restart_s", "min_gain", "min_gain_idle", "batch_gain", "cooldown_s", "compute_fraction",
-                      "sync_fraction",
-                      "sync_per_gpu_fraction", "node_sync_fraction", "node_sync_per_gpu_fraction", "explore_factor",
-                      "explore_local_factor", "fit_misfit",
-                      "min_evidence",
+                      "sync_fraction", "sync_per_gpu_fraction", "node_sync_fraction", "node_sync_per_gpu_fraction",
+                      "explore_factor", "explore_local_factor", "fit_misfit", "min_evidence",
                       "las_power", "srpt_power", "grow_waiting_within", "growing_weight", "watching_weight",
                       "completing_weight")
         _positive(self, "horizon_s", "batch_points")

@@ -135,4 +135,3 @@ def go_module_dir(module: str, version: str) -> Path:
     if r.returncode != 0 or not info.get("Dir"):
         raise ToolUnavailable(f"`go mod download {module}@{version}` failed: {info.get('Error') or r.stderr.strip()}")
     return Path(info["Dir"])
-
