@@ -1,8 +1,8 @@
 """How a simulated job ends, and what it tells flowsched about it (DESIGN.md §11).
 
 Each job's JobSpec.end_rule (benchmarks/sim/variants.py END_MIXES) says what it declares:
-- "planned": its planned end, training.max_steps = its application's epochs (the unit of its
-  reported steps); it ends there;
+- "planned": its planned end, training.max_steps in the optimizer steps it reports (SimJob's
+  planned_steps: the steps its epochs take at its batch); it ends there;
 - "early": the early-stopping rule EARLY_STOPPING on its reported validation series (one point an
   epoch, the metric the engine emits), as a Lightning / Keras / Hugging Face callback would; it
   ends at the epoch where that rule fires on its own reported curve, or at its epochs' end when
@@ -18,6 +18,7 @@ job, epoch) (`metric_noise`), so the curve the engine stops on is the one the jo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,10 +35,11 @@ FloatArray = npt.NDArray[np.float64]
 EARLY_STOPPING = EarlyStopping(patience=10, min_delta=0.0)
 
 
-def declared(end_rule: str, app: AppModel) -> tuple[float | None, EarlyStopping | None]:
-    """(max_steps, early_stopping) the job reports in its progress API `training` object."""
+def declared(end_rule: str, planned_steps: float) -> tuple[float | None, EarlyStopping | None]:
+    """(max_steps, early_stopping) the job reports in its progress API `training` object;
+    planned_steps: its planned end in the steps it reports (None until it has one)."""
     if end_rule == "planned":
-        return float(app.max_epochs), None
+        return (float(planned_steps) if math.isfinite(planned_steps) else None), None
     if end_rule == "early":
         return None, EARLY_STOPPING
     return None, None

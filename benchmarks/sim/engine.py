@@ -82,6 +82,14 @@ class SimJob:
     seg_start: float = 0.0
     version: int = 0
     series: list[tuple[float, int, float]] = field(default_factory=list)  # (time, epoch, metric)
+    # What the job's step counter read at each point of `series` (optimizer steps): what it
+    # reports as the point's step, and `steps` the counter now (at synced_at).
+    series_steps: list[float] = field(default_factory=list)
+    steps: float = 0.0
+    # A job with a planned end declares it in optimizer steps (training.max_steps): the steps it has
+    # run and those its remaining epochs take at its batch; set when it starts, again when its batch
+    # changes (NaN before it first starts).
+    planned_steps: float = math.nan
     stop_epoch: int = 0  # epochs it runs before it stops (benchmarks/sim/ends.py); set when it starts
 
     @property
@@ -256,8 +264,16 @@ class Engine:
                 p1 = table.progress_after(p0, (t - start) * keep)
                 if self.settings.telemetry.record_series:
                     self._emit_series(job, table, p0, p1, t0, start, keep)
+                job.steps += table.steps_between(p0, p1)
                 job.progress = p1
         job.synced_at = max(job.synced_at, t)
+
+    def _plan_steps(self, job: SimJob) -> None:
+        """The planned end a job declares, in optimizer steps: what it ran and what its remaining
+        epochs take at its batch now (a whole number, as a script's max_steps is)."""
+        t = job.table
+        if t is not None and math.isfinite(t.step_s) and t.step_s > 0:
+            job.planned_steps = float(round(job.steps + t.steps_between(job.progress, float(t.progress_at[-1]))))
 
     def _emit_series(
         self, job: SimJob, table: RateTable, p0: float, p1: float, t0: float, start: float, keep: float
@@ -272,6 +288,7 @@ class Engine:
             when = start + (float(table.cum_time[k]) - t0) / keep
             m = app.metric(table.batch_size, k - 1)
             job.series.append((when, k, m * (1.0 + noise * float(z[k - 1]))))
+            job.series_steps.append(job.steps + (float(table.cum_time[k]) - t0) / table.step_s)
 
     def _noise(self, job: SimJob) -> FloatArray:
         z = self._metric_z.get(job.idx)
@@ -315,6 +332,7 @@ class Engine:
         self.cluster.allocate(job.idx, placement)
         job.placement = tuple(placement)
         job.table = self.profiles.rate_table(job.spec.app, [g for _, g in placement], job.atomic, job.accum)
+        self._plan_steps(job)
         job.restart_until = self.now + self.settings.restart_penalty
         job.synced_at = self.now
         job.seg_start = self.now
@@ -395,6 +413,7 @@ class Engine:
         job.batch_size = batch_size
         job.atomic, job.accum = self.profiles.apps[job.spec.app].batch_config(job.replicas, batch_size)
         job.table = self.profiles.rate_table(job.spec.app, [g for _, g in job.placement], job.atomic, job.accum)
+        self._plan_steps(job)
         if old is not None:
             self._busy_sum -= old.busy_fraction * job.gpus
         self._busy_sum += job.table.busy_fraction * job.gpus

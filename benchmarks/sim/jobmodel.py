@@ -213,6 +213,10 @@ class RateTable:
     cum_time: FloatArray  # (E+1,), cum_time[0] = 0
     busy_fraction: float  # share of a step the GPU computes (what DCGM's GPU_UTIL would show)
     batch_size: int
+    # Seconds of one optimizer step (its accumulated micro-batches and sync), interference-free: a
+    # job's step counter advances at 1 / step_s whatever its progress per step (the gradient noise
+    # makes an epoch of progress take more or fewer steps as training goes on).
+    step_s: float = math.nan
 
     @property
     def total(self) -> float:
@@ -227,6 +231,10 @@ class RateTable:
     def epoch_of(self, progress: float) -> int:
         """Completed epochs at this progress."""
         return int(np.searchsorted(self.progress_at, progress * (1 + 1e-12), side="right")) - 1
+
+    def steps_between(self, p0: float, p1: float) -> float:
+        """Optimizer steps from progress p0 to p1 on this configuration."""
+        return (self.time_at(p1) - self.time_at(p0)) / self.step_s
 
 
 class AppModel(Protocol):
@@ -277,7 +285,8 @@ class ProfileSet:
         goodput = gain / total_time
         dur = np.diff(app.progress_at) / goodput
         busy = (step - sync) * (accum + 1) / total_time if total_time > 0 else 0.0
-        table = RateTable(app.progress_at, np.concatenate([[0.0], np.cumsum(dur)]), float(busy), batch)
+        table = RateTable(app.progress_at, np.concatenate([[0.0], np.cumsum(dur)]), float(busy), batch,
+                          float(total_time))
         self._tables[key] = table
         return table
 

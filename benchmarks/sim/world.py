@@ -7,8 +7,8 @@ the loops leave on pods (migration count and time, the elastic plan's time), its
 estimate from the points it would post to /v1/progress (scoring.tracker, the service's
 tracker), and, as a job reporting through the progress API's optional fields would, its batch
 size, batch range, gradient noise, measured step times and what it declares of its end
-(benchmarks/sim/ends.py: its planned end `max_steps`, the application's epochs, the unit of its
-reported steps, or its early-stopping rule, or nothing); an elastic job also says it changes its
+(benchmarks/sim/ends.py: its planned end `max_steps` in the optimizer steps it reports, one point
+an epoch at the step its counter read, or its early-stopping rule, or nothing); an elastic job also says it changes its
 batch size live (`batch_live`), as the artifact's AdaptDL jobs do between epochs. Not its
 remaining time: the core derives that from what it attained and the steps left
 (JobState.remaining_gpu_s).
@@ -181,11 +181,12 @@ class SimWorldBuilder:
         if not job.series:
             return None
         signature = (len(job.series), float(job.series[-1][0]))
-        max_steps, early_stopping = declared(job.spec.end_rule, app)
+        max_steps, early_stopping = declared(job.spec.end_rule, job.planned_steps)
         if self.tracker.unchanged(job_key(job), signature, max_steps, early_stopping=early_stopping):
             return self.tracker.get(job_key(job))  # what update() returns for it, without the series' array
         pts = np.asarray(job.series, dtype=np.float64)
-        return self.tracker.update(job_key(job), pts[:, 1], pts[:, 2], pts[:, 0],
+        # each point at the step its counter read (optimizer steps, as a real job posts them)
+        return self.tracker.update(job_key(job), np.asarray(job.series_steps, dtype=np.float64), pts[:, 2], pts[:, 0],
                                    higher_is_better=app.metric_increases, signature=signature,
                                    max_steps=max_steps, early_stopping=early_stopping)
 
@@ -304,7 +305,7 @@ class SimWorldBuilder:
             pod_chunk=engine.cluster.settings.gpus_per_node,
             # Only a job that declares its planned end reports it (JobSpec.end_rule); the others'
             # ends are what the core estimates from their curves.
-            planned_steps=float(engine.profiles.apps[s.app].max_epochs) if s.end_rule == "planned" else math.nan,
+            planned_steps=j.planned_steps if s.end_rule == "planned" else math.nan,
             workload=self.sources.workload_of(j),
             gpu_measured=dict(self.types.measured.get(j.idx, {})) if self.types.types(engine) else {},
             model_class=self.types.model_class(j),

@@ -76,6 +76,8 @@ APP = "deepspeech2"  # a lower-is-better metric, as a loss posted to /v1/progres
 # as the artifact's applications do; the generated profiles have none (their step time does not
 # depend on the batch), and without one both shells would carry 0 and the field go untested.
 PROFILES.apps[APP].max_local_bsz = 64  # type: ignore[attr-defined]
+# The planned end each scenario job declares (training.max_steps), in the steps its points are posted at.
+PLANNED_STEPS = float(PROFILES.apps[APP].max_epochs)
 T0 = 1_700_000_000.0  # the service's clock at the simulator's t = 0
 NOW = 20_000.0
 # GPU feature discovery's gpu.product values (and the driver's productName) of the typed scenario
@@ -148,6 +150,8 @@ def sim_side(loops: tuple[str, ...], gated: tuple[str, ...] = (), *, scenario: l
             eng.now = j["start"]
             eng.start(job, j["on"])
             job.series = list(j.get("series", ()))
+            job.series_steps = [float(e) for _, e, _ in job.series]  # the step each point is posted at
+            job.planned_steps = PLANNED_STEPS
             job.synced_at = NOW  # the engine adds no points of its own: the scenario's are the job's posts
         if "migrated" in j:
             control.builder.marks.migrated_at[job.idx], control.builder.marks.migrations[job.idx] = j["migrated"]
@@ -252,7 +256,7 @@ def service_context(tmp_path: Path, loops: list[str], gated: tuple[str, ...] = (
     # job tells the simulator's tracker (benchmarks/sim/ends.py): the service's tracker reads it too.
     by_name = {f"{j['ns']}/{j['name']}": j for j in scenario}
     tracker = ConvergenceTracker(store, state, settings.convergence, clock=lambda: T0 + NOW,
-                                 planned_end=lambda key: declared("planned", PROFILES.apps[APP])[0]
+                                 planned_end=lambda key: declared("planned", PLANNED_STEPS)[0]
                                  if key in by_name else None)
     tracker.refresh_once()
     return make_context(state, tracker, actions if actions is not None else FakeActions(), LogRecorder(),

@@ -8,10 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks import data_paths
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.ends import EARLY_STOPPING, declared
 from benchmarks.sim.engine import Engine, EngineSettings
 from benchmarks.sim.generator import GeneratorSettings, calibrated_profiles, generate
+from benchmarks.sim.jobmodel import load_profiles
 from benchmarks.sim.policies import make_policy
 from benchmarks.sim.variants import build, mark_ends, prepare
 from benchmarks.sim.workload import JobSpec
@@ -84,10 +86,41 @@ def test_an_early_stopping_job_ends_where_its_rule_fires_on_the_curve_it_reporte
     reasons = {}
     for j in eng.jobs:  # what the core reads half way through each job's series
         half = np.asarray(j.series[: len(j.series) // 2])
-        max_steps, early_stopping = declared(j.spec.end_rule, app)
-        est = tracker.update(job_key(j), half[:, 1], half[:, 2], half[:, 0], higher_is_better=app.metric_increases,
+        steps = np.asarray(j.series_steps[: len(j.series) // 2])  # the step each point was posted at
+        max_steps, early_stopping = declared(j.spec.end_rule, j.planned_steps)
+        est = tracker.update(job_key(j), steps, half[:, 2], half[:, 0], higher_is_better=app.metric_increases,
                              signature=(len(half), float(half[-1, 0])), max_steps=max_steps,
                              early_stopping=early_stopping)
         assert est is not None and est.end is not None
         reasons[j.spec.end_rule] = est.end.reason
     assert reasons == {"early": EndReason.EARLY_STOPPING, "planned": EndReason.PLANNED_END, "none": EndReason.PLATEAU}
+
+
+@pytest.mark.parametrize(("app_name", "gpus", "batch"), [("deepspeech2", 12, 640), ("cifar10", 12, 4096)])
+def test_a_planned_end_posted_in_optimizer_steps_reads_the_true_remaining_time_early(
+        app_name: str, gpus: int, batch: int) -> None:
+    """A job's step counter advances one step per step time whatever its statistical progress per
+    step, and it declares its planned end in those steps, as a real script's max_steps is. On the
+    Pollux artifact's profiles, at a batch above the application's initial one (these are rows of
+    its workload 2), an epoch of progress takes fewer steps as the gradient noise grows: posted as
+    steps, those epochs made a planned end read 2-3.5 times the time left at a tenth of the run."""
+    profiles = load_profiles(data_paths.pollux_dir() / "traces")
+    app = profiles.apps[app_name]
+    spec = JobSpec("j0", 0.0, app_name, gpus, batch, end_rule="planned")
+    eng = Engine([spec], profiles, make_policy("fifo"), EngineSettings()).run()
+    [j] = eng.jobs
+    assert j.completion is not None and len(j.series) == app.max_epochs
+    assert j.series_steps == sorted(j.series_steps) and j.planned_steps == pytest.approx(j.series_steps[-1], abs=1.0)
+    k = len(j.series) // 10
+    pts = np.asarray(j.series[:k])
+    truth = j.completion - float(pts[-1, 0])
+
+    def left(steps: np.ndarray, max_steps: float) -> float:
+        est = ConvergenceTracker(CoreSettings().convergence).update(
+            job_key(j), steps, pts[:, 2], pts[:, 0], higher_is_better=app.metric_increases,
+            signature=(k, float(pts[-1, 0])), max_steps=max_steps)
+        assert est is not None and est.end is not None and est.end.reason == EndReason.PLANNED_END
+        return est.end.remaining_seconds
+
+    assert left(np.asarray(j.series_steps[:k]), j.planned_steps) == pytest.approx(truth, rel=0.05)
+    assert left(pts[:, 1], float(app.max_epochs)) > 2.0 * truth  # epochs of progress as steps: why
