@@ -142,10 +142,10 @@ class ElasticLoopSettings(LoopSettings):
     batch_gain: float = 0.05
     # A job is not rescaled again within this... With learned step times each job restarted about twice
     # at 300 s (Pollux workloads 1-2, seed 0, every job elastic), mostly the longest jobs again and
-    # again. An hour: the lowest avg JCT on those workloads among the cooldowns that keep flowsched
-    # lowest on the demo's four seeds, with the prior at the middle of the batch range (prior_at);
-    # 40 minutes before it (when 3600 s did not keep the demo); docs/elastic.md has the runs.
-    cooldown_s: float = 3600.0
+    # again. 70 minutes: issue 36's restarts (half of 2.34 a job at 2.0x) at the hour's avg JCT over
+    # the Pollux workloads 1-8 (+0.2 %; +0.9 % on 1-2), flowsched still lowest on the demo's four
+    # seeds; an hour before it, 40 minutes before that; docs/elastic.md has the runs.
+    cooldown_s: float = 4200.0
     # ...except that it may grow into GPUs free now (no other job gives any up) once it runs at its
     # latest plan's size. Jobs start at their asked size and their cooldown counts from that plan:
     # held, they left GPUs idle with nothing waiting. Growing into any GPU (others shrinking for
