@@ -114,9 +114,14 @@ def test_within_its_queue_a_job_predicted_to_end_soon_goes_first_if_the_evidence
 
     assert admitted(_ran_before("a/end", 100, planned=1000.0)) == ["a/end"]  # 100 s to its planned end
     assert admitted(_ran_before("a/end", 100, planned=90_000.0)) == ["a/first"]  # far from it
-    # No planned end: its time to the plateau counts only when the learnt interval is tight.
+    # No planned end: its time to the plateau counts only when the learnt interval weighs at least
+    # min_evidence (0.1: spanning up to about 500x).
     assert admitted(_ran_before("a/end", 100, remaining_s=100.0, low=90.0, high=110.0)) == ["a/end"]
-    assert admitted(_ran_before("a/end", 100, remaining_s=100.0, low=1.0, high=1000.0)) == ["a/first"]
+    assert admitted(_ran_before("a/end", 100, remaining_s=100.0, low=10.0, high=1000.0)) == ["a/end"]  # 91x
+    assert admitted(_ran_before("a/end", 100, remaining_s=100.0, low=0.0, high=10_000.0)) == ["a/first"]
+    strict = replace(S, admission=replace(S.admission, min_evidence=0.5))  # 2x at most
+    wide = _ran_before("a/end", 100, remaining_s=100.0, low=10.0, high=1000.0)
+    assert [a.job for a in plan_admission_for(world(first, wide, free=(4, 0)), strict).admits] == ["a/first"]
     plan = plan_admission_for(world(first, _ran_before("a/end", 100, planned=1000.0), free=(4, 0)), S)
     assert "predicted to end in 100s" in plan.admits[0].reason
 
