@@ -32,17 +32,13 @@ from benchmarks.run_pollux import FOLDERS
 from benchmarks.sim.ends import metric_noise, stop_epoch
 from benchmarks.sim.engine import Engine, EngineSettings, Policy, SimJob
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
+from benchmarks.sim.policies import pod_sizes
 from benchmarks.sim.report import measure
 from benchmarks.sim.tiresias import TiresiasPolicy
 from benchmarks.sim.variants import END_MIXES, END_TEXT, prepare
 from benchmarks.sim.workload import read_workload
 
 Placement = list[tuple[int, int]]
-
-
-def pods_of(gpus: int, per_node: int) -> list[int]:
-    """A gang's pods: whole nodes, then the rest (largest first)."""
-    return [per_node] * (gpus // per_node) + ([gpus % per_node] if gpus % per_node else [])
 
 
 def fit(pods: Sequence[int], avail: np.ndarray, free_now: np.ndarray) -> Placement | None:
@@ -93,7 +89,7 @@ class StrictSRPT:
     def _true_left_gpu_s(self, engine: Engine, job: SimJob) -> float:
         app = engine.profiles.apps[job.spec.app]
         table = job.table or engine.profiles.rate_table(
-            job.spec.app, pods_of(job.replicas, engine.cluster.settings.gpus_per_node), job.atomic, job.accum)
+            job.spec.app, pod_sizes(job.replicas, engine.cluster.settings.gpus_per_node), job.atomic, job.accum)
         if job.idx not in self._end:  # where its rule ends it, from the curve it will report
             noise = metric_noise(engine.settings.seed, job.idx, app.max_epochs)
             self._end[job.idx] = stop_epoch(app, job.spec.end_rule, (), 0, table.batch_size, noise,
@@ -125,7 +121,7 @@ class StrictSRPT:
                     avail[n] -= g
                 keep.add(job.idx)
                 continue
-            place = fit(pods_of(job.replicas, per_node), avail, engine.cluster.free)
+            place = fit(pod_sizes(job.replicas, per_node), avail, engine.cluster.free)
             if place is None:
                 continue  # a smaller later job may still fit
             for n, g in place:

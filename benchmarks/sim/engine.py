@@ -272,7 +272,7 @@ class Engine:
         """The planned end a job declares, in optimizer steps: what it ran and what its remaining
         epochs take at its batch now (a whole number, as a script's max_steps is)."""
         t = job.table
-        if t is not None and math.isfinite(t.step_s) and t.step_s > 0:
+        if t is not None:
             job.planned_steps = float(round(job.steps + t.steps_between(job.progress, float(t.progress_at[-1]))))
 
     def _emit_series(
@@ -288,7 +288,7 @@ class Engine:
             when = start + (float(table.cum_time[k]) - t0) / keep
             m = app.metric(table.batch_size, k - 1)
             job.series.append((when, k, m * (1.0 + noise * float(z[k - 1]))))
-            job.series_steps.append(job.steps + (float(table.cum_time[k]) - t0) / table.step_s)
+            job.series_steps.append(job.steps + table.steps_between(p0, float(table.progress_at[k])))
 
     def _noise(self, job: SimJob) -> FloatArray:
         z = self._metric_z.get(job.idx)

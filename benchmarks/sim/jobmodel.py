@@ -216,7 +216,7 @@ class RateTable:
     # Seconds of one optimizer step (its accumulated micro-batches and sync), interference-free: a
     # job's step counter advances at 1 / step_s whatever its progress per step (the gradient noise
     # makes an epoch of progress take more or fewer steps as training goes on).
-    step_s: float = math.nan
+    step_s: float
 
     @property
     def total(self) -> float:

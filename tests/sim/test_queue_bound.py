@@ -6,17 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.queue_bound import StrictSRPT, fit, main, pods_of
+from benchmarks.queue_bound import StrictSRPT, fit, main
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.engine import Engine, EngineSettings
 from benchmarks.sim.generator import calibrated_profiles
+from benchmarks.sim.policies import pod_sizes
 from benchmarks.sim.workload import JobSpec
 
 PROFILES = calibrated_profiles()
 
 
 def test_pods_fill_whole_nodes_first_and_fit_prefers_gpus_free_now() -> None:
-    assert pods_of(10, 4) == [4, 4, 2] and pods_of(3, 4) == [3]
+    assert pod_sizes(10, 4) == [4, 4, 2] and pod_sizes(3, 4) == [3]
     avail = np.array([4, 4, 2])
     free_now = np.array([0, 4, 2])  # node 0 is held by a job of lower priority
     assert fit([4], avail, free_now) == [(1, 4)]
