@@ -122,8 +122,10 @@ class ElasticLoopSettings(LoopSettings):
     horizon_to_end: bool = True
     min_evidence: float = 0.5
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase
-    # weights and las_power 0 below: smaller gains did not pay for the restarts they cost.
-    min_gain: float = 0.30
+    # weights and las_power 0 below: smaller gains did not pay for the restarts they cost. 0.5 with
+    # explore_factor 4 (below; 0.30 before): with the prior no longer trusted far beyond what a job
+    # measured, a job grows in steps, and each step must pay for its restart (docs/elastic.md).
+    min_gain: float = 0.5
     # ...but with GPUs free and no job waiting, a job that has held its size longer than cooldown_s
     # needs only min_gain x cooldown_s / that time, down to this (>= min_gain: off). There the
     # hysteresis guards nothing, and an ImageNet-like job of the demo's seed 2 held 5 GPUs of an
@@ -182,10 +184,12 @@ class ElasticLoopSettings(LoopSettings):
     # A job known only by its measured step times and the prior (no throughput table) is offered at
     # most this multiple of the largest size it has measured (or of its size now), as Pollux limits
     # a job to twice its largest allocation so far: the prior's near-linear speed-up is not trusted
-    # far beyond what was measured. 0 = off: off since the prior levels off as the profiles do
-    # (Pollux workloads 1-2, one seed, every job elastic, learned: 3711 / 6018 s and 2.86 / 1.82
-    # restarts a job at 1.0x / 2.0x with 2, 3462 / 5949 s and 1.83 / 1.76 off; 3521 s, 2.20 at 4).
-    explore_factor: float = 0.0
+    # far beyond what was measured (a YOLOv3 job went from 1 to 16 GPUs on the prior's 4.87x, the
+    # profile's 2.56x). 0 = off. Pollux workloads 1-2, 5 seeds, every job elastic, learned, avg JCT
+    # at 1.0x / 2.0x and restarts a job: off 2780 / 4648 s, 1.28 / 1.17; 4 2691 / 4645, 1.39 / 1.27;
+    # 4 with min_gain 0.5 2666 / 4616 s, 1.17 / 1.16 (2 / 3 / 6 / 8 and min_gain 0.4 / 0.6 in
+    # docs/elastic.md). Off before, when the prior still read the job's batch (2: 3711 / 6018 s).
+    explore_factor: float = 4.0
     # ...and per-GPU batches above this multiple of the largest it has measured (0 = off).
     explore_local_factor: float = 2.0
     # The prior's terms the measured step times cannot identify (sync, with two sizes measured) are

@@ -172,8 +172,8 @@ def test_on_an_idle_cluster_a_job_long_at_its_size_needs_less_gain_to_grow() -> 
     from scoring.world import JobState
 
     s = ElasticLoopSettings()
-    assert (s.min_gain, s.min_gain_idle, s.cooldown_s) == (0.30, 0.10, 4200.0)
-    s = replace(s, cooldown_s=3600.0)  # the figures below at an hour's cooldown
+    assert (s.min_gain, s.min_gain_idle, s.cooldown_s) == (0.5, 0.10, 4200.0)
+    s = replace(s, min_gain=0.30, cooldown_s=3600.0)  # the figures below at 30 % and an hour's cooldown
 
     def held(seconds: float, runtime: float = 1e9) -> JobState:
         return JobState(key="ns/a", namespace="ns", gpus_on={"n0": 5.0}, live_gpus=5, per_pod=1,

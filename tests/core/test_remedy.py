@@ -74,13 +74,13 @@ def test_an_input_bound_job_is_not_grown_and_the_plan_says_why() -> None:
 def test_a_communication_bound_job_is_not_grown_and_its_gpus_go_to_the_other_job() -> None:
     comm = job("ns/a", d=diag(Bottleneck.COMMUNICATION, where="network"))
     other = job("ns/b", gpus_on={"n1": 1.0})
-    capped = CoreSettings(elastic=ElasticLoopSettings(explore_factor=2.0))
+    capped = CoreSettings(elastic=ElasticLoopSettings(explore_factor=2.0, min_gain=0.30))
     plan = plan_elastic_for(world(comm, other, free=(1.0, 2.0)), capped)
     assert not grown(plan.actions, "ns/a")
     # ns/b has measured nothing: it grows to twice its size, as far as the prior is trusted
     # (elastic.explore_factor 2), into the GPUs ns/a is not given.
     assert any(a.job == "ns/b" and a.gpus == 2 for a in plan.actions)
-    undiagnosed = plan_elastic_for(world(replace(comm, diagnosis=None), other, free=(1.0, 2.0)), CoreSettings())
+    undiagnosed = plan_elastic_for(world(replace(comm, diagnosis=None), other, free=(1.0, 2.0)), capped)
     assert grown(undiagnosed.actions, "ns/a")  # the same world without the diagnosis: it is grown
 
 

@@ -28,10 +28,11 @@ from scoring.world import JobState, NodeState, PendingPod, Throughput, World
 
 # The elastic rules here are tested on jobs that report no throughput table, without the
 # exploration cap (elastic.explore_factor), which has its own test below, and with a near-linear
-# prior (no fixed compute, a 0.1 sync share), under which growing pays.
+# prior (no fixed compute, a 0.1 sync share) and the 30 % hysteresis they were written for, under
+# which growing pays.
 DEFAULTS = CoreSettings()
 S = replace(DEFAULTS, elastic=replace(DEFAULTS.elastic, explore_factor=0.0, compute_fraction=0.0, sync_fraction=0.1,
-                                      sync_per_gpu_fraction=0.0))
+                                      sync_per_gpu_fraction=0.0, min_gain=0.30))
 LABELS = {"frozen": {"flowsched.io/migrate": "false"}, "open": {"flowsched.io/migrate": "true"}}
 
 

@@ -45,8 +45,9 @@ def make(pods: list[dict[str, Any]], est: dict[str, Est] | None = None, nodes: i
         state.upsert_pod(parse_pod(p))
     state.mark_synced()
     actions, rec = FakeActions(), LogRecorder()
-    # Without the exploration cap unless a test asks (its own test: the lone job below).
-    cfg_ = ElasticConfig(**{"las_power": 0.0, "explore_factor": 0.0, **cfg})
+    # Without the exploration cap unless a test asks (its own test: the lone job below), at the 30 %
+    # hysteresis these scenarios were written for (the default prior's doubling gains less than 50 %).
+    cfg_ = ElasticConfig(**{"las_power": 0.0, "explore_factor": 0.0, "min_gain": 0.30, **cfg})
     ctx = make_context(state, FakeTracker(est or {}), actions, rec, settings=Settings(kube=False, elastic=cfg_))
     return Elastic(ctx, cfg_), actions, rec, state
 
@@ -218,7 +219,7 @@ def test_on_a_typed_cluster_the_plan_names_the_gpu_type_the_filter_then_keeps_th
     V100s only (a job never spans types), and its plan annotation names the type."""
     state = v100_and_k80("n0")
     actions = FakeActions()
-    cfg = ElasticConfig(las_power=0.0, explore_factor=0.0)
+    cfg = ElasticConfig(las_power=0.0, explore_factor=0.0, min_gain=0.30)
     ctx = make_context(state, FakeTracker({}), actions, LogRecorder(), settings=Settings(kube=False, elastic=cfg))
     el = Elastic(ctx, cfg)
     acts = plan_at(el, 1000.0)
