@@ -205,9 +205,8 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     (World.node_gpus; 0: one sync for every size)."""
     gs_known = tuple(sorted(job.step_samples))
     model = _fitted_prior(gs_known, tuple(job.step_batches.get(x, nominal) for x in gs_known),
-                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s),
-                          prior_reference_batch(job, s, nominal), s.fit_misfit,
-                          node_gpus if s.node_sync else 0, job.batch_local_max)
+                          tuple(job.step_samples[x] for x in gs_known), _prior_shape(s, node_gpus),
+                          prior_reference_batch(job, s, nominal), s.fit_misfit, job.batch_local_max)
     batches: tuple[int, ...] = (nominal,)
     if job.batch_range is not None and s.adapt_batch and job.noise is not None:
         batches = tuple(sorted({*_batch_grid(job.batch_range[0], job.batch_range[1], s.batch_points), nominal}))
@@ -239,23 +238,25 @@ def _prior_table(model: StepTimeModel, batches: tuple[int, ...], hi: int, local_
     return Throughput(b, step, realised)
 
 
-def _prior_shape(s: ElasticLoopSettings) -> tuple[float, float, float, float, float]:
+def _prior_shape(s: ElasticLoopSettings, node_gpus: int = 0) -> tuple[float, float, float, float, float, int]:
     """The prior's terms as shares of a 1-GPU step at the nominal batch: fixed compute, sync and
     sync per added GPU within a node, the same across nodes (the rest of the step is per-sample
-    compute)."""
-    if not s.node_sync:  # unused then: one key for every node share (the fit's cache)
-        return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction, 0.0, 0.0)
-    return (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction, s.node_sync_fraction,
-            s.node_sync_per_gpu_fraction)
+    compute), and the GPUs of one node beyond which the across-node terms apply. With node_sync
+    off, or no node size known, one sync line for every size: the across-node terms and the node
+    size are 0, so every cluster shares one key of the fit's cache. The one place that decides."""
+    within = (min(s.compute_fraction, 1.0), s.sync_fraction, s.sync_per_gpu_fraction)
+    if not s.node_sync or node_gpus <= 0:
+        return (*within, 0.0, 0.0, 0)
+    return (*within, s.node_sync_fraction, s.node_sync_per_gpu_fraction, node_gpus)
 
 
 @functools.lru_cache(maxsize=8192)
 def _fitted_prior(gpus: tuple[int, ...], batches: tuple[int, ...], step_s: tuple[float, ...],
-                  shape: tuple[float, float, float, float, float], nominal: int, misfit: float = math.inf,
-                  node_gpus: int = 0, local_max: int = 0) -> StepTimeModel:
+                  shape: tuple[float, float, float, float, float, int], nominal: int, misfit: float = math.inf,
+                  local_max: int = 0) -> StepTimeModel:
     """prior_throughput's model: pure in its arguments, so kept for the next round (and the next
-    loop's World) that asks with the same measurements."""
-    compute, sync, sync_per_gpu, node_sync, node_sync_per_gpu = shape
+    loop's World) that asks with the same measurements. shape: _prior_shape's."""
+    compute, sync, sync_per_gpu, node_sync, node_sync_per_gpu, node_gpus = shape
     mlb = local_max if local_max > 0 else 1 << 30
     prior = StepTimeModel(compute, (1.0 - compute) / nominal, sync, sync_per_gpu, mlb, node_gpus=node_gpus,
                           node_sync_s=node_sync, node_sync_per_gpu_s=node_sync_per_gpu)

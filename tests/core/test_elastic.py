@@ -343,7 +343,7 @@ def test_a_prior_the_measurements_contradict_is_shrunk_until_the_fit_holds() -> 
 
     s = ElasticLoopSettings()
     assert s.fit_misfit == 0.3
-    args = ((3, 12), (3200, 3200), (203.96, 50.31), (0.09, 0.08, 0.006, 0.0, 0.0), 3200)
+    args = ((3, 12), (3200, 3200), (203.96, 50.31), (0.09, 0.08, 0.006, 0.0, 0.0, 0), 3200)
     kept, shrunk = _fitted_prior(*args, math.inf), _fitted_prior(*args, s.fit_misfit)
     measured = np.array([203.96, 50.31])
     assert np.max(np.abs(kept.step_time([3, 12], [3200, 3200]) - measured) / measured) > 0.4
