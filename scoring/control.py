@@ -218,7 +218,26 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     local_limit = 0.0
     if s.explore_local_factor > 0 and gs_known and job.batch_local_max <= 0:
         local_limit = max(math.ceil(job.step_batches.get(x, nominal) / x) for x in gs_known) * s.explore_local_factor
-    return _prior_table(model, batches, hi, local_limit)
+    table = _prior_table(model, batches, hi, local_limit)
+    # A batch it ran at before, at a size it has measured, is read as measured there, not as the
+    # fit to the latest step says: fitted to the latest alone, a job whose batch changes live saw
+    # the batch it had just left as the better one, every round (measured_at_other_batches).
+    return measured_at_other_batches(table, job, hi)
+
+
+def measured_at_other_batches(table: Throughput, job: JobState, hi: int) -> Throughput:
+    """`table` with the step time at each (GPUs, batch) the job measured at a batch other than
+    its latest at that size (JobState.batch_samples) as measured; the table itself when none."""
+    col = {int(b): k for k, b in enumerate(table.batches.tolist())}
+    seen = [(g, col[b], t) for (g, b), t in job.batch_samples.items()
+            if g in job.step_samples and b != job.step_batches.get(g) and b in col and 0 < g <= hi]
+    if not seen:
+        return table
+    step = table.step_s.copy()
+    for g, k, t in seen:
+        step[g, k] = t
+    step.setflags(write=False)
+    return Throughput(table.batches, step, table.realised)
 
 
 @functools.lru_cache(maxsize=8192)

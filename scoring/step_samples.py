@@ -1,5 +1,5 @@
 """What an elastic job's step times are known to be: one measured step time per GPU count it has
-run at steadily, the latest one kept.
+run at steadily, the latest one kept, and (by_batch) the latest at each batch it ran at there.
 
 Both shells record through `record_step_sample` (extender/control/world_builder.py from the
 tracker's step rate of the job's reported progress, benchmarks/sim/world.py from the simulated
@@ -13,10 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+BATCHES_PER_SIZE = 4  # by_batch keeps the latest this many batches at each GPU count
+
 
 def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: int, settling: bool,
                        noise: float = 1.0, batches: dict[int, int] | None = None, batch: int = 0,
-                       gpu_type: str = "", types: dict[int, str] | None = None) -> None:
+                       gpu_type: str = "", types: dict[int, str] | None = None,
+                       by_batch: dict[tuple[int, int], float] | None = None) -> None:
     """Keep 1 / `step_rate` (steps/s measured now) as the step time at `held_gpus`, times `noise`
     (a measurement's error where a shell models one; 1 = exact), and in `batches` the global batch
     it ran at when known (> 0): a step at a larger batch takes longer, and a job whose batch changes
@@ -26,7 +29,12 @@ def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: i
     `gpu_type` (the one type the job's pods run on; "" unknown) with `types` (GPUs -> the type each
     sample was measured on): a sample on a type drops those measured on another. A job requeued
     onto another type measured 1 and 3 GPUs on V100s and 2 and 5 on K80s (7x slower), and the fit
-    through them said that more than 3 GPUs made it slower: it ran on 2 K80s for 30 days."""
+    through them said that more than 3 GPUs made it slower: it ran on 2 K80s for 30 days.
+
+    `by_batch` ((GPUs, batch) -> s/step): the latest step time at each batch the job ran at with
+    that many GPUs, at most BATCHES_PER_SIZE of them (the latest): a job whose batch changes live
+    at one size measures each batch there, and a fit to the latest alone made the batch it had
+    just left look better each time (a yolov3 job flipped 128 <-> 223 every round for 23 minutes)."""
     if settling or held_gpus <= 0 or not (math.isfinite(step_rate) and step_rate > 0):
         return
     if types is not None:
@@ -36,10 +44,23 @@ def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: i
                 samples.pop(g, None)
                 if batches is not None:
                     batches.pop(g, None)
+                if by_batch is not None:
+                    for k in [k for k in by_batch if k[0] == g]:
+                        by_batch.pop(k)
             types[held_gpus] = gpu_type
         else:
             types.pop(held_gpus, None)
     samples[held_gpus] = noise / step_rate
+    if by_batch is not None:
+        if batch > 0:
+            by_batch.pop((held_gpus, batch), None)  # re-inserted: the latest last
+            by_batch[(held_gpus, batch)] = noise / step_rate
+            here = [k for k in by_batch if k[0] == held_gpus]
+            for k in here[: max(0, len(here) - BATCHES_PER_SIZE)]:
+                by_batch.pop(k)
+        else:
+            for k in [k for k in by_batch if k[0] == held_gpus]:
+                by_batch.pop(k)
     if batches is not None:
         if batch > 0:
             batches[held_gpus] = batch

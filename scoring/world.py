@@ -78,6 +78,9 @@ class JobState:
     step_samples: Mapping[int, float] = field(default_factory=dict)  # GPUs -> measured seconds per step
     # GPUs -> the global batch its step_samples entry was measured at; a GPU count not here: batch_size.
     step_batches: Mapping[int, int] = field(default_factory=dict)
+    # (GPUs, batch) -> seconds per step, the latest at each batch it ran at with that many GPUs
+    # (scoring.step_samples.record_step_sample's by_batch); the fit reads them beside step_samples.
+    batch_samples: Mapping[tuple[int, int], float] = field(default_factory=dict)
     gated_pods: tuple[float, ...] = ()  # GPUs of each live pod still behind flowsched's scheduling gate
     # How a rescaled job's GPUs split into pods: 0 = pods of per_pod GPUs each (a PyTorchJob's
     # workers); k > 0 = one pod per node of up to k GPUs (the simulator's kube-scheduler model).

@@ -127,6 +127,7 @@ class SimWorldBuilder:
     _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
     _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
     _sample_types: dict[int, dict[int, str]] = field(default_factory=dict)  # job idx -> GPUs -> type measured on
+    _by_batch: dict[int, dict[tuple[int, int], float]] = field(default_factory=dict)  # idx -> (GPUs, batch) -> s/step
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
     _kept: dict[int, tuple[tuple[Hashable, ...], JobState]] = field(default_factory=dict)  # world_keep.py
     _kept_at: float = math.nan
@@ -152,7 +153,8 @@ class SimWorldBuilder:
         record_step_sample(samples, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus,
                            settling=not steady, noise=err, batches=batches, batch=int(job.batch_size),
                            gpu_type=self.types.running_type(engine, job) or "",
-                           types=self._sample_types.setdefault(job.idx, {}))
+                           types=self._sample_types.setdefault(job.idx, {}),
+                           by_batch=self._by_batch.setdefault(job.idx, {}))
         return samples, batches
 
     def _error(self, seed: int, job: SimJob) -> float:
@@ -298,6 +300,7 @@ class SimWorldBuilder:
             planned_gpus=j.replicas if j.idx in m.scaled_at else 0,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
             step_samples=dict(samples), step_batches=dict(sample_batches),
+            batch_samples=dict(self._by_batch.get(j.idx, {})),
             batch_live=changes_batch_live(j),
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
             if gated else (),

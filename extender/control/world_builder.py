@@ -65,6 +65,8 @@ class WorldBuilder:
     step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
     step_batches: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> GPUs -> batch measured at
     step_types: dict[str, dict[int, str]] = field(default_factory=dict)  # job -> GPUs -> type measured on
+    # job -> (GPUs, batch) -> s/step, the latest at each batch it ran at with that many GPUs
+    batch_samples: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
     # GPU types (scoring/gpu_types.py): a node's type from its gpu.product (label, else DRA
     # productName); with types on and more than one type, the World has them (as the simulator's)
     # and each job's step time per type and GPU count is kept from its step rate on the one type
@@ -127,7 +129,8 @@ class WorldBuilder:
             record_step_sample(self.step_samples.setdefault(key, {}),
                                est.step_rate if est is not None else math.nan, held, settling,
                                batches=self.step_batches.setdefault(key, {}), batch=report.batch_size,
-                               gpu_type=gpu_type, types=self.step_types.setdefault(key, {}))
+                               gpu_type=gpu_type, types=self.step_types.setdefault(key, {}),
+                               by_batch=self.batch_samples.setdefault(key, {}))
         measured: dict[str, float] = {}
         if node_type:
             record_type_sample(self.type_samples.setdefault(key, {}), gpu_type,
@@ -155,6 +158,7 @@ class WorldBuilder:
             planned_steps=report.planned_steps, batch_live=report.batch_live, batch_local_max=report.batch_local_max,
             step_samples=dict(self.step_samples.get(key, {})),
             step_batches=dict(self.step_batches.get(key, {})),
+            batch_samples=dict(self.batch_samples.get(key, {})),
             # A gang with a pod whose claim is not seen yet is not offered: its GPUs are unknown.
             gated_pods=() if any(p.claims_unseen for p in ps) else
             tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),

@@ -20,7 +20,8 @@ from scoring.elastic import (
     plan_elastic,
     rate_table,
 )
-from scoring.settings import ElasticLoopSettings
+from scoring.settings import CoreSettings, ElasticLoopSettings
+from scoring.world import JobState, World
 
 # These tests are about the DP, not the service's damping: a light restart penalty and
 # hysteresis, and FlowCon's phase weights for the weighting test (the service's are neutral).
@@ -535,3 +536,52 @@ def test_the_world_knows_the_gpus_of_its_largest_node() -> None:
 
     assert World(0.0, (NodeState("a", 4.0, 0.0), NodeState("b", 8.0, 2.0)), (), ()).node_gpus == 8
     assert World(0.0, (), (), ()).node_gpus == 0
+
+
+def test_a_step_sample_keeps_each_batch_measured_at_a_size() -> None:
+    from scoring.step_samples import BATCHES_PER_SIZE, record_step_sample
+
+    samples: dict[int, float] = {}
+    batches: dict[int, int] = {}
+    by: dict[tuple[int, int], float] = {}
+    record_step_sample(samples, 1.0, 16, False, batches=batches, batch=128, by_batch=by)
+    record_step_sample(samples, 0.5, 16, False, batches=batches, batch=223, by_batch=by)
+    assert samples == {16: 2.0} and batches == {16: 223}  # the latest, as before
+    assert by == {(16, 128): 1.0, (16, 223): 2.0}  # ... and the batch it left, still known
+    record_step_sample(samples, 1.0, 16, True, batches=batches, batch=512, by_batch=by)  # mid-change: nothing
+    assert by == {(16, 128): 1.0, (16, 223): 2.0}
+    for b in (300, 400, 500, 128):  # the latest BATCHES_PER_SIZE batches at a size are kept
+        record_step_sample(samples, 1.0, 16, False, batches=batches, batch=b, by_batch=by)
+    assert list(by) == [(16, 300), (16, 400), (16, 500), (16, 128)] and len(by) == BATCHES_PER_SIZE
+    record_step_sample(samples, 1.0, 16, False, batches=batches, batch=0, by_batch=by)  # batch unknown now
+    assert by == {}
+    types: dict[int, str] = {}
+    record_step_sample(samples, 1.0, 4, False, batches=batches, batch=64, gpu_type="v100", types=types, by_batch=by)
+    record_step_sample(samples, 1.0, 2, False, batches=batches, batch=64, gpu_type="k80", types=types, by_batch=by)
+    assert by == {(2, 64): 1.0}  # another type: the old type's samples go, by batch too
+
+
+def test_a_job_that_changes_its_batch_live_does_not_flip_between_two_batches() -> None:
+    """Pollux workload 1, 1.0x, seed 0, every job elastic (main 41a91c9): a yolov3 job at 16 GPUs
+    measured 1.108 s a step at batch 128 and 1.700 s at 223, and its 1-GPU step at batch 8. Fitted
+    to the latest step alone, at 128 the plan moved it to 223 and at 223 back to 128, every round
+    for 23 minutes (each a FlowschedScaled Event). With both batches' step times in the fit,
+    neither state moves it."""
+    from scoring.control import plan_elastic_for
+    from scoring.world import NodeState
+
+    def plan(batch: int, noise: GradientNoise, latest: float, both: bool) -> list[tuple[int, int]]:
+        extra = {(1, 8): 0.33957, (16, 128): 1.10768, (16, 223): 1.70012} if both else {}
+        j = JobState(key="a/yolov3", namespace="a", gpus_on={f"n{i}": 4.0 for i in range(4)}, live_gpus=16,
+                     per_pod=1, checkpointable=True, elastic=(1, 64), running=True, settling=False,
+                     runtime_s=600.0, attained_gpu_s=9600.0, estimate=None, batch_size=batch,
+                     batch_range=(8, 512), noise=noise, step_samples={1: 0.33957, 16: latest},
+                     step_batches={1: 8, 16: batch}, batch_samples=extra, batch_live=True, batch_local_max=8,
+                     since_scaled_s=300.0, planned_gpus=16)
+        w = World(0.0, tuple(NodeState(f"n{i}", 4, 4.0) for i in range(4)), (j,), (), {})
+        return [(a.gpus, a.batch_size) for a in plan_elastic_for(w, CoreSettings()).actions]
+
+    at128 = (128, GradientNoise(1531.28, 33955.76, 8), 1.10768)
+    at223 = (223, GradientNoise(1626.07, 37090.80, 8), 1.70012)
+    assert plan(*at128, both=False) == [(16, 223)] and plan(*at223, both=False) == [(16, 128)]  # the flip
+    assert plan(*at128, both=True) == [] and plan(*at223, both=True) == []

@@ -314,6 +314,7 @@ def post_reports(ctx: Any, world: World) -> None:
 def reports(world: World) -> list[tuple[Any, ...]]:
     return [(j.key, j.batch_size, j.batch_range, j.planned_steps, j.batch_live, j.batch_local_max, dict(j.step_batches),
              {g: float(f"{t:.7g}") for g, t in j.step_samples.items()},  # the store keeps times to ~1e-7 s
+             {k: float(f"{t:.7g}") for k, t in j.batch_samples.items()},
              None if j.noise is None else (j.noise.base_batch, float(f"{j.noise.grad_sqr:.9g}"),
                                            float(f"{j.noise.grad_var:.9g}")))
             for j in world.jobs]
