@@ -73,6 +73,11 @@ class WorldBuilder:
     # its pods run on.
     gpu_types: GpuTypeSettings = field(default_factory=GpuTypeSettings)
     type_samples: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)  # job -> type -> GPUs -> s/step
+    # A job with no live pod for this long is gone (its pods Succeeded, Failed or deleted): what was
+    # measured of it is dropped, so a service that runs for months keeps only the jobs it sees. An
+    # evicted or rescaled job's new pods come within seconds and find their samples kept.
+    forget_after_s: float = 3600.0
+    last_seen: dict[str, float] = field(default_factory=dict)  # job -> when it last had a live pod
 
     def build(self, pods: tuple[PodInfo, ...], nodes: tuple[NodeInfo, ...], marks: Mapping[str, MigrationMark],
               now: float) -> World:
@@ -92,6 +97,7 @@ class WorldBuilder:
                 pending.append((-p.priority, created if math.isfinite(created) else 0.0,
                                 PendingPod(p.key, p.job, p.requests.gpus, now - created)))
         pending.sort(key=lambda x: (x[0], x[1]))
+        self._forget_gone(by_job, now)
         estimates = self.estimates.snapshot()
         reports = self.job_reports() if self.job_reports is not None else {}
         node_type = {n.name: gpu_type_of(n.gpu_product) for n in nodes}
@@ -104,6 +110,15 @@ class WorldBuilder:
         labels = self.namespace_labels()
         world = World(now, node_states, jobs, tuple(p for *_, p in pending), labels)
         return with_diagnoses(world, self.diagnoses()) if self.diagnoses is not None else world
+
+    def _forget_gone(self, live: Mapping[str, object], now: float) -> None:
+        for key in live:
+            self.last_seen[key] = now
+        for key in [k for k, t in self.last_seen.items() if now - t > self.forget_after_s]:
+            del self.last_seen[key]
+            for per_job in (self.step_samples, self.step_batches, self.step_types, self.batch_samples,
+                            self.type_samples):
+                per_job.pop(key, None)
 
     def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
              est: ConvergenceEstimate | None, report: JobReport | None, now: float,
