@@ -565,8 +565,8 @@ def test_a_job_that_changes_its_batch_live_does_not_flip_between_two_batches() -
     """Pollux workload 1, 1.0x, seed 0, every job elastic (main 41a91c9): a yolov3 job at 16 GPUs
     measured 1.108 s a step at batch 128 and 1.700 s at 223, and its 1-GPU step at batch 8. Fitted
     to the latest step alone, at 128 the plan moved it to 223 and at 223 back to 128, every round
-    for 23 minutes (each a FlowschedScaled Event). With both batches' step times in the fit,
-    neither state moves it."""
+    for 23 minutes (each a FlowschedScaled Event). With both batches' step times kept (a batch
+    measured at the job's size read as measured), neither state moves it."""
     from scoring.control import plan_elastic_for
     from scoring.world import NodeState
 
