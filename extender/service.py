@@ -228,8 +228,8 @@ def build_service(settings: Settings) -> Service:
     )
     control = build_controllers(settings, state, tracker, api_client, metrics.registry, reports=reports,
                                 diagnoses=diagnoser.snapshot if diagnoser is not None else None)
-    if control is not None and control.world is not None:  # one memory of per-type step times
-        control.world.type_samples = types.builder.type_samples
+    if control is not None and control.world is not None:  # one memory of each job's step times
+        control.world.measured = types.builder.measured
     control_router = build_control_router(lambda: holder["svc"].control)
     webhook = build_webhook_router(settings.admission.gate, settings.webhook_schedulers)
     app = build_app(settings, state, metrics, status=lambda: holder["svc"].status(),

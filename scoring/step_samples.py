@@ -12,68 +12,79 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 BATCHES_PER_SIZE = 4  # by_batch keeps the latest this many batches at each GPU count
 
 
-def record_step_sample(samples: dict[int, float], step_rate: float, held_gpus: int, settling: bool,
-                       noise: float = 1.0, batches: dict[int, int] | None = None, batch: int = 0,
-                       gpu_type: str = "", types: dict[int, str] | None = None,
-                       by_batch: dict[tuple[int, int], float] | None = None) -> None:
+@dataclass
+class MeasuredSteps:
+    """What one elastic job's step times were measured to be, kept by a shell from round to round
+    (extender/control/world_builder.py per job key, benchmarks/sim/world.py per job) and forgotten
+    with the job in one piece. JobState carries copies of the first three (step_samples,
+    step_batches, batch_samples)."""
+
+    samples: dict[int, float] = field(default_factory=dict)  # GPUs -> s/step, the latest
+    batches: dict[int, int] = field(default_factory=dict)  # GPUs -> the global batch `samples` was measured at
+    by_batch: dict[tuple[int, int], float] = field(default_factory=dict)  # (GPUs, batch) -> s/step
+    types: dict[int, str] = field(default_factory=dict)  # GPUs -> the GPU type `samples` was measured on
+    by_type: dict[str, dict[int, float]] = field(default_factory=dict)  # type -> GPUs -> s/step (record_type_sample)
+
+    def drop_size(self, gpus: int) -> None:
+        """Forget what was measured at `gpus` (samples, its batch, its type, every batch there)."""
+        self.samples.pop(gpus, None)
+        self.batches.pop(gpus, None)
+        self.types.pop(gpus, None)
+        for k in [k for k in self.by_batch if k[0] == gpus]:
+            self.by_batch.pop(k)
+
+
+def record_step_sample(m: MeasuredSteps, step_rate: float, held_gpus: int, settling: bool, noise: float = 1.0,
+                       batch: int = 0, gpu_type: str = "") -> None:
     """Keep 1 / `step_rate` (steps/s measured now) as the step time at `held_gpus`, times `noise`
-    (a measurement's error where a shell models one; 1 = exact), and in `batches` the global batch
-    it ran at when known (> 0): a step at a larger batch takes longer, and a job whose batch changes
-    live would otherwise have its step times compared across batches. Nothing is kept while the
-    job is mid-change (a pod starting or terminating), holds no GPU, or has no measurable rate.
+    (a measurement's error where a shell models one; 1 = exact), and the global batch it ran at
+    when known (> 0): a step at a larger batch takes longer, and a job whose batch changes live
+    would otherwise have its step times compared across batches. Nothing is kept while the job is
+    mid-change (a pod starting or terminating), holds no GPU, or has no measurable rate.
 
-    `gpu_type` (the one type the job's pods run on; "" unknown) with `types` (GPUs -> the type each
-    sample was measured on): a sample on a type drops those measured on another. A job requeued
-    onto another type measured 1 and 3 GPUs on V100s and 2 and 5 on K80s (7x slower), and the fit
-    through them said that more than 3 GPUs made it slower: it ran on 2 K80s for 30 days.
+    `gpu_type` (the one type the job's pods run on; "" unknown): a sample on a type drops those
+    measured on another. A job requeued onto another type measured 1 and 3 GPUs on V100s and 2
+    and 5 on K80s (7x slower), and the fit through them said that more than 3 GPUs made it
+    slower: it ran on 2 K80s for 30 days.
 
-    `by_batch` ((GPUs, batch) -> s/step): the latest step time at each batch the job ran at with
-    that many GPUs, at most BATCHES_PER_SIZE of them (the latest): a job whose batch changes live
-    at one size measures each batch there, and a fit to the latest alone made the batch it had
-    just left look better each time (a yolov3 job flipped 128 <-> 223 every round for 23 minutes)."""
+    `by_batch`: the latest step time at each batch the job ran at with that many GPUs, at most
+    BATCHES_PER_SIZE of them (the latest): a job whose batch changes live at one size measures
+    each batch there, and a fit to the latest alone made the batch it had just left look better
+    each time (a yolov3 job flipped 128 <-> 223 every round for 23 minutes)."""
     if settling or held_gpus <= 0 or not (math.isfinite(step_rate) and step_rate > 0):
         return
-    if types is not None:
-        if gpu_type:
-            for g in [g for g, t in types.items() if t != gpu_type]:
-                types.pop(g)
-                samples.pop(g, None)
-                if batches is not None:
-                    batches.pop(g, None)
-                if by_batch is not None:
-                    for k in [k for k in by_batch if k[0] == g]:
-                        by_batch.pop(k)
-            types[held_gpus] = gpu_type
-        else:
-            types.pop(held_gpus, None)
-    samples[held_gpus] = noise / step_rate
-    if by_batch is not None:
-        if batch > 0:
-            by_batch.pop((held_gpus, batch), None)  # re-inserted: the latest last
-            by_batch[(held_gpus, batch)] = noise / step_rate
-            here = [k for k in by_batch if k[0] == held_gpus]
-            for k in here[: max(0, len(here) - BATCHES_PER_SIZE)]:
-                by_batch.pop(k)
-        else:
-            for k in [k for k in by_batch if k[0] == held_gpus]:
-                by_batch.pop(k)
-    if batches is not None:
-        if batch > 0:
-            batches[held_gpus] = batch
-        else:
-            batches.pop(held_gpus, None)
+    if gpu_type:
+        for g in [g for g, t in m.types.items() if t != gpu_type]:
+            m.drop_size(g)
+        m.types[held_gpus] = gpu_type
+    else:
+        m.types.pop(held_gpus, None)
+    step_s = noise / step_rate
+    m.samples[held_gpus] = step_s
+    if batch > 0:
+        m.batches[held_gpus] = batch
+        m.by_batch.pop((held_gpus, batch), None)  # re-inserted: the latest last
+        m.by_batch[(held_gpus, batch)] = step_s
+        here = [k for k in m.by_batch if k[0] == held_gpus]
+        for k in here[: max(0, len(here) - BATCHES_PER_SIZE)]:
+            m.by_batch.pop(k)
+    else:
+        m.batches.pop(held_gpus, None)
+        for k in [k for k in m.by_batch if k[0] == held_gpus]:
+            m.by_batch.pop(k)
 
 
-def record_type_sample(samples: dict[str, dict[int, float]], gpu_type: str, step_rate: float, held_gpus: int,
-                       settling: bool) -> None:
-    """As record_step_sample, kept per GPU type: the job's step time at `held_gpus` on the one type
-    its pods run on ("" when they span types or the node's type is unknown: nothing is kept)."""
+def record_type_sample(m: MeasuredSteps, gpu_type: str, step_rate: float, held_gpus: int, settling: bool) -> None:
+    """As record_step_sample, kept per GPU type in `by_type` (a typed World): the job's step time at
+    `held_gpus` on the one type its pods run on ("" when they span types or the node's type is
+    unknown: nothing is kept)."""
     if gpu_type and not settling and held_gpus > 0 and math.isfinite(step_rate) and step_rate > 0:
-        record_step_sample(samples.setdefault(gpu_type, {}), step_rate, held_gpus, settling)
+        m.by_type.setdefault(gpu_type, {})[held_gpus] = 1.0 / step_rate
 
 
 def type_speeds(samples: Mapping[str, Mapping[int, float]]) -> dict[str, float]:

@@ -48,7 +48,7 @@ from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
 from scoring.remedy import with_diagnoses
 from scoring.settings import CoreSettings
-from scoring.step_samples import record_step_sample
+from scoring.step_samples import MeasuredSteps, record_step_sample
 from scoring.tracker import ConvergenceTracker
 from scoring.workload import WorkloadClass
 from scoring.world import IdlePod, JobState, NodeState, PendingPod, Throughput, World
@@ -124,10 +124,7 @@ class SimWorldBuilder:
     measure_after_s: float = 60.0  # a job reports a steady step time this long after its restart
     _tables: dict[tuple[str, int, tuple[int, ...]], Throughput] = field(default_factory=dict)
     types: TypeBook = field(default_factory=TypeBook)  # GPU types (none on an untyped cluster)
-    _samples: dict[int, dict[int, float]] = field(default_factory=dict)  # job idx -> GPUs -> s/step
-    _batches: dict[int, dict[int, int]] = field(default_factory=dict)  # job idx -> GPUs -> batch measured at
-    _sample_types: dict[int, dict[int, str]] = field(default_factory=dict)  # job idx -> GPUs -> type measured on
-    _by_batch: dict[int, dict[tuple[int, int], float]] = field(default_factory=dict)  # idx -> (GPUs, batch) -> s/step
+    _measured: dict[int, MeasuredSteps] = field(default_factory=dict)  # job idx -> its step times (learned mode)
     _errors: dict[tuple[int, int, int], float] = field(default_factory=dict)  # (job idx, GPUs, batch) -> error
     _kept: dict[int, tuple[tuple[Hashable, ...], JobState]] = field(default_factory=dict)  # world_keep.py
     _kept_at: float = math.nan
@@ -139,23 +136,18 @@ class SimWorldBuilder:
         if not (math.isfinite(self.step_noise) and self.step_noise >= 0):
             raise ValueError(f"step_noise must be a finite number >= 0, got {self.step_noise!r}")
 
-    def step_samples(self, engine: Engine, job: SimJob) -> tuple[dict[int, float], dict[int, int]]:
-        """The job's measured seconds per step by GPU count and the batch each was measured at
-        (learned mode), this round's added."""
-        samples = self._samples.setdefault(job.idx, {})
-        batches = self._batches.setdefault(job.idx, {})
-        now = engine.now
-        steady = bool(job.placement) and now >= job.restart_until + self.measure_after_s
+    def step_samples(self, engine: Engine, job: SimJob) -> MeasuredSteps:
+        """The job's measured seconds per step by GPU count and batch (learned mode), this round's
+        added."""
+        m = self._measured.setdefault(job.idx, MeasuredSteps())
+        steady = bool(job.placement) and engine.now >= job.restart_until + self.measure_after_s
         true_s = true_step_s(engine.profiles.apps[job.spec.app], job) if steady else math.nan
         err = 1.0
         if self.step_noise > 0 and math.isfinite(true_s):
             err = self._error(engine.settings.seed, job)
-        record_step_sample(samples, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus,
-                           settling=not steady, noise=err, batches=batches, batch=int(job.batch_size),
-                           gpu_type=self.types.running_type(engine, job) or "",
-                           types=self._sample_types.setdefault(job.idx, {}),
-                           by_batch=self._by_batch.setdefault(job.idx, {}))
-        return samples, batches
+        record_step_sample(m, 1.0 / true_s if math.isfinite(true_s) else math.nan, job.gpus, settling=not steady,
+                           noise=err, batch=int(job.batch_size), gpu_type=self.types.running_type(engine, job) or "")
+        return m
 
     def _error(self, seed: int, job: SimJob) -> float:
         """The measurement's error at the job's size and batch now: drawn once per configuration
@@ -269,8 +261,7 @@ class SimWorldBuilder:
         noise = None
         batch_range = None
         throughput = None
-        samples: dict[int, float] = {}
-        sample_batches: dict[int, int] = {}
+        steps = MeasuredSteps()
         if elastic is not None:
             sqr, var = self._grad_stats(app, s.app, j.batch_size, epoch_of(app, j.progress))
             noise = GradientNoise(sqr, var, int(app.init_batch_size))
@@ -278,7 +269,7 @@ class SimWorldBuilder:
             if self.throughput_mode == "oracle":
                 throughput = self.throughput(engine, j, elastic[1])
             else:
-                samples, sample_batches = self.step_samples(engine, j)
+                steps = self.step_samples(engine, j)
         before = m.attained.get(j.idx, 0.0)
         since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
         gated = j.idx in engine.gated
@@ -299,8 +290,7 @@ class SimWorldBuilder:
             # The engine carries a plan out at once: the job's replicas are its latest plan's GPUs.
             planned_gpus=j.replicas if j.idx in m.scaled_at else 0,
             batch_size=int(j.batch_size), batch_range=batch_range, noise=noise, throughput=throughput,
-            step_samples=dict(samples), step_batches=dict(sample_batches),
-            batch_samples=dict(self._by_batch.get(j.idx, {})),
+            step_samples=dict(steps.samples), step_batches=dict(steps.batches), batch_samples=dict(steps.by_batch),
             batch_live=changes_batch_live(j),
             gated_pods=tuple(float(g) for g in pod_sizes(j.replicas, engine.cluster.settings.gpus_per_node))
             if gated else (),

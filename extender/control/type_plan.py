@@ -100,7 +100,8 @@ class TypePlanSource:
         if not plan.typed:
             return None
         jt = plan.jobs.get(key)
-        samples = self.builder.type_samples.get(key, {})
+        m = self.builder.measured.get(key)
+        samples = m.by_type if m is not None else {}
         out: dict[str, Any] = {
             "step_s": {t: {str(g): round(s, 6) for g, s in sorted(by.items())}
                        for t, by in sorted(samples.items()) if by},

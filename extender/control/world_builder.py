@@ -29,7 +29,7 @@ from scoring.bottleneck import Diagnosis
 from scoring.convergence import ConvergenceEstimate
 from scoring.gpu_types import GpuTypeSettings, cluster_types, gpu_type_of, typed
 from scoring.remedy import with_diagnoses
-from scoring.step_samples import record_step_sample, record_type_sample, type_speeds
+from scoring.step_samples import MeasuredSteps, record_step_sample, record_type_sample, type_speeds
 from scoring.workload import workload_class
 from scoring.world import JobState, NodeState, PendingPod, World
 
@@ -62,17 +62,13 @@ class WorldBuilder:
     job_reports: JobReports | None = None
     gate: str = "flowsched.io/admission"  # pods behind this scheduling gate wait for the admission loop
     diagnoses: Callable[[], Mapping[str, Diagnosis]] | None = None  # per-job bottleneck (extender/bottleneck_loop)
-    step_samples: dict[str, dict[int, float]] = field(default_factory=dict)  # job -> GPUs -> s/step
-    step_batches: dict[str, dict[int, int]] = field(default_factory=dict)  # job -> GPUs -> batch measured at
-    step_types: dict[str, dict[int, str]] = field(default_factory=dict)  # job -> GPUs -> type measured on
-    # job -> (GPUs, batch) -> s/step, the latest at each batch it ran at with that many GPUs
-    batch_samples: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
     # GPU types (scoring/gpu_types.py): a node's type from its gpu.product (label, else DRA
     # productName); with types on and more than one type, the World has them (as the simulator's)
     # and each job's step time per type and GPU count is kept from its step rate on the one type
     # its pods run on.
     gpu_types: GpuTypeSettings = field(default_factory=GpuTypeSettings)
-    type_samples: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)  # job -> type -> GPUs -> s/step
+    # job -> its step times measured so far (by GPU count, batch and type: scoring.step_samples)
+    measured: dict[str, MeasuredSteps] = field(default_factory=dict)
     # A job with no live pod for this long is gone (its pods Succeeded, Failed or deleted): what was
     # measured of it is dropped, so a service that runs for months keeps only the jobs it sees. An
     # evicted or rescaled job's new pods come within seconds and find their samples kept.
@@ -116,9 +112,7 @@ class WorldBuilder:
             self.last_seen[key] = now
         for key in [k for k, t in self.last_seen.items() if now - t > self.forget_after_s]:
             del self.last_seen[key]
-            for per_job in (self.step_samples, self.step_batches, self.step_types, self.batch_samples,
-                            self.type_samples):
-                per_job.pop(key, None)
+            self.measured.pop(key, None)
 
     def _job(self, key: str, ps: list[PodInfo], nodes: set[str], mark: MigrationMark | None,
              est: ConvergenceEstimate | None, report: JobReport | None, now: float,
@@ -140,17 +134,14 @@ class WorldBuilder:
         report = report or JobReport()
         kinds = {node_type.get(n, "") for n in gpus_on} if node_type else set()
         gpu_type = kinds.pop() if len(kinds) == 1 else ""  # the one type its pods run on
+        rate = est.step_rate if est is not None else math.nan
+        steps = self.measured.setdefault(key, MeasuredSteps())
         if elastic is not None:
-            record_step_sample(self.step_samples.setdefault(key, {}),
-                               est.step_rate if est is not None else math.nan, held, settling,
-                               batches=self.step_batches.setdefault(key, {}), batch=report.batch_size,
-                               gpu_type=gpu_type, types=self.step_types.setdefault(key, {}),
-                               by_batch=self.batch_samples.setdefault(key, {}))
+            record_step_sample(steps, rate, held, settling, batch=report.batch_size, gpu_type=gpu_type)
         measured: dict[str, float] = {}
         if node_type:
-            record_type_sample(self.type_samples.setdefault(key, {}), gpu_type,
-                               est.step_rate if est is not None else math.nan, held, settling)
-            measured = type_speeds(self.type_samples[key])
+            record_type_sample(steps, gpu_type, rate, held, settling)
+            measured = type_speeds(steps.by_type)
         # Since its size last changed: a plan that changed only a live job's batch restarts nothing.
         plan_at = [p.elastic_resized_at for p in ps if p.elastic_resized_at is not None]
         return JobState(
@@ -171,9 +162,7 @@ class WorldBuilder:
             planned_gpus=planned_gpus(ps),
             batch_size=report.batch_size, batch_range=report.batch_range, noise=report.noise,
             planned_steps=report.planned_steps, batch_live=report.batch_live, batch_local_max=report.batch_local_max,
-            step_samples=dict(self.step_samples.get(key, {})),
-            step_batches=dict(self.step_batches.get(key, {})),
-            batch_samples=dict(self.batch_samples.get(key, {})),
+            step_samples=dict(steps.samples), step_batches=dict(steps.batches), batch_samples=dict(steps.by_batch),
             # A gang with a pod whose claim is not seen yet is not offered: its GPUs are unknown.
             gated_pods=() if any(p.claims_unseen for p in ps) else
             tuple(p.requests.gpus for p in ps if self.gate in p.scheduling_gates and not p.terminating),

@@ -358,41 +358,39 @@ def test_a_prior_the_measurements_contradict_is_shrunk_until_the_fit_holds() -> 
 
 
 def test_a_step_sample_keeps_the_batch_it_was_measured_at() -> None:
-    from scoring.step_samples import record_step_sample
+    from scoring.step_samples import MeasuredSteps, record_step_sample
 
-    samples: dict[int, float] = {}
-    batches: dict[int, int] = {}
-    record_step_sample(samples, 2.0, 4, settling=False, batches=batches, batch=256)
-    record_step_sample(samples, 1.0, 8, settling=True, batches=batches, batch=256)  # mid-change: nothing
-    record_step_sample(samples, float("nan"), 2, settling=False, batches=batches, batch=256)
-    assert samples == {4: 0.5} and batches == {4: 256}
-    record_step_sample(samples, 4.0, 4, settling=False, batches=batches, batch=0)  # batch unknown now
-    assert samples == {4: 0.25} and batches == {}
+    m = MeasuredSteps()
+    record_step_sample(m, 2.0, 4, settling=False, batch=256)
+    record_step_sample(m, 1.0, 8, settling=True, batch=256)  # mid-change: nothing
+    record_step_sample(m, float("nan"), 2, settling=False, batch=256)
+    assert m.samples == {4: 0.5} and m.batches == {4: 256}
+    record_step_sample(m, 4.0, 4, settling=False, batch=0)  # batch unknown now
+    assert m.samples == {4: 0.25} and m.batches == {}
 
 
 def test_a_step_sample_on_another_gpu_type_drops_the_old_types_samples() -> None:
     """Step times measured on V100s and on K80s (7x slower) are not one job's curve: a fit through
     1 and 3 GPUs on V100s and 2 and 5 on K80s said more than 3 GPUs made the job slower, and it ran
     on 2 K80s for 30 simulated days. A sample on a new type starts the job's samples afresh."""
-    from scoring.step_samples import record_step_sample
+    from scoring.step_samples import MeasuredSteps, record_step_sample
 
-    samples: dict[int, float] = {}
-    batches: dict[int, int] = {}
-    types: dict[int, str] = {}
-    record_step_sample(samples, 1 / 82.0, 1, False, batches=batches, batch=3200, gpu_type="v100", types=types)
-    record_step_sample(samples, 1 / 28.0, 3, False, batches=batches, batch=3200, gpu_type="v100", types=types)
-    assert samples == {1: 82.0, 3: 28.0} and types == {1: "v100", 3: "v100"}
-    record_step_sample(samples, 1 / 305.0, 2, False, batches=batches, batch=3200, gpu_type="k80", types=types)
-    assert samples == {2: 305.0} and batches == {2: 3200} and types == {2: "k80"}
-    record_step_sample(samples, 1 / 122.0, 5, True, batches=batches, batch=3200, gpu_type="v100", types=types)
-    assert samples == {2: 305.0}  # mid-change: nothing, and nothing dropped
+    m = MeasuredSteps()
+    record_step_sample(m, 1 / 82.0, 1, False, batch=3200, gpu_type="v100")
+    record_step_sample(m, 1 / 28.0, 3, False, batch=3200, gpu_type="v100")
+    assert m.samples == {1: 82.0, 3: 28.0} and m.types == {1: "v100", 3: "v100"}
+    record_step_sample(m, 1 / 305.0, 2, False, batch=3200, gpu_type="k80")
+    assert m.samples == {2: 305.0} and m.batches == {2: 3200} and m.types == {2: "k80"}
+    record_step_sample(m, 1 / 122.0, 5, True, batch=3200, gpu_type="v100")
+    assert m.samples == {2: 305.0}  # mid-change: nothing, and nothing dropped
     # A type not known (an untyped cluster, or pods across types): kept as before, nothing dropped.
-    record_step_sample(samples, 1 / 122.0, 5, False, batches=batches, batch=3200, gpu_type="", types=types)
-    assert samples == {2: 305.0, 5: 122.0} and types == {2: "k80"}
-    untyped: dict[int, float] = {}
+    record_step_sample(m, 1 / 122.0, 5, False, batch=3200, gpu_type="")
+    assert m.samples == {2: 305.0, 5: 122.0} and m.types == {2: "k80"}
+    # ... and a sample on a type keeps those whose type is not known.
+    untyped = MeasuredSteps()
     record_step_sample(untyped, 0.5, 4, False)
-    record_step_sample(untyped, 0.25, 8, False, gpu_type="v100")  # no `types` kept: today's rule
-    assert untyped == {4: 2.0, 8: 4.0}
+    record_step_sample(untyped, 0.25, 8, False, gpu_type="v100")
+    assert untyped.samples == {4: 2.0, 8: 4.0} and untyped.types == {8: "v100"}
 
 
 def test_prior_offers_no_per_gpu_batch_far_above_the_largest_measured() -> None:
@@ -539,26 +537,24 @@ def test_the_world_knows_the_gpus_of_its_largest_node() -> None:
 
 
 def test_a_step_sample_keeps_each_batch_measured_at_a_size() -> None:
-    from scoring.step_samples import BATCHES_PER_SIZE, record_step_sample
+    from scoring.step_samples import BATCHES_PER_SIZE, MeasuredSteps, record_step_sample
 
-    samples: dict[int, float] = {}
-    batches: dict[int, int] = {}
-    by: dict[tuple[int, int], float] = {}
-    record_step_sample(samples, 1.0, 16, False, batches=batches, batch=128, by_batch=by)
-    record_step_sample(samples, 0.5, 16, False, batches=batches, batch=223, by_batch=by)
-    assert samples == {16: 2.0} and batches == {16: 223}  # the latest, as before
-    assert by == {(16, 128): 1.0, (16, 223): 2.0}  # ... and the batch it left, still known
-    record_step_sample(samples, 1.0, 16, True, batches=batches, batch=512, by_batch=by)  # mid-change: nothing
-    assert by == {(16, 128): 1.0, (16, 223): 2.0}
+    m = MeasuredSteps()
+    record_step_sample(m, 1.0, 16, False, batch=128)
+    record_step_sample(m, 0.5, 16, False, batch=223)
+    assert m.samples == {16: 2.0} and m.batches == {16: 223}  # the latest, as before
+    assert m.by_batch == {(16, 128): 1.0, (16, 223): 2.0}  # ... and the batch it left, still known
+    record_step_sample(m, 1.0, 16, True, batch=512)  # mid-change: nothing
+    assert m.by_batch == {(16, 128): 1.0, (16, 223): 2.0}
     for b in (300, 400, 500, 128):  # the latest BATCHES_PER_SIZE batches at a size are kept
-        record_step_sample(samples, 1.0, 16, False, batches=batches, batch=b, by_batch=by)
-    assert list(by) == [(16, 300), (16, 400), (16, 500), (16, 128)] and len(by) == BATCHES_PER_SIZE
-    record_step_sample(samples, 1.0, 16, False, batches=batches, batch=0, by_batch=by)  # batch unknown now
-    assert by == {}
-    types: dict[int, str] = {}
-    record_step_sample(samples, 1.0, 4, False, batches=batches, batch=64, gpu_type="v100", types=types, by_batch=by)
-    record_step_sample(samples, 1.0, 2, False, batches=batches, batch=64, gpu_type="k80", types=types, by_batch=by)
-    assert by == {(2, 64): 1.0}  # another type: the old type's samples go, by batch too
+        record_step_sample(m, 1.0, 16, False, batch=b)
+    assert list(m.by_batch) == [(16, 300), (16, 400), (16, 500), (16, 128)] and len(m.by_batch) == BATCHES_PER_SIZE
+    record_step_sample(m, 1.0, 16, False, batch=0)  # batch unknown now
+    assert m.by_batch == {}
+    record_step_sample(m, 1.0, 4, False, batch=64, gpu_type="v100")
+    record_step_sample(m, 1.0, 2, False, batch=64, gpu_type="k80")
+    assert m.by_batch == {(2, 64): 1.0}  # another type: the old type's samples go, by batch too
+    assert m.samples == {2: 1.0, 16: 1.0}  # the 16-GPU sample's type was not known: kept
 
 
 def test_a_job_that_changes_its_batch_live_does_not_flip_between_two_batches() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from scoring.gpu_types import ANY, GpuTypeSettings
 from scoring.settings import CoreSettings
-from scoring.step_samples import record_type_sample, type_speeds
+from scoring.step_samples import MeasuredSteps, record_type_sample, type_speeds
 from scoring.typed_placement import plan_types
 from scoring.world import JobState, NodeState, World
 
@@ -17,12 +17,12 @@ S = GpuTypeSettings(fallback_s=600.0, min_share=0.5)
 
 
 def test_step_times_per_type_are_kept_only_on_one_type_while_steady() -> None:
-    samples: dict[str, dict[int, float]] = {}
-    record_type_sample(samples, "v100", 2.0, 4, settling=False)
-    record_type_sample(samples, "", 1.0, 4, settling=False)  # spans types: nothing
-    record_type_sample(samples, "k80", 1.0, 4, settling=True)  # mid-change: nothing
-    record_type_sample(samples, "k80", math.nan, 4, settling=False)
-    assert samples == {"v100": {4: 0.5}}
+    m = MeasuredSteps()
+    record_type_sample(m, "v100", 2.0, 4, settling=False)
+    record_type_sample(m, "", 1.0, 4, settling=False)  # spans types: nothing
+    record_type_sample(m, "k80", 1.0, 4, settling=True)  # mid-change: nothing
+    record_type_sample(m, "k80", math.nan, 4, settling=False)
+    assert m.by_type == {"v100": {4: 0.5}} and m.samples == {}
 
 
 def test_speeds_compare_types_at_one_gpu_count() -> None:

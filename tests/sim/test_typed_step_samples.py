@@ -29,10 +29,11 @@ def test_a_job_moved_to_another_gpu_type_keeps_only_that_types_step_samples() ->
     def looking(engine: Engine, now: float) -> None:
         nonlocal checked
         control(engine, now)
-        for idx, types in world._sample_types.items():
+        for idx, m in world._measured.items():
+            types = m.types
             if not types:
                 continue
-            assert set(types) == set(world._samples[idx]), (idx, types, world._samples[idx])
+            assert set(types) == set(m.samples), (idx, types, m.samples)
             kinds = set(types.values())
             assert len(kinds) == 1, (idx, types)  # one type's step times: one curve
             kind = kinds.pop()

@@ -137,20 +137,19 @@ def test_the_service_world_forgets_what_it_measured_of_a_job_gone_an_hour() -> N
     live pod for forget_after_s is dropped, one whose pods come back within it keeps them."""
     from extender.control.world_builder import WorldBuilder
     from extender.snapshot.objects import parse_node, parse_pod
+    from scoring.step_samples import MeasuredSteps
     from tests.k8s_factories import node, pod
 
     n0 = (parse_node(node("n0")),)
     t = parse_pod(pod("train-0", gpus=1, node_name="n0", namespace="open", phase="Running", owner=("Job", "train")))
     b = WorldBuilder(_NoEstimates(), lambda: {})
     b.build((t,), n0, {}, 0.0)
-    for per_job in (b.step_samples, b.step_batches, b.batch_samples):
-        per_job["open/job-train"] = {}
-    b.step_samples["open/job-train"] = {2: 1.0}
+    b.measured["open/job-train"] = MeasuredSteps(samples={2: 1.0})
     b.build((), n0, {}, 3000.0)  # evicted, its new pods not there yet: kept
-    assert b.step_samples == {"open/job-train": {2: 1.0}}
+    assert b.measured == {"open/job-train": MeasuredSteps(samples={2: 1.0})}
     b.build((t,), n0, {}, 3500.0)
     b.build((), n0, {}, 3500.0 + b.forget_after_s + 1.0)
-    assert b.step_samples == {} and b.step_batches == {} and b.batch_samples == {} and b.last_seen == {}
+    assert b.measured == {} and b.last_seen == {}
 
 
 def test_the_service_world_marks_inference_jobs_and_no_loop_touches_them() -> None:

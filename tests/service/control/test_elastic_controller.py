@@ -18,6 +18,7 @@ from extender.settings import ElasticConfig, Settings
 from extender.snapshot.objects import parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.convergence import Phase
+from scoring.step_samples import MeasuredSteps
 from tests.control_fakes import FakeActions, FakeTracker, OneLoop, make_context, plan_at
 from tests.k8s_factories import node, pod
 
@@ -148,9 +149,9 @@ def test_measured_step_times_shape_the_plan() -> None:
     # once a second size shows it: with 2 GPUs the step took almost as long as with 4.
     pods = [worker("a", i, "n0") for i in range(4)]
     el, *_ = make(pods, {"t/a": Est(Phase.GROWING, step_rate=1.0)}, nodes=2)
-    el.ctx.world.step_samples["t/a"] = {2: 1.02}
+    el.ctx.world.measured["t/a"] = MeasuredSteps(samples={2: 1.02})
     acts = plan_at(el, 0.0)  # records the 4-GPU sample (1.0 s/step)
-    assert el.ctx.world.step_samples["t/a"][4] == 1.0
+    assert el.ctx.world.measured["t/a"].samples[4] == 1.0
     assert acts == []  # 8 GPUs would not be faster by the margin a restart needs
 
 
@@ -237,8 +238,7 @@ def test_on_a_typed_cluster_a_step_time_on_another_type_restarts_the_jobs_sample
     ctx = make_context(state, FakeTracker({"t/a": Est(Phase.GROWING, step_rate=1 / 305.0)}), FakeActions(),
                        LogRecorder(), settings=Settings(kube=False, elastic=cfg))
     el = Elastic(ctx, cfg)
-    el.ctx.world.step_samples["t/a"] = {1: 82.0, 3: 28.0}
-    el.ctx.world.step_types["t/a"] = {1: "v100", 3: "v100"}
+    el.ctx.world.measured["t/a"] = MeasuredSteps(samples={1: 82.0, 3: 28.0}, types={1: "v100", 3: "v100"})
     plan_at(el, 1000.0)  # records the 2-GPU sample on the K80 node
-    assert el.ctx.world.step_samples["t/a"] == {2: 305.0}
-    assert el.ctx.world.step_types["t/a"] == {2: "k80"}
+    assert el.ctx.world.measured["t/a"].samples == {2: 305.0}
+    assert el.ctx.world.measured["t/a"].types == {2: "k80"}
