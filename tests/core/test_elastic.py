@@ -581,3 +581,33 @@ def test_a_job_that_changes_its_batch_live_does_not_flip_between_two_batches() -
     at223 = (223, GradientNoise(1626.07, 37090.80, 8), 1.70012)
     assert plan(*at128, both=False) == [(16, 223)] and plan(*at223, both=False) == [(16, 128)]  # the flip
     assert plan(*at128, both=True) == [] and plan(*at223, both=True) == []
+
+
+def test_a_batch_measured_slower_than_promised_bends_the_promise_of_the_batches_not_measured() -> None:
+    """Pollux workload 3, 1.0x, seed 0, every job elastic (main 33a8fa3): a CIFAR-10 job at 1 GPU ran
+    batch 128 at 0.0946 s a step, then 203 at 0.190 s and 256 at 0.193 s, each promised far faster
+    by the prior and each left for 128 again; with the measured batches read as measured but the
+    others as promised, it moved on to 323, 406, 512, 645 in turn (a live batch change every round
+    for 23 minutes). With elastic.bend_batches the other batches are bent by what was measured, and
+    it stays at 128 once one other batch is measured (the better batch here: goodput 1353 against
+    1244 at 256). Off by default (its restarts: scoring/settings.py)."""
+    from scoring.control import plan_elastic_for
+    from scoring.world import NodeState
+
+    def plan(by_batch: dict[tuple[int, int], float], noise: GradientNoise, bend: bool) -> list[tuple[int, int]]:
+        j = JobState(key="a/cifar10", namespace="a", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1,
+                     checkpointable=True, elastic=(1, 64), running=True, settling=False, runtime_s=600.0,
+                     attained_gpu_s=600.0, estimate=None, batch_size=128, batch_range=(128, 4096), noise=noise,
+                     step_samples={1: 0.09457}, step_batches={1: 128}, batch_samples={(1, 128): 0.09457, **by_batch},
+                     batch_live=True, batch_local_max=1024, since_scaled_s=600.0, planned_gpus=1)
+        w = World(0.0, (NodeState("n0", 4, 4.0),), (j,), (), {})
+        core = CoreSettings()
+        core = replace(core, elastic=replace(core.elastic, bend_batches=bend))
+        return [(a.gpus, a.batch_size) for a in plan_elastic_for(w, core).actions]
+
+    first = ({}, GradientNoise(0.30552, 1.63492, 128))
+    one = ({(1, 203): 0.18971}, GradientNoise(0.21669, 1.94805, 128))
+    two = ({(1, 203): 0.18971, (1, 256): 0.19329}, GradientNoise(0.19177, 2.17467, 128))
+    assert plan(*first, bend=True) == plan(*first, bend=False) == [(1, 203)]  # nothing measured: the prior's promise
+    assert plan(*one, bend=False) == [(1, 256)] and plan(*two, bend=False) == [(1, 323)]  # the tour
+    assert plan(*one, bend=True) == [] and plan(*two, bend=True) == []
