@@ -19,10 +19,10 @@ BATCHES_PER_SIZE = 4  # by_batch keeps the latest this many batches at each GPU 
 
 @dataclass
 class MeasuredSteps:
-    """What one elastic job's step times were measured to be, kept by a shell from round to round
-    (extender/control/world_builder.py per job key, benchmarks/sim/world.py per job) and forgotten
-    with the job in one piece. JobState carries copies of the first three (step_samples,
-    step_batches, batch_samples)."""
+    """What one job's step times were measured to be (an elastic job's; by_type: any job's on a
+    typed cluster), kept by a shell from round to round (extender/control/world_builder.py per job
+    key, benchmarks/sim/world.py per job) and forgotten with the job in one piece. JobState carries
+    copies of samples, batches and by_batch (step_samples, step_batches, batch_samples)."""
 
     samples: dict[int, float] = field(default_factory=dict)  # GPUs -> s/step, the latest
     batches: dict[int, int] = field(default_factory=dict)  # GPUs -> the global batch `samples` was measured at
