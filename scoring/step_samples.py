@@ -35,6 +35,10 @@ class MeasuredSteps:
         self.samples.pop(gpus, None)
         self.batches.pop(gpus, None)
         self.types.pop(gpus, None)
+        self.drop_batches(gpus)
+
+    def drop_batches(self, gpus: int) -> None:
+        """Forget the step time at every batch measured at `gpus`."""
         for k in [k for k in self.by_batch if k[0] == gpus]:
             self.by_batch.pop(k)
 
@@ -75,8 +79,7 @@ def record_step_sample(m: MeasuredSteps, step_rate: float, held_gpus: int, settl
             m.by_batch.pop(k)
     else:
         m.batches.pop(held_gpus, None)
-        for k in [k for k in m.by_batch if k[0] == held_gpus]:
-            m.by_batch.pop(k)
+        m.drop_batches(held_gpus)
 
 
 def record_type_sample(m: MeasuredSteps, gpu_type: str, step_rate: float, held_gpus: int, settling: bool) -> None:
