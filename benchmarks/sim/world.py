@@ -136,7 +136,7 @@ class SimWorldBuilder:
         if not (math.isfinite(self.step_noise) and self.step_noise >= 0):
             raise ValueError(f"step_noise must be a finite number >= 0, got {self.step_noise!r}")
 
-    def step_samples(self, engine: Engine, job: SimJob) -> MeasuredSteps:
+    def measured_steps(self, engine: Engine, job: SimJob) -> MeasuredSteps:
         """The job's measured seconds per step by GPU count and batch (learned mode), this round's
         added."""
         m = self._measured.setdefault(job.idx, MeasuredSteps())
@@ -269,7 +269,7 @@ class SimWorldBuilder:
             if self.throughput_mode == "oracle":
                 throughput = self.throughput(engine, j, elastic[1])
             else:
-                steps = self.step_samples(engine, j)
+                steps = self.measured_steps(engine, j)
         before = m.attained.get(j.idx, 0.0)
         since = max(j.seg_start, m.attained_at.get(j.idx, -math.inf))
         gated = j.idx in engine.gated
