@@ -412,7 +412,18 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     horizon = min(s.horizon_s, max(end, 1.0)) if math.isfinite(end) else math.nan
     gain = idle_min_gain(job, s) if cur and spare else math.nan
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
-                      batch_live=live, horizon_s=horizon, min_gain=gain)
+                      batch_live=live, horizon_s=horizon, min_gain=gain,
+                      measured_rate=_measured_rate(job, cur, cur_batch) if live else math.nan)
+
+
+def _measured_rate(job: JobState, gpus: int, batch: int) -> float:
+    """The job's goodput at `gpus` and `batch` as its latest step there measured it (samples a
+    second x the statistical efficiency); NaN when its latest step there was at another batch."""
+    t = job.step_samples.get(gpus, math.nan)
+    if job.step_batches.get(gpus) != batch or not t > 0:
+        return math.nan
+    eff = float(job.noise.efficiency(np.array([batch], dtype=np.float64))[0]) if job.noise is not None else 1.0
+    return batch / t * eff
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,

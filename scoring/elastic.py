@@ -252,6 +252,7 @@ class ElasticJob:
     batch_live: bool = False  # a running job changes its batch without a restart (at its current size)
     horizon_s: float = math.nan  # how long a new configuration would hold for it; NaN: the settings'
     min_gain: float = math.nan  # the gain a change must bring for it; NaN: the settings'
+    measured_rate: float = math.nan  # its rate now as its latest step measured it; NaN: not measured
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,11 @@ def job_options(job: ElasticJob, s: ElasticLoopSettings) -> JobOptions:
     # Staying as is costs no restart, and wins unless a change gains more than min_gain. A job that
     # changes its batch live stays at its size with its best batch, still without a restart, if
     # that beats its batch now by more than batch_gain (what it reports is measured at its batch
-    # now, and each change made the other batch look better: without it, flips every round).
+    # now, and each change made the other batch look better: without it, flips every round). The
+    # batch now is held at the better of the table's reading and its own measurement: the table's
+    # is a fit through every size, which can read it well below what it measures while the batch
+    # it left reads as measured, and then each looked better from the other (a YOLOv3 job flipped
+    # between two measured batches every round for 25 minutes).
     cur = job.current_gpus
     gain = job.min_gain if math.isfinite(job.min_gain) else s.min_gain
     if job.current_gpus > 0 and mn <= cur <= mx:
@@ -324,7 +329,8 @@ def job_options(job: ElasticJob, s: ElasticLoopSettings) -> JobOptions:
         hit = np.flatnonzero(bs == job.current_batch)
         at_current = filled[i, hit[0]] if hit.size else _NEG
         if job.batch_live and feasible[i]:
-            keep = at_current > _NEG and at_current * (1.0 + s.batch_gain) >= best[i]
+            held = max(at_current, job.measured_rate) if math.isfinite(job.measured_rate) else at_current
+            keep = at_current > _NEG and held * (1.0 + s.batch_gain) >= best[i]
             value[i] = (at_current if keep else best[i]) / ref * job.weight * (1.0 + gain)
             if keep:
                 batch[i] = job.current_batch

@@ -611,3 +611,29 @@ def test_a_batch_measured_slower_than_promised_bends_the_promise_of_the_batches_
     assert plan(*first, bend=True) == plan(*first, bend=False) == [(1, 203)]  # nothing measured: the prior's promise
     assert plan(*one, bend=False) == [(1, 256)] and plan(*two, bend=False) == [(1, 323)]  # the tour
     assert plan(*one, bend=True) == [] and plan(*two, bend=True) == []
+
+
+def test_a_live_batch_measured_at_both_batches_stays_at_the_better_one() -> None:
+    """Pollux workload 3, 1.0x, seed 0, every job elastic (main e5a994b): a YOLOv3 job at 2 GPUs had
+    measured batch 128 at 2.552 s a step and 223 at 4.291 s. The table read its batch now through
+    the fit over every size it ran (1, 2 and 16 GPUs), 13-16 % below its own measurement, and the
+    batch it had left as measured: at 128 it moved to 223, at 223 back to 128, a live batch change
+    every round for 25 minutes. Held at its measurement, it moves once, to the better batch
+    (goodput 44.8 against 42.4 samples a second), and stays there."""
+    from scoring.control import plan_elastic_for
+    from scoring.world import NodeState
+
+    by_batch = {(16, 128): 1.2000, (16, 223): 1.7594, (1, 8): 0.3248, (2, 128): 2.5523, (2, 223): 4.2913}
+
+    def plan(batch: int, noise: GradientNoise) -> list[tuple[int, int]]:
+        j = JobState(key="a/yolov3", namespace="a", gpus_on={"n0": 2.0}, live_gpus=2, per_pod=1,
+                     checkpointable=True, elastic=(1, 64), running=True, settling=False, runtime_s=120.0,
+                     attained_gpu_s=240.0, estimate=None, batch_size=batch, batch_range=(8, 512), noise=noise,
+                     step_samples={1: 0.3248, 16: 1.7594, 2: by_batch[(2, batch)]},
+                     step_batches={1: 8, 16: 223, 2: batch}, batch_samples=by_batch,
+                     batch_live=True, batch_local_max=8, since_scaled_s=120.0, planned_gpus=2)
+        w = World(0.0, (NodeState("n0", 2, 2.0),), (j,), (), {})
+        return [(a.gpus, a.batch_size) for a in plan_elastic_for(w, CoreSettings()).actions]
+
+    assert plan(128, GradientNoise(157.4929, 19862.742, 8)) == []  # before: [(2, 223)]
+    assert plan(223, GradientNoise(154.4122, 18331.222, 8)) == [(2, 128)]
