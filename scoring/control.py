@@ -351,11 +351,7 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     nominal = job.batch_size if job.batch_size > 0 else hi * 1024
     tp = job.throughput or prior_throughput(job, s, hi, nominal, world.node_gpus)
     g_max = min(hi, tp.step_s.shape[0] - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = tp.realised[: g_max + 1] / tp.step_s[: g_max + 1]
-    if job.noise is not None:
-        rate = rate * job.noise.efficiency(np.nan_to_num(tp.realised[: g_max + 1], nan=1.0))
-    rate = np.array(rate, dtype=np.float64)
+    rate = _goodput(job, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
     g = np.arange(g_max + 1)
     rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
     rate[0] = 0.0
@@ -416,14 +412,23 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
                       measured_rate=_measured_rate(job, cur, cur_batch) if live else math.nan)
 
 
+def _goodput(job: JobState, realised: FloatArray, step_s: FloatArray) -> FloatArray:
+    """The optimizer's rate: samples a second x the statistical efficiency at each realised batch.
+    One formula for the table and the job's own measurement, so the batch hold compares like with like."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = realised / step_s
+    if job.noise is not None:
+        rate = rate * job.noise.efficiency(np.nan_to_num(realised, nan=1.0))
+    return np.array(rate, dtype=np.float64)
+
+
 def _measured_rate(job: JobState, gpus: int, batch: int) -> float:
-    """The job's goodput at `gpus` and `batch` as its latest step there measured it (samples a
-    second x the statistical efficiency); NaN when its latest step there was at another batch."""
+    """The job's goodput at `gpus` and `batch` as its latest step there measured it; NaN when its
+    latest step there was at another batch."""
     t = job.step_samples.get(gpus, math.nan)
     if job.step_batches.get(gpus) != batch or not t > 0:
         return math.nan
-    eff = float(job.noise.efficiency(np.array([batch], dtype=np.float64))[0]) if job.noise is not None else 1.0
-    return batch / t * eff
+    return float(_goodput(job, np.array([float(batch)]), np.array([t]))[0])
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,
