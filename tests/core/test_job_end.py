@@ -48,7 +48,7 @@ def test_planned_end_is_known_and_interval_is_the_rate_only() -> None:
 
 
 def test_early_stopping_forecast_covers_the_known_firing() -> None:
-    hits, errors, cases = 0, [], 0
+    hits, errors, cases, unknown = 0, [], 0, 0
     for seed in range(30):
         steps, values, rule = _curve(seed)
         fired = rule_state(values, rule)[2]
@@ -61,9 +61,16 @@ def test_early_stopping_forecast_covers_the_known_firing() -> None:
             truth = steps[fired] - steps[k - 1]
             assert end.reason == EndReason.EARLY_STOPPING
             cases += 1
+            if not math.isfinite(end.remaining_steps):
+                # the recent part still falls in a straight line (seed 17 at a quarter): its end lies
+                # beyond the horizon for most samples, so unknown, which counts as a miss here
+                assert math.isnan(end.steps_low) and math.isnan(end.remaining_seconds)
+                unknown += 1
+                continue
             hits += end.steps_low <= truth <= end.steps_high
             errors.append(abs(end.remaining_steps - truth) / truth)
             assert end.remaining_seconds == pytest.approx(end.remaining_steps / 10.0)
+    assert unknown <= 0.05 * cases
     assert hits / cases >= 0.7
     assert float(np.median(errors)) <= 0.4
 
