@@ -10,7 +10,16 @@ import pytest
 
 from scoring.convergence import ConvergenceSettings
 from scoring.end_interval import UNSCALED
-from scoring.job_end import ForecastSettings, _quantile, first_stop, grid_unit, predict_end, rule_state, sample_paths
+from scoring.job_end import (
+    ForecastSettings,
+    _quantile,
+    first_stop,
+    grid_unit,
+    predict_end,
+    recent_part,
+    rule_state,
+    sample_paths,
+)
 from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
 from scoring.tracker import ConvergenceTracker
@@ -319,3 +328,35 @@ def test_a_share_of_early_stopping_futures_improve_no_more() -> None:
         == predict_end(steps, values, steps / 10.0, target, CONV, forecast=dataclasses.replace(RAW, stall_share=0.0))
     with pytest.raises(ValueError, match="stall_share"):
         ForecastSettings(stall_share=1.0)
+
+
+def test_recent_part_keeps_the_last_share_of_the_span_and_a_floor_of_points() -> None:
+    steps = np.arange(0.0, 1000.0, 100.0)  # 0..900
+    ks, kv = recent_part(steps, -steps, 0.6, 3)
+    assert ks.tolist() == [400.0, 500.0, 600.0, 700.0, 800.0, 900.0] and kv.tolist() == (-ks).tolist()
+    assert recent_part(steps, steps, 0.1, 3)[0].tolist() == [700.0, 800.0, 900.0]  # 800..900 has 2: floor 3
+    assert recent_part(steps[:2], steps[:2], 0.5, 5)[0].tolist() == [0.0, 100.0]  # fewer than the floor: all
+    with pytest.raises(ValueError, match="stopping_recent_share"):
+        ForecastSettings(stopping_recent_share=0.0)
+
+
+def test_early_stopping_reads_the_flattened_recent_part_not_the_early_drop() -> None:
+    """A validation series that fell fast and then flattened (seen its best 3 evaluations ago, 7
+    left under patience 10): fitted to the whole series, the families carry the early drop's
+    promise on; fitted to its recent 60 %, the samples follow the flat part and end sooner, nearer
+    the truth (700 steps)."""
+    rule = EarlyStopping(patience=10)
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        k = np.arange(80.0)
+        values = 0.2 + 2.0 / (1.0 + np.minimum(k, 25.0) / 2.0) + rng.normal(0.0, 0.003, k.size)
+        steps = (k + 1.0) * 100.0
+        fired = rule_state(values, rule)[2]
+        n = fired - 6
+        assert rule_state(values[:n], rule)[1] == 3
+        truth = steps[fired] - steps[n - 1]
+        whole, recent = (predict_end(steps[:n], values[:n], steps[:n] / 10.0, StoppingRule(early_stopping=rule), CONV,
+                                     forecast=dataclasses.replace(RAW, stopping_recent_share=share))
+                         for share in (1.0, 0.6))
+        assert truth <= recent.remaining_steps < whole.remaining_steps
+
