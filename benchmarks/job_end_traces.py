@@ -111,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       covered=sum(e.covered for e in errors.values()), asked=sum(e.asked for e in errors.values()))
     print(_row("all", total.curves, total.ape, total.covered, total.asked))
     print(f"pooled median error over the answered asks: {100 * pooled(errors):.1f}%")
-    print("cells: median |predicted - true| / true steps left, answered / asked; cov80: share of asks in the 80 % interval")
+    print("cells: median |predicted - true| / true steps left, answered / asked; "
+          "cov80: share of asks in the 80 % interval")
     return 0
 
 
