@@ -452,7 +452,9 @@ def test_the_job_end_forecast_is_a_service_setting(monkeypatch: pytest.MonkeyPat
     assert build_settings(convergence={"forecast": {"stall_share": 0.3}}).core().convergence.forecast.stall_share == 0.3
     monkeypatch.setenv("FLOWSCHED_CONVERGENCE__FORECAST__STALL_SHARE", "0.35")
     assert Settings(kube=False).core().convergence.forecast.stall_share == 0.35
-    for bad in ({"stall_share": 1.5}, {"samples": 3}, {"no_such_field": 1}):
+    monkeypatch.setenv("FLOWSCHED_CONVERGENCE__FORECAST__STOPPING_RECENT_SHARE", "0.75")
+    assert Settings(kube=False).core().convergence.forecast.stopping_recent_share == 0.75
+    for bad in ({"stall_share": 1.5}, {"samples": 3}, {"no_such_field": 1}, {"stopping_recent_share": 0.0}):
         with pytest.raises(ValueError):  # pydantic's ValidationError is one
             build_settings(convergence={"forecast": bad})
 
