@@ -14,6 +14,7 @@ Usage: python -m benchmarks.job_end_traces [--draws N] [--stopping-recent-share 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from benchmarks.sim.engine import TelemetrySettings
 from benchmarks.sim.jobmodel import load_profiles
 from scoring.convergence import ConvergenceSettings
 from scoring.job_end import ForecastSettings, predict_end, rule_state
-from scoring.stopping import EarlyStopping, StoppingRule
+from scoring.stopping import StoppingRule
 
 FRACTIONS = (0.25, 0.5, 0.75)
 EPOCH_STEPS = 100.0  # steps an epoch (any unit: the errors are relative)
@@ -46,8 +47,7 @@ def evaluate(forecast: ForecastSettings, draws: int = 8) -> dict[str, AppErrors]
     out: dict[str, AppErrors] = {}
     for name, app in sorted(load_profiles(data_paths.pollux_dir() / "traces").app_objects().items()):
         errs = out.setdefault(name, AppErrors())
-        es = EarlyStopping(patience=EARLY_STOPPING.patience, min_delta=EARLY_STOPPING.min_delta,
-                           higher_is_better=app.metric_increases)
+        es = dataclasses.replace(EARLY_STOPPING, higher_is_better=app.metric_increases)
         rule = StoppingRule(early_stopping=es, higher_is_better=app.metric_increases)
         steps = np.arange(1, app.max_epochs + 1, dtype=np.float64) * EPOCH_STEPS
         for batch in app.batch_sizes:
@@ -80,13 +80,13 @@ def pooled(errors: dict[str, AppErrors]) -> float:
     return float(np.median(ape)) if ape else math.nan
 
 
-def _row(name: str, curves: int, ape: dict[float, list[float]], covered: int, asked: int) -> str:
+def _row(name: str, e: AppErrors) -> str:
     cells = []
     for f in FRACTIONS:
-        answered = [a for a in ape[f] if math.isfinite(a)]
-        cells.append(f"{100 * np.median(answered):6.1f}% {len(answered):3d}/{len(ape[f]):3d}" if answered else
-                     f"{'n/a':>7} {0:3d}/{len(ape[f]):3d}")
-    return f"{name:12s} {curves:6d}  " + "  ".join(cells) + f"  {100 * covered / max(asked, 1):6.1f}%"
+        answered = [a for a in e.ape[f] if math.isfinite(a)]
+        cells.append(f"{100 * np.median(answered):6.1f}% {len(answered):3d}/{len(e.ape[f]):3d}" if answered else
+                     f"{'n/a':>7} {0:3d}/{len(e.ape[f]):3d}")
+    return f"{name:12s} {e.curves:6d}  " + "  ".join(cells) + f"  {100 * e.covered / max(e.asked, 1):6.1f}%"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,18 +98,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     fs = ForecastSettings(seed=a.seed)
     if a.stopping_recent_share is not None:
-        fs = ForecastSettings(seed=a.seed, stopping_recent_share=a.stopping_recent_share)
+        fs = dataclasses.replace(fs, stopping_recent_share=a.stopping_recent_share)
     errors = evaluate(fs, a.draws)
     print(f"Pollux validation traces, early stopping (patience {EARLY_STOPPING.patience}) where it fires; "
           f"stopping_recent_share {fs.stopping_recent_share:g}, forecast seed {fs.seed}, {a.draws} noise draws")
     print(f"{'app':12s} {'curves':>6s}  " + "  ".join(f"{'at ' + str(int(100 * f)) + ' %':>15s}" for f in FRACTIONS)
           + "    cov80")
     for name, e in errors.items():
-        print(_row(name, e.curves, e.ape, e.covered, e.asked))
+        print(_row(name, e))
     total = AppErrors(curves=sum(e.curves for e in errors.values()),
                       ape={f: [x for e in errors.values() for x in e.ape[f]] for f in FRACTIONS},
                       covered=sum(e.covered for e in errors.values()), asked=sum(e.asked for e in errors.values()))
-    print(_row("all", total.curves, total.ape, total.covered, total.asked))
+    print(_row("all", total))
     print(f"pooled median error over the answered asks: {100 * pooled(errors):.1f}%")
     print("cells: median |predicted - true| / true steps left, answered / asked; "
           "cov80: share of asks in the 80 % interval")
