@@ -71,8 +71,9 @@ def test_early_stopping_forecast_covers_the_known_firing() -> None:
             assert end.reason == EndReason.EARLY_STOPPING
             cases += 1
             if not math.isfinite(end.remaining_steps):
-                # the recent part still falls in a straight line (seed 17 at a quarter): its end lies
-                # beyond the horizon for most samples, so unknown, which counts as a miss here
+                # the recent part still falls in a straight line (with stopping_recent_share 0.6, seed
+                # 17 at a quarter; none at the default 0.9): its end lies beyond the horizon for most
+                # samples, so unknown, which counts as a miss here
                 assert math.isnan(end.steps_low) and math.isnan(end.remaining_seconds)
                 unknown += 1
                 continue
