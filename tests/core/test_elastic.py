@@ -562,7 +562,9 @@ def test_a_job_that_changes_its_batch_live_does_not_flip_between_two_batches() -
     measured 1.108 s a step at batch 128 and 1.700 s at 223, and its 1-GPU step at batch 8. Fitted
     to the latest step alone, at 128 the plan moved it to 223 and at 223 back to 128, every round
     for 23 minutes (each a FlowschedScaled Event). With both batches' step times kept (a batch
-    measured at the job's size read as measured), neither state moves it."""
+    measured at the job's size read as measured), both states agree on 128: it stays there, and
+    from 223 (which the fit promised at 1.064 s, and which now reads as its measured 1.700,
+    measured_where_fit_misses) it moves there once."""
     from scoring.control import plan_elastic_for
     from scoring.world import NodeState
 
@@ -580,7 +582,7 @@ def test_a_job_that_changes_its_batch_live_does_not_flip_between_two_batches() -
     at128 = (128, GradientNoise(1531.28, 33955.76, 8), 1.10768)
     at223 = (223, GradientNoise(1626.07, 37090.80, 8), 1.70012)
     assert plan(*at128, both=False) == [(16, 223)] and plan(*at223, both=False) == [(16, 128)]  # the flip
-    assert plan(*at128, both=True) == [] and plan(*at223, both=True) == []
+    assert plan(*at128, both=True) == [] and plan(*at223, both=True) == [(16, 128)]
 
 
 def test_a_batch_measured_slower_than_promised_bends_the_promise_of_the_batches_not_measured() -> None:
@@ -637,3 +639,27 @@ def test_a_live_batch_measured_at_both_batches_stays_at_the_better_one() -> None
 
     assert plan(128, GradientNoise(157.4929, 19862.742, 8)) == []  # before: [(2, 223)]
     assert plan(223, GradientNoise(154.4122, 18331.222, 8)) == [(2, 128)]
+
+
+def test_a_size_the_fit_misses_beyond_the_misfit_reads_as_measured() -> None:
+    """Step times measured on GPUs of other types (608 s a step at 1 GPU, 45 at 2, 152 at 4) fit
+    to a constant 56 s a step; the size measured at 608 reads as measured, not as one more size at
+    the constant's goodput (a type-blind job held 1 K80 of an empty cluster for 59 simulated days).
+    Sizes the fit meets within 1 + fit_misfit keep the fit; with fit_misfit inf nothing changes."""
+    from scoring.control import prior_throughput
+    from scoring.world import JobState
+
+    job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
+                   elastic=(1, 8), running=True, settling=False, runtime_s=600.0, attained_gpu_s=600.0,
+                   batch_size=3200, step_samples={1: 608.0, 2: 45.0, 4: 151.7},
+                   step_batches={1: 3351, 2: 3200, 4: 3200})
+    s = ElasticLoopSettings()
+    assert s.fit_misfit == 0.3
+    tp = prior_throughput(job, s, 8, 3200)
+    kept = prior_throughput(job, replace(s, fit_misfit=math.inf), 8, 3200)
+    flat = float(tp.step_s[3, 0])  # a size never measured: the fit's constant
+    assert np.allclose(tp.step_s[[3, 5, 6, 7, 8], 0], flat)
+    assert math.isclose(tp.step_s[1, 0], 608.0) and math.isclose(tp.step_s[4, 0], 151.7)
+    assert math.isclose(tp.step_s[2, 0], flat)  # 45 against 56: within 1.3x, the fit stands
+    assert tp.step_s[1, 0] > 10 * flat  # 1 GPU is no longer as good as any other size
+    assert not np.any(kept.step_s[1:, 0] > 100.0)  # inf: the prior's terms kept, no row read as measured
