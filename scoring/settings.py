@@ -143,7 +143,7 @@ class ElasticLoopSettings(LoopSettings):
     # 0.15 2869 / 4956, 0.3 2915 / 5111 (docs/elastic.md).
     batch_gain: float = 0.05
     # ...and at a size where it measured more than one batch, the batches it has not run there are
-    # bent by what it measured (scoring.control.measured_at_other_batches). Ends a job's tour of
+    # bent by what it measured (scoring.step_prior.measured_at_other_batches). Ends a job's tour of
     # the batches the prior over-promises (a CIFAR-10 job at 1 GPU tried six, each slower than
     # promised, returning to 128 between them), but the other sizes keep the prior's promise and
     # win more often. Pollux workloads 1-8, 3 seeds, every job elastic, learned, avg JCT at 1.0x /

@@ -4,7 +4,7 @@ run at steadily, the latest one kept, and (by_batch) the latest at each batch it
 Both shells record through `record_step_sample` (extender/control/world_builder.py from the
 tracker's step rate of the job's reported progress, benchmarks/sim/world.py from the simulated
 job's step time as its per-step reports would time it), so the step times the elastic optimizer's
-prior is scaled to (scoring.control.prior_throughput, fitted by scoring.elastic.fit_step_time) are
+prior is scaled to (scoring.step_prior.prior_throughput, fitted by scoring.elastic.fit_step_time) are
 kept by the same rule in the service and the simulator.
 """
 

@@ -23,7 +23,7 @@ job the seconds per step it measured at each GPU count it has run at (its true s
 placement, batch and CPU share, read once it has run `measure_after_s` past its restart, times a
 lognormal measurement error of `step_noise`, drawn once per size and batch),
 recorded by the service's rule (scoring.step_samples), and the core's prior for the other sizes
-(scoring.control.prior_throughput, fitted by scoring.elastic.fit_step_time). "oracle" hands the
+(scoring.step_prior.prior_throughput, fitted by scoring.elastic.fit_step_time). "oracle" hands the
 core the profile's step time at every size and candidate batch (the Pollux artifact's measured
 placements): an upper bound no cluster gives, which tables label as such.
 """
@@ -43,11 +43,11 @@ from benchmarks.sim.policies import pod_sizes
 from benchmarks.sim.typed import TypeBook
 from benchmarks.sim.world_keep import job_key_now
 from scoring.bottleneck import Diagnosis
-from scoring.control import batch_grid
 from scoring.convergence import ConvergenceEstimate
 from scoring.elastic import GradientNoise
 from scoring.remedy import with_diagnoses
 from scoring.settings import CoreSettings
+from scoring.step_prior import batch_grid
 from scoring.step_samples import MeasuredSteps, record_step_sample
 from scoring.tracker import ConvergenceTracker
 from scoring.workload import WorkloadClass

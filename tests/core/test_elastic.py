@@ -340,7 +340,7 @@ def test_a_prior_the_measurements_contradict_is_shrunk_until_the_fit_holds() -> 
     8 GPUs and misses both measurements by a third; with them shrunk until every measurement is
     within fit_misfit, it keeps speeding up to 16 GPUs. A prior the data agree with is kept. (The
     prior of one sync for every size, 0.09 / 0.08 / 0.006, the default before the sync across nodes.)"""
-    from scoring.control import _fitted_prior, _prior_shape
+    from scoring.step_prior import _fitted_prior, _prior_shape
 
     s = ElasticLoopSettings()
     assert s.fit_misfit == 0.3
@@ -397,7 +397,7 @@ def test_prior_offers_no_per_gpu_batch_far_above_the_largest_measured() -> None:
     """A job measured at 4 GPUs and batch 128 (32 a GPU) is offered per-GPU batches up to
     explore_local_factor x 32 by its prior, not one GPU at batch 4096: a fit over small local
     batches extrapolated to large ones is not trusted (elastic.explore_local_factor)."""
-    from scoring.control import prior_throughput
+    from scoring.step_prior import prior_throughput
     from scoring.world import JobState
 
     job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 4.0}, live_gpus=4, per_pod=1, checkpointable=True,
@@ -419,7 +419,7 @@ def test_prior_speed_up_levels_off_with_size() -> None:
     """The default prior (fixed compute, sync and a per-GPU sync share) gives a job measured at one
     GPU a speed-up at its batch that grows to some GPUs, then falls as sync grows, as the profiles'
     does: never near linear at 64."""
-    from scoring.control import prior_throughput
+    from scoring.step_prior import prior_throughput
     from scoring.world import JobState
 
     job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
@@ -437,7 +437,7 @@ def test_prior_shares_are_of_a_step_at_the_middle_of_the_batch_range_whatever_ba
     one prior: its fixed share is of a step at the middle of the batches it accepts. With the shares
     of a step at its batch now, the same job saw 1 GPU as its best size at 2048 and 17 at 128 (a
     restart for nothing); elastic.prior_at="batch" keeps that behaviour."""
-    from scoring.control import prior_reference_batch, prior_throughput
+    from scoring.step_prior import prior_reference_batch, prior_throughput
     from scoring.world import JobState
 
     job = JobState(key="ns/a", namespace="ns", gpus_on={}, live_gpus=6, per_pod=1, checkpointable=True,
@@ -487,7 +487,7 @@ def test_the_step_time_model_syncs_across_nodes_apart_and_the_fit_finds_both_lin
 
 
 def test_a_scaled_step_time_model_scales_every_size_and_batch_by_the_factor_and_keeps_its_limits() -> None:
-    """StepTimeModel.scaled: the prior scaled to a measured step (scoring.control._fitted_prior)
+    """StepTimeModel.scaled: the prior scaled to a measured step (scoring.step_prior._fitted_prior)
     must scale every term, the sync across nodes included, and keep the per-GPU batch limit and
     the node size that shape it."""
     from scoring.elastic import StepTimeModel
@@ -505,7 +505,7 @@ def test_the_prior_counts_accumulation_above_the_batch_a_gpu_holds_and_the_sync_
     micro-batches, each paying the fixed compute again, and per-GPU batches far above what was
     measured are offered (the model knows the limit; explore_local_factor guards only jobs that do
     not say). On 4-GPU nodes the prior's 8 GPUs cost the sync across nodes."""
-    from scoring.control import prior_throughput
+    from scoring.step_prior import prior_throughput
     from scoring.world import JobState
 
     job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
@@ -646,7 +646,7 @@ def test_a_size_the_fit_misses_beyond_the_misfit_reads_as_measured() -> None:
     to a constant 56 s a step; the size measured at 608 reads as measured, not as one more size at
     the constant's goodput (a type-blind job held 1 K80 of an empty cluster for 59 simulated days).
     Sizes the fit meets within 1 + fit_misfit keep the fit; with fit_misfit inf nothing changes."""
-    from scoring.control import prior_throughput
+    from scoring.step_prior import prior_throughput
     from scoring.world import JobState
 
     job = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
