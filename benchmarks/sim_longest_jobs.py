@@ -1,9 +1,10 @@
 """The jobs that make a policy's tail: the longest jobs of one simulated run, with where they ran.
 
     python -m benchmarks.sim_longest_jobs --policy flowsched-typeblind \\
-        --cluster benchmarks/clusters/three-types-64.yaml [--mix all] [--seed 0] [--top 8]
+        --cluster benchmarks/clusters/three-types-64.yaml [--mix all] [--seed 0] [--workload-seed 0] [--top 8]
 
-Runs the demo's first generated workload (160 jobs over 8 h, `flowsched demo`'s seed) once and
+Runs one of the demo's generated workloads (160 jobs over 8 h; `flowsched demo --seed S` runs
+workload seeds S and S + 1, its generated-0 and generated-1, each with policy seeds S and S + 1) once and
 prints, per job, its JCT, how long it ran, its GPU-seconds and average GPUs while running, its
 restarts and the speed of the GPU type it ended on (1 = the profile's V100). Written to find
 out why flowsched-typeblind's makespan ran to millions of seconds (docs/gpu-types.md).
@@ -27,17 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="flowsched-typeblind")
     ap.add_argument("--cluster", default="", help="a cluster file (default: the demo's 16x4 GPUs of one type)")
     ap.add_argument("--mix", default="all", help="job mix: all, half, none")
-    ap.add_argument("--seed", type=int, default=0, help="the policy's seed (the workload is the demo's first)")
+    ap.add_argument("--seed", type=int, default=0, help="the policy's seed")
+    ap.add_argument("--workload-seed", type=int, default=0,
+                    help="the generated workload's seed (0: `flowsched demo`'s generated-0)")
     ap.add_argument("--top", type=int, default=8)
     a = ap.parse_args(argv)
     cluster = load_cluster(Path(a.cluster)).settings if a.cluster else ClusterSettings()
     settings = EngineSettings(cluster=cluster)
     profiles = calibrated_profiles(cluster.gpus_per_node)
-    specs = prepare(generate(GeneratorSettings(160, 8.0, 0)), profiles, a.mix, "default")
+    specs = prepare(generate(GeneratorSettings(160, 8.0, a.workload_seed)), profiles, a.mix, "default")
     eng, _, wall_s = simulate(specs, profiles, a.policy, a.seed, settings)
     done = [j for j in eng.jobs if j.completion is not None and j.first_start is not None]
     makespan = max((j.completion or 0.0) for j in done) - min(j.spec.arrival for j in eng.jobs)
-    print(f"{a.policy} on {a.cluster or 'the demo cluster'}, job mix {a.mix}, seed {a.seed}: {len(done)} of "
+    print(f"{a.policy} on {a.cluster or 'the demo cluster'}, job mix {a.mix}, workload seed {a.workload_seed}, "
+          f"seed {a.seed}: {len(done)} of "
           f"{len(eng.jobs)} jobs finished, makespan {makespan:.0f} s ({wall_s:.0f} s wall)")
     print(f"{'app':14s} {'JCT s':>9s} {'ran s':>9s} {'GPU-s':>9s} {'avg GPUs':>8s} {'restarts':>8s} "
           f"{'type speed':>10s}")
