@@ -58,6 +58,9 @@ class GpuTypeSettings:
     enabled: bool = True  # False: types ignored (flowsched-typeblind)
     # A job that is not elastic waits at most this long for the type it was given, then takes any
     # type, fastest for it first (Gavel's point: a slower GPU now beats a faster one much later).
+    # An elastic job then takes only the types within min_share of its fastest: it can start small
+    # there once the elastic jobs on them shrink for it, and a running job keeps its type (an
+    # ImageNet-like job that fell back to K80s, 0.14 of its V100 speed, held them for 917,000 s).
     fallback_s: float = 600.0
     # A type with room is offered to a waiting job only if it runs there at least this share of its
     # fastest speed; else it waits for its fastest type (up to fallback_s). 0: any room will do.
@@ -145,9 +148,11 @@ ANY = "*"  # allowed_types: all nodes, whatever their type
 
 
 def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: float, s: GpuTypeSettings,
-                  gpus: float = 0.0, capacity: Mapping[str, float] | None = None) -> tuple[str, ...]:
+                  gpus: float = 0.0, capacity: Mapping[str, float] | None = None, elastic: bool = False
+                  ) -> tuple[str, ...]:
     """Types a waiting job's pods may bind to, tried in order: its assigned type until it has waited
-    fallback_s, then each type, fastest for it first. A job larger than every type (`capacity`: GPUs
+    fallback_s, then each type, fastest for it first (`elastic`: only those within min_share of its
+    fastest). A job larger than every type (`capacity`: GPUs
     per type; a 48-GPU job on 16 + 24 + 24) may only span types: (ANY,), at its slowest type's
     speed, rather than never run. () = no constraint (no types known)."""
     if not speeds:
@@ -157,4 +162,7 @@ def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: f
     fastest = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
     if assigned and assigned in speeds and not (math.isfinite(waited_s) and waited_s >= s.fallback_s):
         return (assigned,)
+    if elastic:
+        top = speeds[fastest[0]]
+        return tuple(t for t in fastest if speeds[t] >= s.min_share * top)
     return fastest

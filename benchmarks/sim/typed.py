@@ -135,7 +135,8 @@ class TypedPlacement(KubeSchedulerPolicy):
         own = self.book.pinned.get(job.idx) or self.assigned.get(job.idx)
         waited = engine.now - engine.queue_time(job)
         try:
-            for t in allowed_types(own, speeds, waited, self.book.settings, job.replicas, self._capacity(engine)):
+            for t in allowed_types(own, speeds, waited, self.book.settings, job.replicas, self._capacity(engine),
+                                   elastic=job.spec.elastic_min > 0):
                 self.filter.allowed = t
                 if super()._place(engine, job):
                     return True

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from scoring.gpu_types import ANY, GpuTypeSettings
+from scoring.gpu_types import ANY, GpuTypeSettings, allowed_types
 from scoring.settings import CoreSettings
 from scoring.step_samples import MeasuredSteps, record_type_sample, type_speeds
 from scoring.typed_placement import plan_types
@@ -72,6 +72,29 @@ def test_jobs_get_the_type_where_they_gain_most_and_fall_back_after_the_bound() 
     assert plan.allowed("ns/vis", 1000.0, S) == ("v100",)
     # ... until it has waited fallback_s: then any type, fastest for it first.
     assert plan.allowed("ns/vis", 1000.0 - 10.0 + 600.0, S) == ("v100", "k80")
+
+
+def test_an_elastic_job_falls_back_only_to_types_within_min_share_of_its_fastest() -> None:
+    """The typed demo (generated-0, seed 1, main 67c7dcf): an ImageNet-like elastic job, shrunk and
+    requeued, waited fallback_s for the full V100s and P100s, took 7 K80s (0.14 of its V100
+    speed), and kept that type, as a running job does, for 917,000 s. An elastic job can start
+    small on its own type as soon as the elastic jobs there shrink for it: after the bound it
+    falls back only to the types within min_share of its fastest, a job that is not elastic to any."""
+    from dataclasses import replace
+
+    nodes = (node("v", "v100", used=4.0), node("k", "k80"))
+    rigid = job("ns/vis", wait_s=10.0)
+    elastic = replace(job("ns/ela", wait_s=10.0), elastic=(1, 8))
+    w = World(1000.0, nodes, (job("ns/held", on={"v": 4.0}), rigid, elastic), ())
+    plan = plan_types(w, core())
+    later = 1000.0 - 10.0 + 600.0
+    assert plan.allowed("ns/vis", later, S) == ("v100", "k80")
+    assert plan.allowed("ns/ela", 1000.0, S) == ("v100",)
+    assert plan.allowed("ns/ela", later, S) == ("v100",)
+    sp = {"k80": 0.2, "p100": 0.7, "v100": 1.0}
+    assert allowed_types("v100", sp, 600.0, S, elastic=True) == ("v100", "p100")
+    assert allowed_types(None, sp, 0.0, S, elastic=True) == ("v100", "p100")
+    assert allowed_types("v100", sp, 600.0, S) == ("v100", "p100", "k80")
 
 
 def test_a_job_the_plan_has_not_seen_gets_its_type_alone_and_its_plan_type_wins() -> None:
