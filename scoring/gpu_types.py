@@ -162,7 +162,9 @@ def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: f
     fastest = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
     if assigned and assigned in speeds and not (math.isfinite(waited_s) and waited_s >= s.fallback_s):
         return (assigned,)
-    if elastic:
+    if elastic:  # those within min_share that can hold its minimum; any, as before, if none can
         top = speeds[fastest[0]]
-        return tuple(t for t in fastest if speeds[t] >= s.min_share * top)
+        near = tuple(t for t in fastest if speeds[t] >= s.min_share * top
+                     and (not capacity or capacity.get(t, 0.0) >= gpus - 1e-9))
+        return near or fastest
     return fastest
