@@ -148,11 +148,12 @@ ANY = "*"  # allowed_types: all nodes, whatever their type
 
 
 def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: float, s: GpuTypeSettings,
-                  gpus: float = 0.0, capacity: Mapping[str, float] | None = None, elastic: bool = False
+                  gpus: float = 0.0, capacity: Mapping[str, float] | None = None, elastic_min: float = 0.0
                   ) -> tuple[str, ...]:
     """Types a waiting job's pods may bind to, tried in order: its assigned type until it has waited
-    fallback_s, then each type, fastest for it first (`elastic`: only those within min_share of its
-    fastest). A job larger than every type (`capacity`: GPUs
+    fallback_s, then each type, fastest for it first (`elastic_min` > 0, an elastic job's fewest
+    GPUs: only those within min_share of its fastest that hold that many; every type if none
+    does). A job larger than every type (`capacity`: GPUs
     per type; a 48-GPU job on 16 + 24 + 24) may only span types: (ANY,), at its slowest type's
     speed, rather than never run. () = no constraint (no types known)."""
     if not speeds:
@@ -162,9 +163,9 @@ def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: f
     fastest = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
     if assigned and assigned in speeds and not (math.isfinite(waited_s) and waited_s >= s.fallback_s):
         return (assigned,)
-    if elastic:  # those within min_share that can hold its minimum; any, as before, if none can
+    if elastic_min > 0:
         top = speeds[fastest[0]]
         near = tuple(t for t in fastest if speeds[t] >= s.min_share * top
-                     and (not capacity or capacity.get(t, 0.0) >= gpus - 1e-9))
+                     and (not capacity or capacity.get(t, 0.0) >= elastic_min - 1e-9))
         return near or fastest
     return fastest

@@ -136,7 +136,7 @@ class TypedPlacement(KubeSchedulerPolicy):
         waited = engine.now - engine.queue_time(job)
         try:
             for t in allowed_types(own, speeds, waited, self.book.settings, job.replicas, self._capacity(engine),
-                                   elastic=job.spec.elastic_min > 0):
+                                   elastic_min=job.spec.elastic_min):
                 self.filter.allowed = t
                 if super()._place(engine, job):
                     return True

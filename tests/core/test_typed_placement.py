@@ -92,11 +92,13 @@ def test_an_elastic_job_falls_back_only_to_types_within_min_share_of_its_fastest
     assert plan.allowed("ns/ela", 1000.0, S) == ("v100",)
     assert plan.allowed("ns/ela", later, S) == ("v100",)
     sp = {"k80": 0.2, "p100": 0.7, "v100": 1.0}
-    assert allowed_types("v100", sp, 600.0, S, elastic=True) == ("v100", "p100")
-    assert allowed_types(None, sp, 0.0, S, elastic=True) == ("v100", "p100")
+    assert allowed_types("v100", sp, 600.0, S, elastic_min=1) == ("v100", "p100")
+    assert allowed_types(None, sp, 0.0, S, elastic_min=1) == ("v100", "p100")
     assert allowed_types("v100", sp, 600.0, S) == ("v100", "p100", "k80")
-    cap = {"k80": 24.0, "p100": 4.0, "v100": 4.0}  # its minimum, 8 GPUs, fits the K80s alone: never left waiting
-    assert allowed_types("v100", sp, 600.0, S, 8, cap, elastic=True) == ("v100", "p100", "k80")
+    cap = {"k80": 24.0, "p100": 4.0, "v100": 4.0}
+    assert allowed_types("v100", sp, 600.0, S, 8, cap, elastic_min=1) == ("v100", "p100")  # it can shrink to fit
+    # Its minimum, 8 GPUs, fits the K80s alone: any type rather than wait forever.
+    assert allowed_types("v100", sp, 600.0, S, 8, cap, elastic_min=8) == ("v100", "p100", "k80")
 
 
 def test_a_job_the_plan_has_not_seen_gets_its_type_alone_and_its_plan_type_wins() -> None:
