@@ -30,7 +30,7 @@ class JobTypes:
     measured: tuple[str, ...]  # the types its speed was measured on
     waiting_since: float  # when its oldest waiting pod was created (World clock); NaN: not waiting
     gpus: float  # GPUs it needs to start (an elastic job: its minimum)
-    elastic_min: float = 0.0  # an elastic job's fewest GPUs (0: not elastic): it falls back to near types only
+    elastic: bool = False  # past the bound it falls back to near types that hold `gpus` only
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ class TypePlan:
         if jt.home is not None:
             return (jt.home,)
         waited = now - jt.waiting_since if math.isfinite(jt.waiting_since) else 0.0
-        return allowed_types(pinned or jt.assigned, jt.speeds, waited, s, jt.gpus, dict(self.capacity), jt.elastic_min)
+        return allowed_types(pinned or jt.assigned, jt.speeds, waited, s, jt.gpus, dict(self.capacity),
+                             jt.gpus if jt.elastic else 0.0)
 
 
 def plan_types(world: World, settings: CoreSettings) -> TypePlan:
@@ -88,6 +89,5 @@ def plan_types(world: World, settings: CoreSettings) -> TypePlan:
             speeds=speeds_for(types, j.model_class, j.gpu_measured),
             measured=tuple(sorted(t for t in j.gpu_measured if t in types)),
             waiting_since=world.now - j.wait_s if math.isfinite(j.wait_s) else math.nan,
-            gpus=float(j.elastic[0]) if j.elastic is not None else float(j.live_gpus),
-            elastic_min=float(j.elastic[0]) if j.elastic is not None else 0.0)
+            gpus=float(j.elastic[0]) if j.elastic is not None else float(j.live_gpus), elastic=j.elastic is not None)
     return TypePlan(world.now, node_types, room, capacity, jobs)
