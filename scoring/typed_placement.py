@@ -29,8 +29,8 @@ class JobTypes:
     speeds: Mapping[str, float]  # its speed on each type (measured where it ran, else the prior)
     measured: tuple[str, ...]  # the types its speed was measured on
     waiting_since: float  # when its oldest waiting pod was created (World clock); NaN: not waiting
-    gpus: float  # GPUs it needs to start (an elastic job: its minimum)
-    elastic: bool = False  # past the bound it falls back to near types that hold `gpus` only
+    gpus: float  # GPUs its live pods ask for now (more than every type holds: it spans types)
+    elastic_min: float = 0.0  # an elastic job's fewest GPUs: past the bound, near types that hold them only
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class TypePlan:
             return (jt.home,)
         waited = now - jt.waiting_since if math.isfinite(jt.waiting_since) else 0.0
         return allowed_types(pinned or jt.assigned, jt.speeds, waited, s, jt.gpus, dict(self.capacity),
-                             jt.gpus if jt.elastic else 0.0)
+                             jt.elastic_min)
 
 
 def plan_types(world: World, settings: CoreSettings) -> TypePlan:
@@ -89,5 +89,5 @@ def plan_types(world: World, settings: CoreSettings) -> TypePlan:
             speeds=speeds_for(types, j.model_class, j.gpu_measured),
             measured=tuple(sorted(t for t in j.gpu_measured if t in types)),
             waiting_since=world.now - j.wait_s if math.isfinite(j.wait_s) else math.nan,
-            gpus=float(j.elastic[0]) if j.elastic is not None else float(j.live_gpus), elastic=j.elastic is not None)
+            gpus=float(j.live_gpus), elastic_min=float(j.elastic[0]) if j.elastic is not None else 0.0)
     return TypePlan(world.now, node_types, room, capacity, jobs)

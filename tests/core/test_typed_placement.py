@@ -101,6 +101,21 @@ def test_an_elastic_job_falls_back_only_to_types_within_min_share_of_its_fastest
     assert allowed_types("v100", sp, 600.0, S, 8, cap, elastic_min=8) == ("v100", "p100", "k80")
 
 
+def test_an_elastic_job_whose_pods_ask_more_than_every_type_spans_them_as_in_the_simulator() -> None:
+    # Its pods ask 12 GPUs of a 4 + 4 cluster: they span the types (at the slower's speed) rather
+    # than wait on one type that cannot hold them, whatever its minimum; the simulator's filter
+    # (benchmarks/sim/typed.py) tests the job's ask now, and so does the service's.
+    from dataclasses import replace
+
+    big = replace(job("ns/big", gpus=12, wait_s=10.0), elastic=(1, 16))
+    plan = plan_types(World(1000.0, (node("v", "v100"), node("k", "k80")), (big,), ()), core())
+    assert plan.jobs["ns/big"].gpus == 12.0 and plan.jobs["ns/big"].elastic_min == 1.0
+    assert plan.allowed("ns/big", 1000.0, S) == (ANY,)
+    small = replace(job("ns/small", gpus=4, wait_s=10.0), elastic=(1, 16))
+    plan = plan_types(World(1000.0, (node("v", "v100"), node("k", "k80")), (small,), ()), core())
+    assert plan.allowed("ns/small", 1000.0, S) == ("v100",)
+
+
 def test_a_job_the_plan_has_not_seen_gets_its_type_alone_and_its_plan_type_wins() -> None:
     w = World(0.0, (node("v", "v100", used=4.0), node("k", "k80")), (), ())
     plan = plan_types(w, core())
