@@ -114,7 +114,9 @@ class TypedPlacement(KubeSchedulerPolicy):
         waiting = sorted((j for j in self.by_idx.values() if not j.placement and j.completion is None
                           and j.idx not in self.book.pinned),
                          key=lambda j: (self.queued_at.get(j.idx, j.spec.arrival), j.idx))
-        claims = [Claim(str(j.idx), self.book.speeds(engine, j), float(j.replicas))
+        # What a waiting job claims: an elastic job its fewest GPUs, as the service's job_types does.
+        claims = [Claim(str(j.idx), self.book.speeds(engine, j),
+                        float(j.spec.elastic_min if j.spec.elastic_max > 0 else j.replicas))
                   for j in waiting[: self.book.settings.queue_window]]
         self.assigned = {int(k): t for k, t in assign_types(claims, room, self.book.settings.min_share).items()}
 
