@@ -63,6 +63,7 @@ from scoring.kernel import (
 from scoring.safety import Budget
 from scoring.settings import CoreSettings
 from scoring.tracker import ConvergenceTracker
+from scoring.typed_placement import plan_types
 from scoring.world import ResizeNode, World
 
 # The service's outcome labels for a notice it told (extender/control/idle.py: an Event recorded;
@@ -154,6 +155,10 @@ class SimControl:
         if "resizer" in self.loops:
             self.resizer.settle(engine)  # before kube-scheduler binds: raised requests hold the CPU
         self._bound(engine, now)
+        if self.builder.types.types(engine):  # the extender's filter reads the types of the latest World
+            if self._world is None:
+                self._world = self.builder.build(engine, now)
+            self.builder.types.plan = plan_types(self._world, self.settings)
         self.memory = done.memory
         self.last_round = done
         for p in done.plans.values():

@@ -97,6 +97,11 @@ class SimJob:
         return sum(g for _, g in self.placement)
 
     @property
+    def key(self) -> str:
+        """namespace/name, as the World names the job (its pods' owner)."""
+        return f"{self.spec.namespace}/{self.spec.name}"
+
+    @property
     def multi_node(self) -> bool:
         return len(self.placement) > 1
 

@@ -8,9 +8,10 @@ With types off (CoreSettings.gpu_types.enabled False: flowsched-typeblind) or a 
 type, the World has no type and nothing here filters.
 
 TypedPlacement is kube-scheduler with flowsched's extender whose filter keeps a job's pods on one
-type: the one its latest elastic plan named, else the one scoring.gpu_types.assign_types gives it
-among the waiting jobs for the free GPUs of each type, until it has waited fallback_s; then every
-type, fastest for it first, still one type for all its pods.
+type: the types scoring.typed_placement.TypePlan.allowed gives it, tried in order, from the
+latest plan (TypeBook.plan: SimControl builds it with plan_types from its World after each round,
+as the service's filter reads the plan it refreshes from its World; extender/http/gpu_type_gate.py).
+No plan yet: no constraint, as in the service.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import numpy as np
 
 from benchmarks.sim.cluster_spec import app_classes
 from benchmarks.sim.engine import Engine, SimJob
-from benchmarks.sim.policies import IntArray, KubeSchedulerPolicy, NodeScorer
-from scoring.gpu_types import ANY, Claim, GpuTypeSettings, allowed_types, assign_types, cluster_types, speeds_for, typed
+from benchmarks.sim.policies import IntArray, KubeSchedulerPolicy, NodeScorer, pod_sizes
+from scoring.gpu_types import ANY, GpuTypeSettings, cluster_types, typed
+from scoring.typed_placement import TypePlan
 from scoring.world import FloatArray
 
 
@@ -32,6 +34,7 @@ class TypeBook:
     settings: GpuTypeSettings = field(default_factory=GpuTypeSettings)
     measured: dict[int, dict[str, float]] = field(default_factory=dict)  # job idx -> type -> speed measured
     pinned: dict[int, str] = field(default_factory=dict)  # job idx -> type of its latest elastic plan
+    plan: TypePlan | None = None  # the latest World's types (SimControl, after each round)
     classes: dict[str, str] = field(default_factory=app_classes)
 
     def types(self, engine: Engine) -> tuple[str, ...]:
@@ -56,10 +59,6 @@ class TypeBook:
 
     def model_class(self, job: SimJob) -> str:
         return self.classes.get(job.spec.app, "")
-
-    def speeds(self, engine: Engine, job: SimJob) -> dict[str, float]:
-        types = self.types(engine)
-        return speeds_for(types, self.model_class(job), self.measured.get(job.idx, {})) if types else {}
 
     def pin(self, job: SimJob, gpu_type: str) -> None:
         if gpu_type:
@@ -87,12 +86,10 @@ class TypedPlacement(KubeSchedulerPolicy):
         self.filter = TypeFilter(scorer, np.array(node_types, dtype=object))
         super().__init__(name, self.filter, seed)
         self.book = book
-        self.assigned: dict[int, str] = {}
 
     def schedule(self, engine: Engine, now: float) -> None:
         """Every waiting job in queue order, as kube-scheduler tries every pod: with types, a job
         that does not fit on its type says nothing of a later job of the same size on another."""
-        self._assign(engine)
         order = sorted(((e, shape) for shape, h in self.pending.items() for e in h), key=lambda x: x[0])
         placed = {e[2] for e, _ in order if self._place(engine, self.by_idx[e[2]])}
         if placed:
@@ -101,44 +98,19 @@ class TypedPlacement(KubeSchedulerPolicy):
                 heapq.heapify(kept)
                 self.pending[shape] = kept
 
-    def _assign(self, engine: Engine) -> None:
-        types = self.book.types(engine)
-        if not types:
-            self.assigned = {}
-            return
-        c = engine.cluster
-        room = {t: 0.0 for t in types}
-        for k, t in enumerate(c.settings.node_types):
-            if t in room:
-                room[t] += float(c.free[k])
-        waiting = sorted((j for j in self.by_idx.values() if not j.placement and j.completion is None
-                          and j.idx not in self.book.pinned),
-                         key=lambda j: (self.queued_at.get(j.idx, j.spec.arrival), j.idx))
-        # What a waiting job claims: an elastic job its fewest GPUs, as the service's job_types does.
-        claims = [Claim(str(j.idx), self.book.speeds(engine, j),
-                        float(j.spec.elastic_min if j.spec.elastic_max > 0 else j.replicas))
-                  for j in waiting[: self.book.settings.queue_window]]
-        self.assigned = {int(k): t for k, t in assign_types(claims, room, self.book.settings.min_share).items()}
-
-    def _capacity(self, engine: Engine) -> dict[str, float]:
-        c = engine.cluster.settings
-        out: dict[str, float] = {}
-        for t in c.node_types:
-            out[t] = out.get(t, 0.0) + c.gpus_per_node
-        return out
-
     def _place(self, engine: Engine, job: SimJob) -> bool:
         if engine.cluster.total_free < job.replicas:
             return False
-        speeds = self.book.speeds(engine, job)
-        if not speeds:
+        plan = self.book.plan
+        allowed = () if plan is None else plan.allowed(
+            job.key, engine.now, self.book.settings, pinned=self.book.pinned.get(job.idx, ""),
+            model_class=self.book.model_class(job), created_at=engine.queue_time(job),
+            gpus=float(pod_sizes(job.replicas, engine.cluster.settings.gpus_per_node)[0]))  # one pod's, as the filter's
+        if not allowed:
             self.filter.allowed = None
             return super()._place(engine, job)
-        own = self.book.pinned.get(job.idx) or self.assigned.get(job.idx)
-        waited = engine.now - engine.queue_time(job)
         try:
-            for t in allowed_types(own, speeds, waited, self.book.settings, job.replicas, self._capacity(engine),
-                                   elastic_min=job.spec.elastic_min):
+            for t in allowed:
                 self.filter.allowed = t
                 if super()._place(engine, job):
                     return True

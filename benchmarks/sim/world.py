@@ -57,7 +57,7 @@ NAMESPACE = "sim"
 
 
 def job_key(job: SimJob) -> str:
-    return f"{job.spec.namespace}/{job.spec.name}"
+    return job.key
 
 
 def pod_name(job: SimJob, i: int) -> str:

@@ -124,3 +124,37 @@ def test_run_pollux_names_the_cluster_file_in_its_header(capsys: pytest.CaptureF
     assert rc == 0 and "cluster three-types-64: 64 GPUs (16 v100, 24 p100, 24 k80)" in out
     with pytest.raises(SystemExit):
         run_pollux.main(["--cluster", str(CLUSTERS / "missing.yaml"), "--workloads", "1"])
+
+
+def test_the_simulated_filter_reads_the_types_of_the_latest_plan_as_the_services_does() -> None:
+    """The simulated extender asks scoring.typed_placement.TypePlan.allowed, as the service's
+    filter does (extender/http/gpu_type_gate.py): a plan that gives a waiting job the K80s puts it
+    there though the V100s are free and faster for it; before any plan, no constraint. (It ran its
+    own assignment before, on the free GPUs alone, and parted from the service's.)"""
+    from benchmarks.sim.engine import Engine
+    from scoring.typed_placement import JobTypes, TypePlan
+
+    mixed = parse_cluster({"nodes": [{"count": 1, "gpus": 4, "gpu": "v100"}, {"count": 1, "gpus": 4, "gpu": "k80"}]},
+                          "mixed")
+    es = EngineSettings(cluster=mixed.settings)
+    from dataclasses import replace
+
+    specs = [replace(s, replicas=2) for s in prepare(generate(GeneratorSettings(jobs=1, hours=0.1, seed=1)), PROFILES,
+                                                     "none")]
+    placed = {}
+    for plan_type in ("k80", None):
+        v = build("flowsched", PROFILES, 0, es)
+        assert isinstance(v.policy, TypedPlacement) and v.control is not None
+        eng = Engine(specs, PROFILES, v.policy, es)
+        job = eng.jobs[0]
+        book = v.control.builder.types
+        if plan_type is not None:
+            book.plan = TypePlan(0.0, {"n0": "v100", "n1": "k80"}, {"v100": 4.0, "k80": 4.0}, {"v100": 4.0, "k80": 4.0},
+                                 {job.key: JobTypes(None, plan_type, {"v100": 1.0, "k80": 0.5}, (), 0.0,
+                                                    float(job.replicas))})
+        eng.active[job.idx] = job
+        v.policy.on_arrival(job, 0.0)
+        v.policy.schedule(eng, 0.0)
+        placed[plan_type] = {mixed.settings.node_types[n] for n, _ in job.placement}
+    assert placed["k80"] == {"k80"}
+    assert placed[None] and len(placed[None]) == 1
