@@ -56,11 +56,11 @@ class GpuTypeSettings:
     """How types steer decisions (the typed layer is neutral on a cluster of one type)."""
 
     enabled: bool = True  # False: types ignored (flowsched-typeblind)
-    # A job that is not elastic waits at most this long for the type it was given, then takes any
-    # type, fastest for it first (Gavel's point: a slower GPU now beats a faster one much later).
-    # An elastic job then takes only the types within min_share of its fastest: it can start small
-    # there once the elastic jobs on them shrink for it, and a running job keeps its type (an
-    # ImageNet-like job that fell back to K80s, 0.14 of its V100 speed, held them for 917,000 s).
+    # A job waits at most this long for the type it was given, then takes any type within min_share
+    # of its fastest that can hold it, fastest first (Gavel's point: a slower GPU now beats a faster
+    # one much later), every type only when none of those can. Not a far slower one: a running job
+    # keeps its type, and an ImageNet-like job that fell back to K80s (0.14 of its V100 speed) held
+    # them for 613,713 s (docs/gpu-types.md).
     fallback_s: float = 600.0
     # A type with room is offered to a waiting job only if it runs there at least this share of its
     # fastest speed; else it waits for its fastest type (up to fallback_s). 0: any room will do.
@@ -151,11 +151,11 @@ def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: f
                   gpus: float = 0.0, capacity: Mapping[str, float] | None = None, elastic_min: float = 0.0
                   ) -> tuple[str, ...]:
     """Types a waiting job's pods may bind to, tried in order: its assigned type until it has waited
-    fallback_s, then each type, fastest for it first (`elastic_min` > 0, an elastic job's fewest
-    GPUs: only those within min_share of its fastest that hold that many; every type if none
-    does). A job larger than every type (`capacity`: GPUs
-    per type; a 48-GPU job on 16 + 24 + 24) may only span types: (ANY,), at its slowest type's
-    speed, rather than never run. () = no constraint (no types known)."""
+    fallback_s, then the types within min_share of its fastest that hold what it needs (`gpus`, or
+    `elastic_min` > 0, an elastic job's fewest), fastest for it first; every type if none does. A
+    job larger than every type (`capacity`: GPUs per type; a 48-GPU job on 16 + 24 + 24) may only
+    span types: (ANY,), at its slowest type's speed, rather than never run. () = no constraint
+    (no types known)."""
     if not speeds:
         return ()
     if capacity and gpus > max(capacity.values()) + 1e-9:
@@ -163,9 +163,8 @@ def allowed_types(assigned: str | None, speeds: Mapping[str, float], waited_s: f
     fastest = tuple(sorted(speeds, key=lambda t: (-speeds[t], t)))
     if assigned and assigned in speeds and not (math.isfinite(waited_s) and waited_s >= s.fallback_s):
         return (assigned,)
-    if elastic_min > 0:
-        top = speeds[fastest[0]]
-        near = tuple(t for t in fastest if speeds[t] >= s.min_share * top
-                     and (not capacity or capacity.get(t, 0.0) >= elastic_min - 1e-9))
-        return near or fastest
-    return fastest
+    need = elastic_min if elastic_min > 0 else gpus
+    top = speeds[fastest[0]]
+    near = tuple(t for t in fastest if speeds[t] >= s.min_share * top
+                 and (not capacity or capacity.get(t, 0.0) >= need - 1e-9))
+    return near or fastest

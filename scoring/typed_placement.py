@@ -4,8 +4,9 @@ types (DESIGN §10), from the World, as benchmarks/sim/typed.py TypedPlacement d
 A job holding GPUs stays on that type (a job never spans types). Else its type is the one its
 latest typed elastic plan named, else the one scoring.gpu_types.assign_types gives it among the
 waiting jobs for the room each type has (scoring.typed_elastic.job_types), until it has waited
-GpuTypeSettings.fallback_s; then every type, fastest for it first. Pure: the shell asks with its
-own clock and the job's pods' plan.
+GpuTypeSettings.fallback_s; then the types within min_share of its fastest that can hold it
+(every type when none can), fastest for it first. Pure: the shell asks with its own clock and the
+job's pods' plan.
 """
 
 from __future__ import annotations

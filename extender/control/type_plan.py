@@ -89,8 +89,8 @@ class TypePlanSource:
                     log.warning("cannot annotate %s after its GPU-type bound: %s", p.key, e)
                     continue
                 self._nudged.add(p.uid)
-                log.info("%s waited %.0f s for GPU type %s: any type now", p.key, now - jt.waiting_since,
-                         jt.assigned or "?")
+                log.info("%s waited %.0f s for GPU type %s: types %s now", p.key, now - jt.waiting_since,
+                         jt.assigned or "?", ",".join(plan.allowed(key, now, self.gpu_types)))
 
     def job_view(self, key: str) -> dict[str, Any] | None:
         """A job's GPU types for GET /v1/jobs and /debug/explain: the step times it measured on each

@@ -65,12 +65,12 @@ def test_the_job_that_loses_most_on_the_slow_type_gets_the_fast_one() -> None:
     assert assign_types([resnet], {"k80": 4.0, "p100": 0.0, "v100": 0.0}) == {"resnet": "k80"}
 
 
-def test_a_waiting_job_keeps_its_type_until_the_bound_then_takes_any() -> None:
+def test_a_waiting_job_keeps_its_type_until_the_bound_then_takes_any_near_its_fastest() -> None:
     s = GpuTypeSettings(fallback_s=600.0)
     sp = {"k80": 0.2, "p100": 0.7, "v100": 1.0}
     assert allowed_types("p100", sp, 10.0, s) == ("p100",)
-    assert allowed_types("p100", sp, 600.0, s) == ("v100", "p100", "k80")
-    assert allowed_types(None, sp, 0.0, s) == ("v100", "p100", "k80")
+    assert allowed_types("p100", sp, 600.0, s) == ("v100", "p100")  # the K80 is under min_share (0.5)
+    assert allowed_types(None, sp, 0.0, s) == ("v100", "p100")
     cap = {"k80": 24.0, "p100": 24.0, "v100": 16.0}
     assert allowed_types("v100", sp, 0.0, s, 16, cap) == ("v100",)
     assert allowed_types("v100", sp, 0.0, s, 32, cap) == (ANY,)  # no type holds it: it spans at once

@@ -70,16 +70,20 @@ def test_jobs_get_the_type_where_they_gain_most_and_fall_back_after_the_bound() 
     plan = plan_types(w, core())
     assert plan.allowed("ns/held", 1000.0, S) == ("v100",)  # a job never leaves (or spans) its type
     assert plan.allowed("ns/vis", 1000.0, S) == ("v100",)
-    # ... until it has waited fallback_s: then any type, fastest for it first.
-    assert plan.allowed("ns/vis", 1000.0 - 10.0 + 600.0, S) == ("v100", "k80")
+    # ... until it has waited fallback_s: then a type within min_share of its fastest, a P100 here.
+    w = World(1000.0, (node("v", "v100", used=4.0), node("p", "p100"), node("k", "k80")),
+              (job("ns/held", on={"v": 4.0}), job("ns/vis", wait_s=10.0)), ())
+    plan = plan_types(w, core())
+    assert plan.allowed("ns/vis", 1000.0, S) == ("p100",)  # room at 0.76 of its speed: offered at once
+    assert plan.allowed("ns/vis", 1000.0 - 10.0 + 600.0, S) == ("v100", "p100")
 
 
-def test_an_elastic_job_falls_back_only_to_types_within_min_share_of_its_fastest() -> None:
+def test_a_job_falls_back_only_to_types_within_min_share_of_its_fastest() -> None:
     """The typed demo (generated-0, seed 1, main 67c7dcf): an ImageNet-like elastic job, shrunk and
     requeued, waited fallback_s for the full V100s and P100s, took 7 K80s (0.14 of its V100
-    speed), and kept that type, as a running job does, for 917,000 s. An elastic job can start
-    small on its own type as soon as the elastic jobs there shrink for it: after the bound it
-    falls back only to the types within min_share of its fastest, a job that is not elastic to any."""
+    speed), and kept that type, as a running job does, for 917,000 s; at 7f654b3 a job that is not
+    elastic did the same on 24 K80s for 613,713 s. After the bound a job falls back only to the
+    types within min_share of its fastest that can hold it (an elastic job: its fewest GPUs)."""
     from dataclasses import replace
 
     nodes = (node("v", "v100", used=4.0), node("k", "k80"))
@@ -88,13 +92,16 @@ def test_an_elastic_job_falls_back_only_to_types_within_min_share_of_its_fastest
     w = World(1000.0, nodes, (job("ns/held", on={"v": 4.0}), rigid, elastic), ())
     plan = plan_types(w, core())
     later = 1000.0 - 10.0 + 600.0
-    assert plan.allowed("ns/vis", later, S) == ("v100", "k80")
+    assert plan.allowed("ns/vis", later, S) == ("v100",)
     assert plan.allowed("ns/ela", 1000.0, S) == ("v100",)
     assert plan.allowed("ns/ela", later, S) == ("v100",)
     sp = {"k80": 0.2, "p100": 0.7, "v100": 1.0}
     assert allowed_types("v100", sp, 600.0, S, elastic_min=1) == ("v100", "p100")
     assert allowed_types(None, sp, 0.0, S, elastic_min=1) == ("v100", "p100")
-    assert allowed_types("v100", sp, 600.0, S) == ("v100", "p100", "k80")
+    assert allowed_types("v100", sp, 600.0, S) == ("v100", "p100")
+    assert allowed_types("v100", sp, 600.0, GpuTypeSettings(min_share=0.0)) == ("v100", "p100", "k80")
+    # Not elastic, 8 GPUs: only the K80s hold them, so any type rather than wait forever.
+    assert allowed_types("v100", sp, 600.0, S, 8, {"k80": 24.0, "p100": 4.0, "v100": 4.0}) == ("v100", "p100", "k80")
     cap = {"k80": 24.0, "p100": 4.0, "v100": 4.0}
     assert allowed_types("v100", sp, 600.0, S, 8, cap, elastic_min=1) == ("v100", "p100")  # it can shrink to fit
     # Its minimum, 8 GPUs, fits the K80s alone: any type rather than wait forever.
@@ -121,7 +128,7 @@ def test_a_job_the_plan_has_not_seen_gets_its_type_alone_and_its_plan_type_wins(
     plan = plan_types(w, core())
     # Arrived since the plan: a language job loses over half its speed on a K80 -> waits for V100.
     assert plan.allowed("ns/new", 5.0, S, model_class="language", gpus=4, created_at=4.0) == ("v100",)
-    assert plan.allowed("ns/new", 700.0, S, model_class="language", gpus=4, created_at=4.0) == ("v100", "k80")
+    assert plan.allowed("ns/new", 700.0, S, model_class="language", gpus=4, created_at=4.0) == ("v100",)
     # Its elastic plan named a type: that one.
     assert plan.allowed("ns/new", 5.0, S, pinned="k80", model_class="language", gpus=4, created_at=4.0) == ("k80",)
     # Larger than every type: it may only span them.
