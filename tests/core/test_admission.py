@@ -175,3 +175,45 @@ def test_queued_by_predicted_remaining_work_a_long_job_yields_before_it_has_atta
     # 30 GPU-h attained, 100 s (0.1 GPU-h) left: queue 1 by attained service, queue 0 by what is left.
     ending = replace(long, attained_gpu_s=30 * H, planned_steps=1000.0)
     assert job_queue(ending, 4.0, by_att.admission) == 1 and job_queue(ending, 4.0, by_left.admission) == 0
+
+
+def test_on_a_typed_cluster_a_gang_is_released_only_where_the_type_filter_lets_it_bind() -> None:
+    """The typed demo (generated-0, seed 1, main 59e7613): a 24-GPU gang released because 24 GPUs
+    were free across types waited 197,000 s in kube-scheduler's queue for one type to hold it,
+    and meanwhile held no room a starving rule could keep for it. Admission now asks the same
+    types as the extender's filter (scoring.typed_placement.TypePlan.allowed)."""
+    nodes = (NodeState("v0", 4, 4, "v100"), NodeState("k0", 4, 0, "k80"))
+    vision = replace(gated("a/vision", (4.0,), wait_s=100), model_class="vision")
+    rec = replace(gated("a/rec", (4.0,), wait_s=50), model_class="recommendation")
+    plan = plan_admission_for(World(0.0, nodes, (rec, vision), ()), S)
+    # The vision job waits for a V100 (a K80 gives it 0.15 of its speed); the recommendation job,
+    # fastest on a K80, takes it, though it waited less.
+    assert [a.job for a in plan.admits] == ["a/rec"]
+    assert plan_admission_for(World(0.0, nodes, (vision,), ()), S).admits == ()
+    # An elastic job's pods carry the type of its elastic plan, which the World does not: by count.
+    elastic = replace(vision, elastic=(1, 4))
+    assert [a.job for a in plan_admission_for(World(0.0, nodes, (elastic,), ()), S).admits] == ["a/vision"]
+    # On one type (or types off) the same World by count admits it.
+    blind = replace(S, gpu_types=replace(S.gpu_types, enabled=False))
+    assert [a.job for a in plan_admission_for(World(0.0, nodes, (vision,), ()), blind).admits] == ["a/vision"]
+    # Preemption frees GPUs only where the job may bind: a queue-1 job on the K80 is not evicted
+    # for it, one on the V100 is.
+    k_old = replace(running("a/k-old", "k0", 4, attained=30 * H), model_class="vision")
+    v_old = replace(running("a/v-old", "v0", 4, attained=30 * H), model_class="vision")
+    full = (NodeState("v0", 4, 4, "v100"), NodeState("k0", 4, 4, "k80"))
+    plan = plan_admission_for(World(0.0, full, (k_old, vision), ()), S)
+    assert plan.preempts == ()
+    plan = plan_admission_for(World(0.0, full, (k_old, v_old, vision), ()), S)
+    assert [p.job for p in plan.preempts] == ["a/v-old"]
+
+
+def test_a_starving_job_keeps_only_the_nodes_of_its_types() -> None:
+    # Two V100 nodes, one half used, and a free K80 node: the starving 8-GPU vision gang keeps the
+    # V100s (nothing behind it takes them) but a recommendation job may still start on the K80.
+    nodes = (NodeState("v0", 4, 2, "v100"), NodeState("v1", 4, 0, "v100"), NodeState("k0", 4, 0, "k80"))
+    starving = replace(gated("a/big", (4.0, 4.0), wait_s=9 * H), model_class="vision")
+    small = replace(gated("a/small", (2.0,), wait_s=60), model_class="vision")
+    rec = replace(gated("a/rec", (4.0,), wait_s=30), model_class="recommendation")
+    plan = plan_admission_for(World(0.0, nodes, (rec, small, starving), ()), S)
+    assert [a.job for a in plan.admits] == ["a/rec"]
+    assert "held" in dict((j, d) for j, _, _, d in plan.order)["a/small"]
