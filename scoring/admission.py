@@ -16,7 +16,9 @@ Per interval:
    free GPUs first; then each gated job in order is admitted only if *all* its pods fit what is
    left (no partial gang ever holds GPUs); a job that does not fit is skipped and later, smaller
    ones may go (as Tiresias admits), unless it is starving: then nothing behind it is admitted
-   and the GPUs it needs are kept for it.
+   and the GPUs it needs are kept for it. On a cluster of several GPU types a job that is not
+   elastic fits only on the nodes of the types the extender's filter allows it
+   (scoring.typed_placement), and a starving one keeps only those.
 3. Preemption (DynamoML): the first job in order that has waited `preempt_after_s` and does not
    fit may have running jobs of a *later* queue evicted for it (checkpointable, namespace
    allowed, running at least `min_runtime_s`, not predicted to end within the migrator's
