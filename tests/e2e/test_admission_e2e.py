@@ -1,7 +1,8 @@
 """The admission loop on the real control plane: pods created with the scheduling gate
 flowsched.io/admission are invisible to the real kube-scheduler until a `flowsched serve
 --controllers admission --act` removes the gate; it releases a job's pods together, only when all
-of them fit, in least-attained-service order, and keeps nothing about a job that is deleted.
+of them fit (on a cluster of two GPU types, on the nodes of the type the job may bind to), in
+least-attained-service order, and keeps nothing about a job that is deleted.
 """
 
 from __future__ import annotations
@@ -126,3 +127,28 @@ def test_a_deleted_gated_job_leaves_no_state(ad: Scenario) -> None:
     assert job not in snap["jobs"] and f"{s.ns}/gone-0" not in snap["pods"]
     control = s.flowsched.http.get("/debug/admission").json()
     assert job not in json.dumps(control.get("backoff", {}))
+
+
+def test_on_two_gpu_types_a_gang_is_released_only_where_its_type_has_room(ad: Scenario) -> None:
+    """A vision gang waits gated while only a K80 is free (0.15 of its V100 speed: the extender's
+    filter would keep it off it, so released by count it would wait in kube-scheduler's queue);
+    a recommendation job, fastest on the K80, is released there meanwhile; the vision gang goes
+    once the V100 frees."""
+    s = ad
+    product = "nvidia.com/gpu.product"
+    s.add_nodes("ad-v1", gpus=4, labels={product: "Tesla-V100-SXM2-16GB"})
+    s.add_nodes("ad-k1", gpus=4, labels={product: "Tesla-K80"})
+    blocker(s, "blocker", "ad-v1", 4)
+    gated_pod(s, "vis-0", "vis", gpus=4, annotations={"flowsched.io/model-class": "vision"})
+    job = f"{s.ns}/vis"
+    wait_until(lambda: any(q["job"] == job for q in admission_view(s).get("queue", [])), 15, interval_s=0.2,
+               what="the admission loop seeing the gated vision gang")
+    time.sleep(2.0)  # four intervals: 4 GPUs free by count, none of its type
+    assert gates(s, "vis-0") == [GATE] and s.node_of("vis-0") is None
+    decision = next(q["decision"] for q in admission_view(s)["queue"] if q["job"] == job)
+    assert decision.startswith("waits"), decision
+    gated_pod(s, "rec-0", "rec", gpus=4, annotations={"flowsched.io/model-class": "recommendation"})
+    assert s.wait_bound("rec-0", 30) == "ad-k1"
+    assert gates(s, "vis-0") == [GATE]
+    s.emulator.finish(s.ns, "blocker")  # the V100 frees
+    assert s.wait_bound("vis-0", 30) == "ad-v1"
