@@ -174,7 +174,8 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
         elastic read 10875 s against 9715)."""
         allowed = types.allowed(j.key, world.now, settings.gpu_types) if types.typed and j.elastic is None else ()
         masks = [every] if not allowed or ANY in allowed else [node_type == t for t in allowed]
-        return [m & ~kept for m in masks if (m & ~kept).any()]
+        left = [m & ~kept for m in masks]
+        return [m for m in left if m.any()]
 
     def key(j: JobState) -> tuple[int, int, int, float, float, str]:
         q = job_queue(j, _asked(j), s)
