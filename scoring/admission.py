@@ -39,11 +39,10 @@ from typing import Any
 import numpy as np
 
 from scoring.actions import Preempt, Release
-from scoring.gpu_types import ANY
 from scoring.migration import place
 from scoring.safety import namespace_refusal
 from scoring.settings import AdmissionLoopSettings, CoreSettings
-from scoring.typed_placement import plan_types
+from scoring.typed_placement import node_masks, plan_types
 from scoring.world import JobState, World
 
 _ONE_GPU_HOUR = 3600.0
@@ -160,9 +159,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
 
     ends = {j.key: predicted_end_s(j, s) for j in open_ns}
     types = plan_types(world, settings)  # the empty plan on a cluster of one type
-    node_type = np.array([n.gpu_type for n in world.nodes], dtype=object)
 
-    every = np.ones(len(names), dtype=bool)
     kept = np.zeros(len(names), dtype=bool)  # the nodes a starving job ahead waits on
 
     def where_to(j: JobState) -> list[np.ndarray]:
@@ -172,9 +169,7 @@ def plan_admission_for(world: World, settings: CoreSettings, *, max_admits: int 
         elastic job is admitted by count as on one type: its pods carry the type of its latest
         elastic plan, which the World does not (with its typed room the typed demo with every job
         elastic read 10875 s against 9715)."""
-        allowed = types.allowed(j.key, world.now, settings.gpu_types) if types.typed and j.elastic is None else ()
-        masks = [every] if not allowed or ANY in allowed else [node_type == t for t in allowed]
-        left = [m & ~kept for m in masks]
+        left = [m & ~kept for m in node_masks(types, world, j, settings.gpu_types)]
         return [m for m in left if m.any()]
 
     def key(j: JobState) -> tuple[int, int, int, float, float, str]:

@@ -38,8 +38,8 @@ from typing import Any
 from scoring.actions import ControlAction, Evict, IdleReport, IdleWarn, Preempt, Reclaim, Release, Scale
 from scoring.admission import plan_admission_for
 from scoring.compose import Memory
-from scoring.control import plan_migrations_for
 from scoring.idle import IdlePlan, plan_idle, warning_delivered
+from scoring.migrator_plan import plan_migrations_for
 from scoring.remedy import plan_remedies
 from scoring.resize_loop import plan_resizes
 from scoring.safety import Budget

@@ -95,12 +95,21 @@ class Demands:
     gpus: FloatArray  # [D] per pending pod, in kube-scheduler's queue order
     node: IntArray  # [D] -1: any node; k: only node k (e.g. a growing job's extra GPUs there)
     wait_s: FloatArray | None = None  # [D] seconds each has waited (NaN unknown = not long)
+    # [D, N] the nodes each may bind to (its job's GPU types, as the extender's filter allows them);
+    # None: every node. GPUs freed on a node a demand may not take serve it nothing.
+    allowed: BoolArray | None = None
 
     @staticmethod
-    def pending(gpus: npt.ArrayLike, wait_s: npt.ArrayLike | None = None) -> Demands:
+    def pending(gpus: npt.ArrayLike, wait_s: npt.ArrayLike | None = None,
+                allowed: npt.ArrayLike | None = None) -> Demands:
         g = np.asarray(gpus, dtype=np.float64).reshape(-1)
         w = None if wait_s is None else np.asarray(wait_s, dtype=np.float64).reshape(-1)
-        return Demands(g, np.full(g.shape[0], -1, dtype=np.int64), w)
+        a = None if allowed is None else np.asarray(allowed, dtype=bool)
+        return Demands(g, np.full(g.shape[0], -1, dtype=np.int64), w, a)
+
+    def place_on(self, free: FloatArray, idx: IntArray) -> tuple[IntArray, FloatArray]:
+        """place() of the demands `idx`, in their order, each on the nodes it may take."""
+        return place(free, self.gpus[idx], self.node[idx], allowed=None if self.allowed is None else self.allowed[idx])
 
 
 @dataclass(frozen=True)
@@ -123,16 +132,19 @@ class MigrationPlan:
         return [m.job for m in self.moves]
 
 
-def place(free: FloatArray, gpus: FloatArray, only: IntArray, forbid: BoolArray | None = None
-          ) -> tuple[IntArray, FloatArray]:
+def place(free: FloatArray, gpus: FloatArray, only: IntArray, forbid: BoolArray | None = None,
+          allowed: BoolArray | None = None) -> tuple[IntArray, FloatArray]:
     """Best-fit in order (the fullest node that still fits, as the extender's packing does):
-    node per demand (-1 = fits nowhere) and the free GPUs left."""
+    node per demand (-1 = fits nowhere) and the free GPUs left. `allowed` [D, N]: the nodes each
+    demand may take (None: any)."""
     left = free.astype(np.float64, copy=True)
     where = np.full(gpus.shape[0], -1, dtype=np.int64)
     for d in range(gpus.shape[0]):
         ok = left + _EPS >= gpus[d]
         if forbid is not None:
             ok &= ~forbid
+        if allowed is not None:
+            ok &= allowed[d]
         if only[d] >= 0:
             mask = np.zeros_like(ok)
             mask[only[d]] = True
@@ -185,7 +197,7 @@ def _evaluate(j: int, jobs: JobArrays, free: FloatArray, unmet: IntArray, demand
     # `free` is raw: below 0 where a node's allocatable fell under what its pods hold. Clamp only
     # after the job's GPUs come back, so an eviction is credited with the GPUs that will exist.
     freed = np.maximum(free + row, 0.0)
-    where, left = place(freed, demands.gpus[unmet], demands.node[unmet])
+    where, left = demands.place_on(freed, unmet)
     served = unmet[where >= 0]
     benefit = float(demands.gpus[served].sum())
     if benefit <= _EPS:
@@ -210,8 +222,11 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
         raise ValueError(f"gpus_on is {jobs.gpus_on.shape}, expected ({jobs.count}, {free.shape[0]})")
     if demands.gpus.shape != demands.node.shape:
         raise ValueError("demand gpus and node differ in length")
+    if demands.allowed is not None and demands.allowed.shape != (demands.gpus.shape[0], free.shape[0]):
+        raise ValueError(f"demand allowed is {demands.allowed.shape}, "
+                         f"expected ({demands.gpus.shape[0]}, {free.shape[0]})")
     why = eligibility(jobs, settings)
-    where, free = place(free, demands.gpus, demands.node)  # what fits now needs no migration
+    where, free = demands.place_on(free, np.arange(demands.gpus.shape[0]))  # fits now: no migration
     unmet = np.flatnonzero(where < 0).astype(np.int64)
     if settings.order == "attained":  # only demands that have waited long enough call for a move
         if demands.wait_s is None or demands.wait_s.shape != demands.gpus.shape:
@@ -250,7 +265,7 @@ def plan_migrations(jobs: JobArrays, node_free: npt.ArrayLike, demands: Demands,
         # (kept raw: a node still short after the eviction stays short for the next candidate).
         freed = free + jobs.gpus_on[bj]
         served = np.asarray(best.served, dtype=np.int64)
-        _, freed = place(freed, demands.gpus[served], demands.node[served])
+        _, freed = demands.place_on(freed, served)
         for k, g in zip(best.relocation, jobs.gpus_on[bj][jobs.gpus_on[bj] > 0], strict=True):
             if k >= 0:
                 freed[k] -= g

@@ -15,10 +15,22 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from scoring.gpu_types import Claim, GpuTypeSettings, allowed_types, assign_types, cluster_types, speeds_for, typed
+import numpy as np
+import numpy.typing as npt
+
+from scoring.gpu_types import (
+    ANY,
+    Claim,
+    GpuTypeSettings,
+    allowed_types,
+    assign_types,
+    cluster_types,
+    speeds_for,
+    typed,
+)
 from scoring.settings import CoreSettings
 from scoring.typed_elastic import home_type, job_types
-from scoring.world import World
+from scoring.world import JobState, World
 
 
 @dataclass(frozen=True)
@@ -92,3 +104,18 @@ def plan_types(world: World, settings: CoreSettings) -> TypePlan:
             waiting_since=world.now - j.wait_s if math.isfinite(j.wait_s) else math.nan,
             gpus=float(j.live_gpus), elastic_min=float(j.elastic[0]) if j.elastic is not None else 0.0)
     return TypePlan(world.now, node_types, room, capacity, jobs)
+
+
+def node_masks(plan: TypePlan, world: World, job: JobState, s: GpuTypeSettings) -> list[npt.NDArray[np.bool_]]:
+    """Over world.nodes, a mask per type the job's pods may bind to, in the filter's order (nodes
+    of no known type with each, as extender/http/gpu_type_gate.filter_by_type); [every node] when
+    nothing constrains it. An elastic job: every node, since its pods carry the type of its latest
+    elastic plan, which the World does not (admission and the migrator then count GPUs as on one
+    type)."""
+    every = np.ones(len(world.nodes), dtype=bool)
+    allowed = plan.allowed(job.key, world.now, s) if plan.typed and job.elastic is None else ()
+    if not allowed or ANY in allowed:
+        return [every]
+    node_type = np.array([n.gpu_type for n in world.nodes], dtype=object)
+    untyped = node_type == ""
+    return [(node_type == t) | untyped for t in allowed]

@@ -139,6 +139,22 @@ def test_node_bound_demand_only_counts_on_its_node() -> None:
     assert plan.jobs == [] and plan.why[0] == Why.NO_BENEFIT
 
 
+def test_a_demand_counts_only_the_gpus_freed_on_nodes_it_may_take() -> None:
+    # Node 0 a V100, node 1 a K80, each full with a slow job; the 4-GPU pod waiting binds only to
+    # the V100. The K80 job grows slower (it would go first), but freeing it serves nothing.
+    g = [[4, 0], [0, 4]]
+    loose = replace(S, require_room_elsewhere=False)
+    d = Demands.pending([4], allowed=[[True, False]])
+    plan = plan_migrations(jobs(g, growth=[0.01, 0.001]), [0.0, 0.0], d, loose)
+    assert plan.jobs == [0] and plan.why[1] == Why.NO_BENEFIT
+    assert plan_migrations(jobs(g, growth=[0.01, 0.001]), [0.0, 0.0], Demands.pending([4]), loose).jobs == [1]
+    # What fits now is placed on its own nodes too: a free K80 does not meet it.
+    plan = plan_migrations(jobs([[4, 0]]), [0.0, 4.0], d, loose)
+    assert plan.unmet_before == (0,) and plan.jobs == [0]
+    with pytest.raises(ValueError, match="allowed"):
+        plan_migrations(jobs(g), [0.0, 0.0], Demands.pending([4], allowed=[[True, False, True]]), loose)
+
+
 def test_multi_node_job_frees_every_node() -> None:
     g = [[2, 2, 0, 0, 0], [0, 0, 4, 0, 0]]
     # Pending 4 and 4: nodes 0 and 1 have 2 free each and job 0, spread over both, holds the rest.

@@ -143,3 +143,38 @@ def test_measured_speeds_override_the_prior() -> None:
     plan = plan_types(w, core())
     assert plan.jobs["ns/odd"].measured == ("k80", "v100")
     assert plan.allowed("ns/odd", 0.0, S) == ("k80",)
+
+
+def test_the_migrator_frees_gpus_only_of_a_type_the_waiting_pod_may_bind_to() -> None:
+    """Admission's typed rule (8634af8) for the migrator: it counted a waiting pod's GPUs as on one
+    type and would evict a slow job from a K80 for a vision pod that binds only to a V100, an
+    eviction that serves nothing (scoring.migrator_plan.pending_nodes)."""
+    from dataclasses import replace
+
+    from scoring.convergence import ConvergenceEstimate, Phase
+    from scoring.migrator_plan import plan_migrations_for
+    from scoring.world import PendingPod
+
+    slow = ConvergenceEstimate(phase=Phase.COMPLETING, low_count=2, progress=0.01, growth_efficiency=math.nan,
+                               remaining_steps=math.nan, remaining_seconds=math.nan, step_rate=2.0, points_used=50,
+                               last_step=500.0)
+
+    def held(key: str, on: str, growth: float) -> JobState:
+        return replace(job(key, on={on: 4.0}), runtime_s=7200.0, settling=False,
+                       estimate=replace(slow, progress=growth))
+
+    nodes = (node("v", "v100", used=4.0), node("k", "k80", used=4.0))
+    vis = job("ns/vis", wait_s=60.0)
+    pod = (PendingPod("ns/vis-0", "ns/vis", 4.0, 60.0),)
+    k_slow, v_slow = held("ns/k-slow", "k", 0.001), held("ns/v-slow", "v", 0.01)
+    w = World(1000.0, nodes, (k_slow, v_slow, vis), pod)
+    assert plan_types(w, core()).allowed("ns/vis", 1000.0, S) == ("v100",)
+    # The K80 job grows slower, so type-blind it went first; now the V100 job goes.
+    assert [a.job for a in plan_migrations_for(w, core()).actions] == ["ns/v-slow"]
+    assert plan_migrations_for(replace(w, jobs=(k_slow, vis)), core()).actions == ()
+    # One type (types off): by count, as before.
+    blind = CoreSettings(gpu_types=replace(S, enabled=False))
+    assert [a.job for a in plan_migrations_for(w, blind).actions] == ["ns/k-slow"]
+    # An elastic job's pods carry its elastic plan's type, which the World does not: by count.
+    ela = replace(vis, elastic=(1, 4))
+    assert [a.job for a in plan_migrations_for(replace(w, jobs=(k_slow, v_slow, ela)), core()).actions] == ["ns/k-slow"]

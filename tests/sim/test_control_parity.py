@@ -61,7 +61,8 @@ from extender.settings import Settings
 from extender.snapshot.objects import GPU_PRODUCT, parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from extender.snapshot.watcher import apply_event
-from scoring.control import Evict, Scale, plan_elastic_for
+from scoring.actions import Evict, Scale
+from scoring.control import plan_elastic_for
 from scoring.gpu_types import cluster_types, speeds_for
 from scoring.typed_elastic import plan_typed_elastic_for
 from scoring.typed_placement import plan_types

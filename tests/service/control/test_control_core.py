@@ -9,9 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scoring.control import plan_elastic_for, plan_migrations_for
+from scoring.control import plan_elastic_for
 from scoring.convergence import ConvergenceEstimate, Phase
 from scoring.elastic import GradientNoise
+from scoring.migrator_plan import plan_migrations_for
 from scoring.safety import (
     EXCLUDED,
     HELD_MIGRATED,
@@ -296,7 +297,7 @@ def test_a_growing_job_grows_only_as_far_as_its_pods_fit() -> None:
 
 
 def test_the_migrator_reads_a_planned_end_as_the_time_left_and_nothing_else() -> None:
-    from scoring.control import migration_arrays
+    from scoring.migrator_plan import migration_arrays
     ending = job("open/ending", planned_steps=600.0)  # 100 steps at 2 steps/s: 50 s left
     _, arrays, _ = migration_arrays(world(ending, job("open/other", node="n1")), S, elastic_on=False)
     assert arrays.remaining_s[0] == pytest.approx(50.0) and math.isnan(arrays.remaining_s[1])
