@@ -81,9 +81,12 @@ def _fits_kept(pods: tuple[float, ...], free: bytes) -> bool:
 
 
 def idle_min_gain(job: JobState, s: ElasticLoopSettings) -> float:
-    """The gain a change must bring for a running job while GPUs are free and no job waits: min_gain
+    """The gain a change must bring for a running job while GPUs are free and no job waits: for a
+    job known by the prior beyond the one GPU count it measured, min_gain_explore; else min_gain
     until it has held its size for cooldown_s, then min_gain x cooldown_s / that time, down to
     min_gain_idle; NaN: min_gain as always."""
+    if job.throughput is None and len(job.step_samples) <= 1 and s.min_gain_explore < s.min_gain:
+        return s.min_gain_explore
     at_size = min(job.since_scaled_s, job.runtime_s if math.isfinite(job.runtime_s) else math.inf)
     if not (math.isfinite(at_size) and at_size > s.cooldown_s) or s.min_gain_idle >= s.min_gain:
         return math.nan

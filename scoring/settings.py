@@ -137,6 +137,17 @@ class ElasticLoopSettings(LoopSettings):
     # 3165 / 2675 / 2741 / 2413 s; Pollux workloads 1-8, 3 seeds, every job elastic, 1.0x / 2.0x
     # 2791 / 4751 s -> 2789 / 4750 s, 1.21 / 1.10 restarts a job either way (docs/elastic.md).
     min_gain_idle: float = 0.05
+    # ...and a job that has measured its step time at one GPU count only (no throughput table), with
+    # GPUs free and no job waiting, needs only this (>= min_gain: off). Its other sizes are the
+    # prior's, whose sync share is the median of six models and far too high for a small one (a
+    # CIFAR-10 job measured at 1 GPU read 2 GPUs 1.03x one, its profile 1.57x): it stayed at one GPU
+    # beside free ones. Growing costs a restart there and measures the size, which replaces the
+    # prior, as Pollux's agent learns by trying. Pollux workloads 1-8, 3 seeds, every job elastic,
+    # learned, avg JCT at 1.0x (tuned 1-2 / unseen 3-8; restarts a job): off 2789 s (2713 / 2815;
+    # 1.21), 0.02 2816 (2713 / 2850; 1.40), 0.1 2754 (2658 / 2786; 1.35), 0.2 2787 (2660 / 2829;
+    # 1.33), 0.3 2794 (2666 / 2836; 1.29); at 2.0x off 4750 s (1.10), 0.1 4768 (1.16)
+    # (docs/elastic.md).
+    min_gain_explore: float = 0.1
     # ...and a job that changes its batch live (batch_live) keeps its batch unless another gains more
     # than this at its size. What it reports is measured at the batch it runs (its gradient noise,
     # its step time), and each change moved it so that the other batch looked better: in the
@@ -252,7 +263,8 @@ class ElasticLoopSettings(LoopSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _non_negative(self, "restart_s", "min_gain", "min_gain_idle", "batch_gain", "cooldown_s", "compute_fraction",
+        _non_negative(self, "restart_s", "min_gain", "min_gain_idle", "min_gain_explore", "batch_gain", "cooldown_s",
+                      "compute_fraction",
                       "sync_fraction", "sync_per_gpu_fraction", "node_sync_fraction", "node_sync_per_gpu_fraction",
                       "explore_factor", "explore_local_factor", "fit_misfit", "min_evidence",
                       "las_power", "srpt_power", "grow_waiting_within", "growing_weight", "watching_weight",

@@ -176,10 +176,10 @@ def test_on_an_idle_cluster_a_job_long_at_its_size_needs_less_gain_to_grow() -> 
     assert (s.min_gain, s.min_gain_idle, s.cooldown_s) == (0.5, 0.05, 4200.0)
     s = replace(s, min_gain=0.30, min_gain_idle=0.10, cooldown_s=3600.0)  # the figures below: 30 %, 10 %, an hour
 
-    def held(seconds: float, runtime: float = 1e9) -> JobState:
+    def held(seconds: float, runtime: float = 1e9) -> JobState:  # measured at two sizes (not exploring)
         return JobState(key="ns/a", namespace="ns", gpus_on={"n0": 5.0}, live_gpus=5, per_pod=1,
                         checkpointable=True, elastic=(1, 16), running=True, settling=False, runtime_s=runtime,
-                        attained_gpu_s=5.0 * seconds, since_scaled_s=seconds)
+                        attained_gpu_s=5.0 * seconds, since_scaled_s=seconds, step_samples={2: 0.5, 5: 0.3})
 
     assert math.isnan(idle_min_gain(held(3000.0), s))  # within its cooldown: min_gain as always
     assert idle_min_gain(held(7200.0), s) == pytest.approx(0.15)
@@ -194,6 +194,38 @@ def test_on_an_idle_cluster_a_job_long_at_its_size_needs_less_gain_to_grow() -> 
     assert plan_elastic([job], 16, s).decisions[0].gpus == 5  # 17 % < 30 %
     assert plan_elastic([replace(job, min_gain=idle_min_gain(held(5400.0), s))], 16, s).decisions[0].gpus == 5  # 20 %
     assert plan_elastic([replace(job, min_gain=idle_min_gain(held(36000.0), s))], 16, s).decisions[0].gpus >= 12
+
+
+def test_with_gpus_free_a_job_measured_at_one_size_needs_only_min_gain_explore() -> None:
+    """A job known at one GPU count only reads its others from the prior, whose sync share (the
+    median of six models) made a CIFAR-10 job's 2 GPUs 1.03x its one where its profile gives 1.57x:
+    it stayed at one GPU beside free ones. With GPUs free and no job waiting it needs only
+    min_gain_explore to grow, and once it has measured a second size, min_gain again."""
+    from scoring.control import elastic_job, idle_min_gain
+    from scoring.world import JobState, NodeState, World
+
+    s = ElasticLoopSettings()
+    assert (s.min_gain, s.min_gain_explore) == (0.5, 0.1)
+    one = JobState(key="ns/a", namespace="ns", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
+                   elastic=(1, 8), running=True, settling=False, runtime_s=600.0, attained_gpu_s=600.0,
+                   since_scaled_s=600.0, step_samples={1: 0.2})
+    assert idle_min_gain(one, s) == pytest.approx(0.1)
+    assert idle_min_gain(replace(one, step_samples={}), s) == pytest.approx(0.1)
+    two = replace(one, step_samples={1: 0.2, 2: 0.12})
+    assert math.isnan(idle_min_gain(two, s))  # within its cooldown, measured at two sizes: min_gain
+    assert math.isnan(idle_min_gain(one, replace(s, min_gain_explore=0.5)))  # off
+    # Through the optimizer: 4 GPUs read 1.2x its one on the table below, under min_gain (50 %):
+    # kept at 1 GPU unless GPUs are free with nothing waiting.
+    bs = np.array([256])
+    rate = np.array([[0.0], [1.0], [1.05], [1.12], [1.2], [1.2], [1.2], [1.2], [1.2]])
+    job = ElasticJob("a", 1, 8, bs, rate, current_gpus=1, current_batch=256)
+    s = replace(s, restart_s=30.0)
+    assert plan_elastic([job], 8, s).decisions[0].gpus == 1
+    assert plan_elastic([replace(job, min_gain=idle_min_gain(one, s))], 8, s).decisions[0].gpus >= 4
+    # elastic_job asks for it only when spare (the caller's: GPUs free, no job waiting).
+    w = World(0.0, (NodeState("n0", 8, 1),), (one,), ())
+    assert math.isnan(elastic_job(one, w, s, spare=False).min_gain)
+    assert elastic_job(one, w, s, spare=True).min_gain == pytest.approx(0.1)
 
 
 def test_a_live_batch_job_changes_its_batch_at_its_size_without_a_restart() -> None:
