@@ -143,10 +143,10 @@ class ElasticLoopSettings(LoopSettings):
     # CIFAR-10 job measured at 1 GPU read 2 GPUs 1.03x one, its profile 1.57x): it stayed at one GPU
     # beside free ones. Growing costs a restart there and measures the size, which replaces the
     # prior, as Pollux's agent learns by trying. Pollux workloads 1-8, 3 seeds, every job elastic,
-    # learned, avg JCT at 1.0x (tuned 1-2 / unseen 3-8; restarts a job): off 2789 s (2713 / 2815;
+    # learned, avg JCT at 1.0x (all 1-8, tuned 1-2 / unseen 3-8; restarts a job): off 2789 s (2713 / 2815;
     # 1.21), 0.02 2816 (2713 / 2850; 1.40), 0.1 2754 (2658 / 2786; 1.35), 0.2 2787 (2660 / 2829;
-    # 1.33), 0.3 2794 (2666 / 2836; 1.29); at 2.0x off 4750 s (1.10), 0.1 4768 (1.16)
-    # (docs/elastic.md).
+    # 1.33), 0.3 2794 (2666 / 2836; 1.29); tuned alone 0.07 2678, 0.15 2673; at 2.0x off 4750 s
+    # (1.10), 0.1 4768 (1.16) (docs/elastic.md).
     min_gain_explore: float = 0.1
     # ...and a job that changes its batch live (batch_live) keeps its batch unless another gains more
     # than this at its size. What it reports is measured at the batch it runs (its gradient noise,
