@@ -207,6 +207,21 @@ def test_on_a_typed_cluster_a_gang_is_released_only_where_the_type_filter_lets_i
     assert [p.job for p in plan.preempts] == ["a/v-old"]
 
 
+def test_a_node_of_no_known_type_counts_with_each_type_as_the_filter_lets_pods_bind_there() -> None:
+    """The extender's filter passes nodes of no known GPU type for every job (gpu_type_gate:
+    filter_by_type), so admission and the migrator count them with each type (a62a70c shared
+    scoring.typed_placement.node_masks; admission had left them out: a vision gang waited for a V100
+    beside a free node it could bind to)."""
+    nodes = (NodeState("v0", 4, 4, "v100"), NodeState("k0", 4, 0, "k80"), NodeState("u0", 4, 0, ""))
+    vision = replace(gated("a/vision", (4.0,), wait_s=100), model_class="vision")
+    assert [a.job for a in plan_admission_for(World(0.0, nodes, (vision,), ()), S).admits] == ["a/vision"]
+    # Without the untyped node it still waits for a V100 (the K80 alone is not its type).
+    assert plan_admission_for(World(0.0, nodes[:2], (vision,), ()), S).admits == ()
+    # The untyped node is full: nothing of its type is free, so it waits.
+    busy = (*nodes[:2], NodeState("u0", 4, 4, ""))
+    assert plan_admission_for(World(0.0, busy, (vision,), ()), S).admits == ()
+
+
 def test_a_starving_job_keeps_only_the_nodes_of_its_types() -> None:
     # Two V100 nodes, one half used, and a free K80 node: the starving 8-GPU vision gang keeps the
     # V100s (nothing behind it takes them) but a recommendation job may still start on the K80.
