@@ -252,6 +252,17 @@ def _largest_fit(job: JobState, option: ElasticJob, es: ElasticLoopSettings, d: 
     return None, avail
 
 
+def work_left_gpu_s(job: JobState, min_evidence: float) -> float:
+    """The work the heSRPT ranking reads: GPU-seconds to its planned end (remaining_gpu_s); else,
+    while it holds GPUs, its predicted end (predicted_end_s at min_evidence: early stopping, a
+    target, the plateau) at its size now; NaN unknown (a waiting job's size is the plan's to choose)."""
+    left = job.remaining_gpu_s()
+    if math.isfinite(left) or not job.bound or min_evidence > 1.0:
+        return left
+    end = job.predicted_end_s(min_evidence)
+    return end * max(1, job.live_gpus) if math.isfinite(end) else math.nan
+
+
 def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> FloatArray:
     """heSRPT's shares as DP weights. For m jobs numbered by work left, largest first (i = 1..m),
     the mean-flow-time optimal share of job i under speed-up k^p is (i/m)^q - ((i-1)/m)^q with
@@ -342,7 +353,8 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
                                                                            for j in world.jobs)
     options = [elastic_job(j, world, s, free, free_now, spare) for j in mine]
     if s.srpt_rank_p > 0:
-        w = rank_weights(np.array([j.remaining_gpu_s() for j in mine]), s.srpt_rank_p, s.srpt_rank_unknown)
+        left = np.array([work_left_gpu_s(j, s.srpt_rank_min_evidence) for j in mine])
+        w = rank_weights(left, s.srpt_rank_p, s.srpt_rank_unknown)
         options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
     opts = [job_options(o, s) for o in options]

@@ -256,6 +256,38 @@ def test_rank_weights_reach_the_optimizer_only_when_switched_on() -> None:
         replace(S.elastic, srpt_rank_p=1.0)
 
 
+def test_a_job_with_no_planned_end_ranks_by_its_predicted_end_when_that_weighs_enough() -> None:
+    """Half the default end mix declares no planned end; they ranked as unknown work (the median)
+    even when their early-stopping end was predicted (admission already ordered them by it)."""
+    from scoring.control import work_left_gpu_s
+    from scoring.stopping import EndReason, JobEnd
+
+    growing = est(Phase.GROWING, 1.0)
+    stops = JobEnd(300.0, 200.0, 500.0, 600.0, 400.0, 1000.0, EndReason.EARLY_STOPPING, 0.4)
+    short = job("open/short", elastic=(1, 8), estimate=growing, planned_steps=550.0)  # 0.4 GPU-h left
+    long = job("open/long", node="n1", elastic=(1, 8), estimate=growing, planned_steps=5000.0)  # 36 GPU-h
+    early = job("open/early", node="n1", elastic=(1, 8), estimate=replace(growing, end=stops))  # 600 s x 2 GPUs
+    assert work_left_gpu_s(early, 0.1) == 1200.0 and math.isnan(work_left_gpu_s(early, 0.5))
+    assert work_left_gpu_s(short, 2.0) == short.remaining_gpu_s()  # a planned end whatever the setting
+    waiting = replace(early, gpus_on={}, running=False)
+    assert math.isnan(work_left_gpu_s(waiting, 0.1))
+    off = S.elastic.srpt_rank_min_evidence  # the default: never
+    assert off > 1.0 and math.isnan(work_left_gpu_s(early, off))
+
+    def weights(min_evidence: float) -> dict[str, float]:
+        s = replace(S, elastic=replace(S.elastic, srpt_rank_p=0.5, srpt_rank_min_evidence=min_evidence))
+        return {o.key: o.weight for o in plan_elastic_for(world(short, long, early), s).options}
+
+    # 0.33 GPU-h left: the least work, the largest weight; weighed too little, it is unknown work at
+    # the median of the known (tied there with the short job's rank share).
+    w = weights(0.1)
+    assert w["open/early"] == 1.0 and w["open/long"] < w["open/short"] < 1.0
+    w = weights(0.5)
+    assert w["open/short"] == 1.0 and w["open/early"] < 1.0 and w["open/long"] < w["open/early"]
+    with pytest.raises(ValueError, match="srpt_rank_min_evidence"):
+        replace(S.elastic, srpt_rank_min_evidence=-0.1)
+
+
 def test_a_waiting_job_is_planned_at_a_size_whose_pods_fit_node_by_node() -> None:
     # n0: an elastic job at its top holds 2 of 4; n1: a fixed job holds 2 of 4. 4 GPUs are free,
     # 2 per node: the DP (it counts GPUs) plans the waiting job at 4, one 4-GPU pod that fits no node.
