@@ -247,8 +247,8 @@ class ElasticLoopSettings(LoopSettings):
     # work. Pollux workloads 1-8, 3 seeds, every job elastic, learned (docs/elastic.md): at 0.1 avg
     # JCT 2754 -> 2725 s at 1.0x (tuned 1-2 2658 -> 2577, unseen 3-8 2786 -> 2774) and 4768 -> 4756 s
     # at 2.0x, but restarts a job at 2.0x 1.16 -> 1.24, above issue 36's half of 2.34 (1.17); with
-    # elastic.min_evidence 0.1 too 4729 s, 1.20; with cooldown_s 5400 4784 s, 1.20. Off until a form
-    # keeps the restarts.
+    # elastic.min_evidence 0.1 too 4729 s, 1.20; with cooldown_s 5400 4784 s, 1.20; early-stopping and
+    # target ends only, min_evidence 0.1, 4788 s, 1.18. Off until a form keeps the restarts.
     srpt_rank_min_evidence: float = 2.0
     # A waiting job's sizes above what it asks for: "always", "free" (only into GPUs free now, not
     # into GPUs other jobs would first have to give up), "never".

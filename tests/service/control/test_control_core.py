@@ -278,8 +278,8 @@ def test_a_job_with_no_planned_end_ranks_by_its_predicted_end_when_that_weighs_e
         s = replace(S, elastic=replace(S.elastic, srpt_rank_p=0.5, srpt_rank_min_evidence=min_evidence))
         return {o.key: o.weight for o in plan_elastic_for(world(short, long, early), s).options}
 
-    # 0.33 GPU-h left: the least work, the largest weight; weighed too little, it is unknown work at
-    # the median of the known (tied there with the short job's rank share).
+    # 0.33 GPU-h left: the least work, the largest weight; weighed too little, it is unknown work
+    # ranked beside the median of the known, between the short job and the long one.
     w = weights(0.1)
     assert w["open/early"] == 1.0 and w["open/long"] < w["open/short"] < 1.0
     w = weights(0.5)
