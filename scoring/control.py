@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -263,6 +264,21 @@ def work_left_gpu_s(job: JobState, min_evidence: float) -> float:
     return end * max(1, job.live_gpus) if math.isfinite(end) else math.nan
 
 
+def srpt_weights(jobs: Sequence[JobState], s: ElasticLoopSettings) -> FloatArray:
+    """The heSRPT weights of the elastic jobs: ranked by planned ends, and with predicted ends
+    counted (srpt_rank_min_evidence) by srpt_rank_predicted_share, the geometric blend
+    w_planned^(1 - share) x w_predicted^share. Wholly by the predicted ranks, jobs whose predicted
+    end is short grew and long ones shrank, and restarts rose past what the gain paid for."""
+    planned = rank_weights(np.array([j.remaining_gpu_s() for j in jobs]), s.srpt_rank_p, s.srpt_rank_unknown)
+    share = s.srpt_rank_predicted_share
+    if s.srpt_rank_min_evidence > 1.0 or share <= 0.0:
+        return planned
+    left = np.array([work_left_gpu_s(j, s.srpt_rank_min_evidence) for j in jobs])
+    predicted = rank_weights(left, s.srpt_rank_p, s.srpt_rank_unknown)
+    out: FloatArray = planned ** (1.0 - share) * predicted ** share
+    return out
+
+
 def rank_weights(left: FloatArray, p: float, unknown: str = "smallest") -> FloatArray:
     """heSRPT's shares as DP weights. For m jobs numbered by work left, largest first (i = 1..m),
     the mean-flow-time optimal share of job i under speed-up k^p is (i/m)^q - ((i-1)/m)^q with
@@ -353,8 +369,7 @@ def _plan_elastic(world: World, settings: CoreSettings, migrator_on: bool, held:
                                                                            for j in world.jobs)
     options = [elastic_job(j, world, s, free, free_now, spare) for j in mine]
     if s.srpt_rank_p > 0:
-        left = np.array([work_left_gpu_s(j, s.srpt_rank_min_evidence) for j in mine])
-        w = rank_weights(left, s.srpt_rank_p, s.srpt_rank_unknown)
+        w = srpt_weights(mine, s)
         options = [replace(o, weight=o.weight * float(x)) for o, x in zip(options, w, strict=True)]
     options, capped = cap_growth(options, mine, settings.bottleneck)  # diagnosis: not grown (scoring.remedy)
     opts = [job_options(o, s) for o in options]

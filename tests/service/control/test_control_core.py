@@ -274,18 +274,27 @@ def test_a_job_with_no_planned_end_ranks_by_its_predicted_end_when_that_weighs_e
     off = S.elastic.srpt_rank_min_evidence  # the default: never
     assert off > 1.0 and math.isnan(work_left_gpu_s(early, off))
 
-    def weights(min_evidence: float) -> dict[str, float]:
-        s = replace(S, elastic=replace(S.elastic, srpt_rank_p=0.5, srpt_rank_min_evidence=min_evidence))
+    def weights(min_evidence: float, share: float = 1.0) -> dict[str, float]:
+        s = replace(S, elastic=replace(S.elastic, srpt_rank_p=0.5, srpt_rank_min_evidence=min_evidence,
+                                       srpt_rank_predicted_share=share))
         return {o.key: o.weight for o in plan_elastic_for(world(short, long, early), s).options}
 
     # 0.33 GPU-h left: the least work, the largest weight; weighed too little, it is unknown work
     # ranked beside the median of the known, between the short job and the long one.
-    w = weights(0.1)
-    assert w["open/early"] == 1.0 and w["open/long"] < w["open/short"] < 1.0
-    w = weights(0.5)
-    assert w["open/short"] == 1.0 and w["open/early"] < 1.0 and w["open/long"] < w["open/early"]
+    by_end = weights(0.1)
+    assert by_end["open/early"] == 1.0 and by_end["open/long"] < by_end["open/short"] < 1.0
+    unknown = weights(0.5)
+    assert unknown["open/short"] == 1.0 and unknown["open/early"] < 1.0 and unknown["open/long"] < unknown["open/early"]
+    assert weights(0.1, share=0.0) == unknown == weights(off, share=0.5)
+    # Counted by half: each weight the geometric mean of the two rankings (scoring.control.srpt_weights).
+    half = weights(0.1, share=0.5)
+    for key, w in half.items():
+        assert w == pytest.approx(math.sqrt(by_end[key] * unknown[key]))
+    assert unknown["open/early"] < half["open/early"] < by_end["open/early"]
     with pytest.raises(ValueError, match="srpt_rank_min_evidence"):
         replace(S.elastic, srpt_rank_min_evidence=-0.1)
+    with pytest.raises(ValueError, match="srpt_rank_predicted_share"):
+        replace(S.elastic, srpt_rank_predicted_share=1.5)
 
 
 def test_a_waiting_job_is_planned_at_a_size_whose_pods_fit_node_by_node() -> None:
