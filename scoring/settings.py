@@ -118,8 +118,8 @@ class ElasticLoopSettings(LoopSettings):
     horizon_s: float = 1800.0  # how long a plan is expected to hold
     # ...or until the job's predicted end when that comes sooner (as admission's predicted_end_s:
     # its planned end when it reports one, else the end estimate when its interval weighs at least
-    # min_evidence): a rescale must pay its restart back before the job ends. With the ranking by
-    # predicted ends on (srpt_rank_min_evidence), 0.1 as it restarted jobs less (docs/elastic.md).
+    # min_evidence): a rescale must pay its restart back before the job ends. Turning the ranking by
+    # predicted ends on (srpt_rank_min_evidence), set this to 0.1 too: it restarted jobs less.
     horizon_to_end: bool = True
     min_evidence: float = 0.5
     # Keep the current size unless a change gains more than this. Wide, with the neutral phase
