@@ -36,7 +36,7 @@ from scoring.remedy import cap_growth
 from scoring.safety import NO_PLANNABLE_SIZE, NO_WHOLE_POD_SIZE, elastic_refusal
 from scoring.settings import CoreSettings, ElasticLoopSettings
 from scoring.step_prior import prior_throughput
-from scoring.world import FloatArray, JobState, World, pods_for
+from scoring.world import FloatArray, JobState, Throughput, World, pods_for
 
 
 # -- elastic optimizer --------------------------------------------------------------------
@@ -106,9 +106,9 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     lo, hi = job.elastic
     hi = max(hi, lo)
     nominal = job.batch_size if job.batch_size > 0 else hi * 1024
-    tp = job.throughput or prior_throughput(job, s, hi, nominal, world.node_gpus)
+    tp, kept = rate_table(job, s, hi, nominal, world.node_gpus)
     g_max = min(hi, tp.step_s.shape[0] - 1)
-    rate = _goodput(job, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
+    rate = kept.copy()
     g = np.arange(g_max + 1)
     rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
     rate[0] = 0.0
@@ -167,6 +167,49 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     return ElasticJob(job.key, max(1, lo), top, tp.batches, rate, cur, cur_batch, min_b, max_b, weight,
                       batch_live=live, horizon_s=horizon, min_gain=gain,
                       measured_rate=_measured_rate(job, cur, cur_batch) if live else math.nan)
+
+
+def rate_table(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int, node_gpus: int
+               ) -> tuple[Throughput, FloatArray]:
+    """The job's step-time table (its own, or the prior's fitted to what it measured) and the
+    optimizer's rate at each (GPUs, batch) up to `hi` (read-only: copy before changing it)."""
+    if job.throughput is not None:
+        tp = job.throughput
+        g_max = min(hi, tp.step_s.shape[0] - 1)
+        rate = _goodput(job, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
+        rate.setflags(write=False)
+        return tp, rate
+    return _prior_rate_kept(_PriorAsk(job, s, hi, nominal, node_gpus))
+
+
+class _PriorAsk:
+    """One question to prior_throughput and _goodput, equal to another when every field of the
+    job they read is (a job's measurements change seldom; it is asked every round)."""
+
+    __slots__ = ("hi", "job", "key", "node_gpus", "nominal", "s")
+
+    def __init__(self, job: JobState, s: ElasticLoopSettings, hi: int, nominal: int, node_gpus: int) -> None:
+        self.job, self.s, self.hi, self.nominal, self.node_gpus = job, s, hi, nominal, node_gpus
+        self.key = (tuple(job.step_samples.items()), tuple(job.step_batches.items()),
+                    tuple(job.batch_samples.items()), job.batch_range, job.noise, job.batch_local_max,
+                    hi, nominal, node_gpus, s)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PriorAsk) and self.key == other.key
+
+
+@functools.lru_cache(maxsize=4096)
+def _prior_rate_kept(ask: _PriorAsk) -> tuple[Throughput, FloatArray]:
+    """rate_table for a job planned with the prior, kept: pure in what _PriorAsk compares. At most
+    4,096 tables (a few MiB)."""
+    tp = prior_throughput(ask.job, ask.s, ask.hi, ask.nominal, ask.node_gpus)
+    g_max = min(ask.hi, tp.step_s.shape[0] - 1)
+    rate = _goodput(ask.job, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
+    rate.setflags(write=False)
+    return tp, rate
 
 
 def _goodput(job: JobState, realised: FloatArray, step_s: FloatArray) -> FloatArray:

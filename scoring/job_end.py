@@ -40,10 +40,12 @@ from scoring.convergence import (
     remaining_steps_to_plateau,
 )
 from scoring.end_interval import EndIntervalSettings, IntervalScale, rescale
+from scoring.end_paths import first_stops, path_blocks
 from scoring.remaining import RemainingDistribution, evidence_weight
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
 
 FloatArray = npt.NDArray[np.float64]
+INTERVAL = (0.1, 0.9)  # the samples' quantiles an early-stopping or target end's interval spans
 Series = tuple[npt.ArrayLike, npt.ArrayLike]  # (steps, values)
 
 
@@ -66,6 +68,10 @@ class ForecastSettings:
     # (docs/progress-api.md)
     stopping_recent_share: float = 0.9
     max_evaluations: int = 2000  # future evaluations simulated; later ends count as beyond the horizon
+    # future evaluations drawn at a time: a forecast stops drawing once the samples its point and interval
+    # read have ended (scoring.end_paths). Most early-stopping forecasts end within the first hundred
+    # evaluations; max_evaluations draws the whole horizon at once, as before 2026-11-29 (the same samples)
+    block_evaluations: int = 64
     target_evaluations: int = 400  # a target alone is checked at this many future points at most
     noise_points: int = 20  # recent points whose residuals around the fit give the noise
     rate_slack: float = 0.02  # the step rate's interval: the extreme window rates, widened by this
@@ -78,8 +84,9 @@ class ForecastSettings:
     intervals: EndIntervalSettings = field(default_factory=EndIntervalSettings)  # per rule (scoring.end_interval)
 
     def __post_init__(self) -> None:
-        if self.samples < 10 or self.max_evaluations < 1 or self.noise_points < 2:
-            raise ValueError("forecast needs samples >= 10, max_evaluations >= 1, noise_points >= 2")
+        if self.samples < 10 or self.max_evaluations < 1 or self.noise_points < 2 or self.block_evaluations < 1:
+            raise ValueError("forecast needs samples >= 10, max_evaluations >= 1, noise_points >= 2, "
+                             "block_evaluations >= 1")
         if not (0 < self.recent_share <= 1 and self.rate_slack >= 0 and self.improvement_sd >= 0):
             raise ValueError("recent_share in (0, 1], rate_slack and improvement_sd >= 0")
         if not 0 <= self.stall_share < 1:
@@ -106,97 +113,6 @@ def rule_state(oriented: FloatArray, rule: EarlyStopping) -> tuple[float, int, i
 def _cadence(steps: FloatArray) -> float:
     gaps = np.diff(steps[-11:])
     return float(np.median(gaps)) if gaps.size else math.nan
-
-
-def sample_paths(steps: FloatArray, oriented: FloatArray, evaluations: int, cadence: float,
-                 conv: ConvergenceSettings, fs: ForecastSettings, stall: float = 0.0) -> FloatArray:
-    """(samples, evaluations) future values of an oriented (lower is better) series at steps
-    steps[-1] + cadence * (1..evaluations), in its own units; the share `stall` of them improve
-    no more (flat at the recent level, its noise around it)."""
-    lo, hi = float(oriented.min()), float(oriented.max())
-    rng = np.random.default_rng(fs.seed)
-    if not hi - lo > 1e-12 * max(1.0, abs(hi)):
-        return np.full((fs.samples, evaluations), float(oriented[-1]))
-    z = (oriented - lo) / (hi - lo)
-    fits = fit_families(steps, z, conv.fit_grid, conv.fit_families, conv.fit_max_points)
-    if fits:
-        best = min(f.rmse for f in fits)
-        fits = [f for f in fits if f.rmse <= conv.fit_rmse_ratio * best + conv.fit_rmse_floor]
-    future = float(steps[-1]) + cadence * np.arange(1, evaluations + 1, dtype=np.float64)
-    tail = slice(-fs.noise_points, None)
-    if fits:
-        top = min(fits, key=lambda f: f.rmse)
-        sigma = float(np.std(z[tail] - top.predict(steps[tail])))
-        # each family's future improvement from its own value at the last step, anchored at the
-        # recent level the best fit gives there
-        anchor = top.value_at(float(steps[-1]))
-        drops = np.stack([f.predict(future) - f.value_at(float(steps[-1])) for f in fits])
-        drops = np.where(np.isfinite(drops), np.minimum(drops, 0.0), 0.0)
-        pick = rng.integers(0, len(fits), fs.samples)
-        scale = np.exp(rng.normal(0.0, fs.improvement_sd, fs.samples))
-        if stall > 0:
-            scale[rng.random(fs.samples) < stall] = 0.0
-        mean = anchor + drops[pick] * scale[:, None]
-    else:  # nothing improves any more (a loss rising again): flat at the recent level
-        recent = z[tail]
-        sigma = float(np.std(np.diff(recent))) / math.sqrt(2.0) if recent.size > 1 else 0.0
-        mean = np.full((fs.samples, evaluations), float(np.mean(z[-3:])))
-    noise = rng.normal(0.0, sigma if math.isfinite(sigma) else 0.0, (fs.samples, evaluations))
-    paths = np.asarray(lo + (hi - lo) * (mean + noise), dtype=np.float64)
-    unit = grid_unit(oriented) if fs.quantise else math.nan
-    if math.isfinite(unit):  # an accuracy over a fixed set moves in steps of 1/N: a tie is no improvement
-        paths = lo + np.round((paths - lo) / unit) * unit
-    return paths
-
-
-def grid_unit(values: FloatArray) -> float:
-    """The step of a series that moves on a grid (an accuracy over a fixed validation set: k / N),
-    NaN when it does not: its smallest change, when every change is a whole multiple of it."""
-    moves = np.abs(np.diff(values))
-    moves = moves[moves > 1e-12 * max(1.0, float(np.max(np.abs(values))))]
-    if moves.size < 3:
-        return math.nan
-    ratio = moves / float(moves.min())
-    whole = np.round(ratio)
-    # reported values are rounded (5 significant digits in the shipped curves): 2 % slack per move
-    if not bool(np.all(np.abs(ratio - whole) < 0.02 * whole)):
-        return math.nan
-    return float(np.mean(moves / whole))
-
-
-def first_stop(paths: FloatArray, best: float, wait: int, rule: EarlyStopping | None,
-               target: float) -> tuple[FloatArray, FloatArray]:
-    """Per sample, the 1-based future evaluation at which early stopping fires and at which the
-    (oriented) target is crossed; inf when never within the paths."""
-    m, k = paths.shape
-    target_at = np.full(m, math.inf)
-    if math.isfinite(target):
-        hit = paths <= target
-        any_hit = hit.any(axis=1)
-        target_at[any_hit] = np.argmax(hit[any_hit], axis=1) + 1.0
-    es_at = np.full(m, math.inf)
-    if rule is not None and rule.min_delta == 0.0:  # the frameworks' default: running minima, no loop
-        before = np.minimum.accumulate(np.concatenate([np.full((m, 1), best), paths[:, :-1]], axis=1), axis=1)
-        cols = np.arange(k)
-        last = np.maximum.accumulate(np.where(paths < before, cols, -1 - wait), axis=1)
-        fired = (cols - last) >= rule.patience
-        any_fired = fired.any(axis=1)
-        es_at[any_fired] = np.argmax(fired[any_fired], axis=1) + 1.0
-    elif rule is not None:  # the best moves only by more than min_delta: evaluation by evaluation
-        bests = np.full(m, best)
-        waits = np.full(m, wait, dtype=np.int64)
-        open_ = np.ones(m, dtype=bool)
-        for j in range(k):
-            v = paths[:, j]
-            better = v < bests - rule.min_delta
-            bests = np.where(better, v, bests)
-            waits = np.where(better, 0, waits + 1)
-            fired = open_ & (waits >= rule.patience)
-            es_at[fired] = j + 1.0
-            open_ &= ~fired
-            if not open_.any():
-                break
-    return es_at, target_at
 
 
 def _rates(clean: CleanSeries, est: ConvergenceEstimate, fs: ForecastSettings) -> tuple[float, float, float]:
@@ -253,9 +169,12 @@ def recent_part(steps: FloatArray, values: FloatArray, share: float, min_points:
 
 
 def _series_ends(cs: FloatArray, oriented: FloatArray, es: EarlyStopping | None, target: float, last_step: float,
-                 limit: float, conv: ConvergenceSettings, fs: ForecastSettings) -> tuple[FloatArray, FloatArray] | None:
+                 limit: float, conv: ConvergenceSettings, fs: ForecastSettings, need: int
+                 ) -> tuple[FloatArray, FloatArray] | None:
     """Per sample, steps from last_step until early stopping fires / the oriented target is crossed
-    on this series (inf: not within `limit`); None when the series is too short to forecast."""
+    on this series (inf: not within `limit`); None when the series is too short to forecast. The
+    `need` earliest ends (the first of the two of each sample) are exact, the others may read inf
+    (end_paths.first_stops)."""
     cadence = _cadence(cs)
     if cs.size < max(conv.min_fit_points, 2) or not cadence > 0:
         return None
@@ -265,8 +184,8 @@ def _series_ends(cs: FloatArray, oriented: FloatArray, es: EarlyStopping | None,
     evaluations = int(min(fs.max_evaluations, max(1.0, math.ceil(limit / cadence))))
     fit_s, fit_v = (cs, oriented) if es is None else recent_part(cs, oriented, fs.stopping_recent_share,
                                                                   conv.min_fit_points)
-    paths = sample_paths(fit_s, fit_v, evaluations, cadence, conv, fs, fs.stall_share if es is not None else 0.0)
-    es_at, target_at = first_stop(paths, best, wait, es, target)
+    paths = path_blocks(fit_s, fit_v, evaluations, cadence, conv, fs, fs.stall_share if es is not None else 0.0)
+    es_at, target_at = first_stops(paths, best, wait, es, target, need)
     offset = float(cs[-1]) - last_step  # the monitored series may lag the loss's last step
     return np.maximum(offset + es_at * cadence, 0.0), np.maximum(offset + target_at * cadence, 0.0)
 
@@ -290,18 +209,20 @@ def _forecast_end(loss: tuple[FloatArray, FloatArray], monitored: tuple[FloatArr
     limit = planned_left if math.isfinite(planned_left) else conv.max_horizon_factor * float(ls[-1] - ls[0])
     same = es is None or (ms is ls and _monitored_hib(rule) == rule.higher_is_better)
     inf = np.full(fs.samples, math.inf)
-    if same:
-        got = _series_ends(ls, loss_oriented, es, target, last_step, limit, conv, fs)
+    if same:  # the point and the interval read the earliest ends up to the high quantile's: those must be exact
+        need = math.ceil(INTERVAL[1] * (fs.samples - 1)) + 1
+        got = _series_ends(ls, loss_oriented, es, target, last_step, limit, conv, fs, need)
         if got is None:
             return None
         es_ends, target_ends = got
     else:
-        got = _series_ends(ms, m_oriented, es, math.inf, last_step, limit, conv, fs)
+        # two series: each sample ends at the first of its two ends, so every sample's end is read on both
+        got = _series_ends(ms, m_oriented, es, math.inf, last_step, limit, conv, fs, fs.samples)
         if got is None:
             return None
         es_ends, target_ends = got[0], inf
         if math.isfinite(target):
-            loss_got = _series_ends(ls, loss_oriented, None, target, last_step, limit, conv, fs)
+            loss_got = _series_ends(ls, loss_oriented, None, target, last_step, limit, conv, fs, fs.samples)
             target_ends = loss_got[1] if loss_got is not None else inf
     ends = np.stack([np.full(fs.samples, planned_left), es_ends, target_ends])
     which = np.argmin(ends, axis=0)
@@ -311,7 +232,7 @@ def _forecast_end(loss: tuple[FloatArray, FloatArray], monitored: tuple[FloatArr
     reason = (EndReason.PLANNED_END, EndReason.EARLY_STOPPING, EndReason.TARGET)[int(which[mid])]
     if not math.isfinite(point):  # most samples end beyond the horizon: unknown, under the declared rule
         return math.nan, math.nan, math.nan, EndReason.EARLY_STOPPING if es is not None else EndReason.TARGET
-    low, high = (_quantile(end, q) for q in (0.1, 0.9))
+    low, high = (_quantile(end, q) for q in INTERVAL)
     return point, low, high, reason
 
 

@@ -10,15 +10,13 @@ import pytest
 
 from scoring.convergence import ConvergenceSettings
 from scoring.end_interval import UNSCALED
+from scoring.end_paths import first_stop, grid_unit, sample_paths
 from scoring.job_end import (
     ForecastSettings,
     _quantile,
-    first_stop,
-    grid_unit,
     predict_end,
     recent_part,
     rule_state,
-    sample_paths,
 )
 from scoring.settings import TrackerSettings
 from scoring.stopping import EarlyStopping, EndReason, JobEnd, StoppingRule
@@ -320,8 +318,10 @@ def test_a_share_of_early_stopping_futures_improve_no_more() -> None:
     floor = (es.patience - wait) * 50.0  # no improvement from now: the rule fires after its remaining patience
     ends = {share: predict_end(steps, values, steps / 10.0, rule, CONV,
                                forecast=dataclasses.replace(RAW, stall_share=share)) for share in (0.0, 0.2)}
-    assert ends[0.0].steps_low > 2 * floor  # every sample keeps improving
-    assert ends[0.2].steps_low <= floor + 50.0
+    assert ends[0.0].steps_low > 4 * floor  # every sample keeps improving
+    # near the floor: a stalled sample's noise may still dip below the best once and restart the
+    # patience (seeds 0-7 put the low end at 1.2-1.7 x the floor, 7.3-8.9 x without the stall)
+    assert ends[0.2].steps_low <= 2 * floor
     assert ends[0.2].steps_low <= ends[0.2].remaining_steps <= ends[0.2].steps_high
     # a target alone is not affected: only early stopping's forecast stalls
     target = StoppingRule(target=1.2)
