@@ -48,8 +48,8 @@ class EndIntervalSettings:
     `python -m benchmarks.job_end_calibrate` (tuning families of benchmarks.job_end_eval, CPU clock)."""
 
     planned: IntervalScale = IntervalScale(0.81, 1.10)
-    early_stopping: IntervalScale = IntervalScale(0.82, 0.84)
-    target: IntervalScale = IntervalScale(1.12, 2.90)
+    early_stopping: IntervalScale = IntervalScale(0.77, 0.79)
+    target: IntervalScale = IntervalScale(1.12, 2.25)
     none: IntervalScale = IntervalScale(2.32, 0.77)
 
     def for_rule(self, rule: StoppingRule) -> IntervalScale:
