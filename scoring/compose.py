@@ -80,12 +80,13 @@ def with_noted(jobs: tuple[JobState, ...], scaled: Mapping[str, Acted], evicted:
     for j in jobs:
         s, e = scaled.get(j.key), evicted.get(j.key)
         if s is not None:
-            j = replace(j, since_scaled_s=min(j.since_scaled_s, now - s.at))
+            if now - s.at < j.since_scaled_s:  # (a replace costs microseconds, for every job every round)
+                j = replace(j, since_scaled_s=now - s.at)
             missing = s.gpus - j.live_gpus
             if missing > 0 and now - s.at <= MATERIALISE_S:
                 promised += [PendingPod(f"{j.key}/promised-{i}", j.key, float(s.per_pod), now - s.at)
                              for i in range(missing // s.per_pod)]
-        if e is not None:
+        if e is not None and (now - e.at < j.since_migration_s or e.count > j.migrations):
             j = replace(j, since_migration_s=min(j.since_migration_s, now - e.at),
                         migrations=max(j.migrations, e.count))
         out.append(j)

@@ -27,6 +27,7 @@ from scoring.elastic import (
     ElasticDecision,
     ElasticJob,
     ElasticPlan,
+    GradientNoise,
     convergence_weight,
     job_options,
     plan_elastic,
@@ -215,10 +216,14 @@ def _prior_rate_kept(ask: _PriorAsk) -> tuple[Throughput, FloatArray]:
 def _goodput(job: JobState, realised: FloatArray, step_s: FloatArray) -> FloatArray:
     """The optimizer's rate: samples a second x the statistical efficiency at each realised batch.
     One formula for the table and the job's own measurement, so the batch hold compares like with like."""
+    return _goodput_with(job.noise, realised, step_s)
+
+
+def _goodput_with(noise: GradientNoise | None, realised: FloatArray, step_s: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = realised / step_s
-    if job.noise is not None:
-        rate = rate * job.noise.efficiency(np.nan_to_num(realised, nan=1.0))
+    if noise is not None:
+        rate = rate * noise.efficiency(np.nan_to_num(realised, nan=1.0))
     return np.array(rate, dtype=np.float64)
 
 
@@ -228,7 +233,13 @@ def _measured_rate(job: JobState, gpus: int, batch: int) -> float:
     t = job.step_samples.get(gpus, math.nan)
     if job.step_batches.get(gpus) != batch or not t > 0:
         return math.nan
-    return float(_goodput(job, np.array([float(batch)]), np.array([t]))[0])
+    return _goodput_at(job.noise, float(batch), float(t))
+
+
+@functools.lru_cache(maxsize=4096)
+def _goodput_at(noise: GradientNoise | None, batch: float, step_s: float) -> float:
+    """_goodput of one (batch, step time), kept: every running job asks it every round."""
+    return float(_goodput_with(noise, np.array([batch]), np.array([step_s]))[0])
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,

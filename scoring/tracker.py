@@ -32,6 +32,7 @@ class ConvergenceTracker:
         self.job_ends = job_ends
         self._estimates: dict[str, ConvergenceEstimate] = {}
         self._seen: dict[str, tuple[Signature, float | None, float | None, EarlyStopping | None]] = {}
+        self._oriented: dict[bool, TrackerSettings] = {}  # the settings for each higher_is_better, made once
         self.computed = 0
         self.skipped = 0
 
@@ -53,7 +54,9 @@ class ConvergenceTracker:
             return self._estimates[key]
         if signature[0] < self.settings.min_points:
             return None
-        s = dataclasses.replace(self.settings, higher_is_better=higher_is_better)
+        s = self._oriented.get(higher_is_better)
+        if s is None:
+            s = self._oriented[higher_is_better] = dataclasses.replace(self.settings, higher_is_better=higher_is_better)
         est = estimate(steps, values, timestamps, s, max_steps=max_steps, target=target)
         if self.job_ends:
             rule = StoppingRule(max_steps=max_steps if max_steps is not None else math.nan,
