@@ -10,28 +10,43 @@ import pytest
 
 from scoring.convergence import ConvergenceSettings
 from scoring.end_paths import first_stop, first_stops, path_blocks, sample_paths
-from scoring.job_end import ForecastSettings
+from scoring.job_end import ForecastSettings, rule_state
 from scoring.stopping import EarlyStopping
 
 CONV = ConvergenceSettings()
 
 
-def _split(paths: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
-    cuts = np.sort(rng.choice(np.arange(1, paths.shape[1]), size=min(4, paths.shape[1] - 1), replace=False))
-    return np.split(paths, cuts, axis=1)
+def _walks(rng: np.random.Generator, m: int, max_k: int, min_delta: float
+           ) -> tuple[np.ndarray, EarlyStopping, float, int]:
+    """Random drifting paths and an early-stopping rule not fired yet (best, evaluations since)."""
+    paths = np.cumsum(rng.normal(-0.01, 0.05, (m, int(rng.integers(2, max_k)))), axis=1)
+    rule = EarlyStopping(int(rng.integers(1, 12)), min_delta)
+    return paths, rule, float(rng.normal(0, 0.1)), int(rng.integers(0, rule.patience))
+
+
+@pytest.mark.parametrize("min_delta", [0.0, 0.02])
+def test_first_stop_matches_the_rule_run_point_by_point(min_delta: float) -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        paths, rule, best, wait = _walks(rng, 12, 200, min_delta)
+        got, _ = first_stop(paths, best, wait, rule, math.inf)
+        for i in range(paths.shape[0]):
+            # the observed evaluations, then this sample's future: where rule_state fires is the answer
+            history = np.r_[best, np.full(wait, best + 1.0), paths[i]]
+            fired = rule_state(history, rule)[2]
+            expected = fired - wait if fired > wait else math.inf
+            assert got[i] == expected, (i, got[i], expected)
 
 
 @pytest.mark.parametrize("min_delta", [0.0, 0.02])
 def test_reading_the_paths_block_by_block_finds_the_stops_of_reading_them_whole(min_delta: float) -> None:
     rng = np.random.default_rng(7)
     for _ in range(40):
-        m, k = 16, int(rng.integers(2, 300))
-        paths = np.cumsum(rng.normal(-0.01, 0.05, (m, k)), axis=1)
-        rule = EarlyStopping(int(rng.integers(1, 12)), min_delta)
-        best, wait = float(rng.normal(0, 0.1)), int(rng.integers(0, rule.patience))
+        paths, rule, best, wait = _walks(rng, 16, 300, min_delta)
         target = float(rng.normal(-1.0, 0.5))
+        cuts = np.sort(rng.choice(np.arange(1, paths.shape[1]), size=min(4, paths.shape[1] - 1), replace=False))
         whole = first_stop(paths, best, wait, rule, target)
-        blocks = first_stops(_split(paths, rng), best, wait, rule, target, m)
+        blocks = first_stops(np.split(paths, cuts, axis=1), best, wait, rule, target, paths.shape[0])
         # every sample's first stop is the same; a later second event may be left unread (inf)
         assert np.array_equal(np.minimum(*whole), np.minimum(*blocks))
         assert np.array_equal(np.argmin(np.stack(whole), axis=0), np.argmin(np.stack(blocks), axis=0))
