@@ -185,7 +185,8 @@ def rate_table(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int, nod
 
 class _PriorAsk:
     """One question to prior_throughput and _goodput, equal to another when every field of the
-    job they read is (a job's measurements change seldom; it is asked every round)."""
+    job they read is (a job's measurements change seldom; it is asked every round). A field of
+    JobState those two come to read must join `key`, or a kept table would answer for a changed job."""
 
     __slots__ = ("hi", "job", "key", "node_gpus", "nominal", "s")
 

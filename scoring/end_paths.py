@@ -120,12 +120,14 @@ def first_stops(blocks: Iterable[FloatArray], best: float, wait: int, rule: Earl
     at = 0  # evaluations read before this block
     for paths in blocks:
         m, k = paths.shape
-        if at == 0:
+        if es_at.size != m:  # the first block
             es_at, target_at = np.full(m, math.inf), np.full(m, math.inf)
             bests = np.full(m, best)
             last = np.full(m, -1.0 - wait)  # the evaluation of the latest improvement (0-based, -1: now)
             waits = np.full(m, wait, dtype=np.int64)
             open_ = np.ones(m, dtype=bool)
+        if k == 0:
+            continue
         if math.isfinite(target):
             hit = paths <= target
             first = hit.any(axis=1) & np.isinf(target_at)

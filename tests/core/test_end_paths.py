@@ -36,6 +36,9 @@ def test_first_stop_matches_the_rule_run_point_by_point(min_delta: float) -> Non
             fired = rule_state(history, rule)[2]
             expected = fired - wait if fired > wait else math.inf
             assert got[i] == expected, (i, got[i], expected)
+    # no future evaluation at all: nothing stops
+    none = first_stop(np.zeros((3, 0)), 0.0, 0, EarlyStopping(2, min_delta), -1.0)
+    assert all(np.isinf(x).all() and x.shape == (3,) for x in none)
 
 
 @pytest.mark.parametrize("min_delta", [0.0, 0.02])
