@@ -108,8 +108,8 @@ def elastic_job(job: JobState, world: World, s: ElasticLoopSettings, free: Float
     hi = max(hi, lo)
     nominal = job.batch_size if job.batch_size > 0 else hi * 1024
     tp, kept = rate_table(job, s, hi, nominal, world.node_gpus)
-    g_max = min(hi, tp.step_s.shape[0] - 1)
     rate = kept.copy()
+    g_max = rate.shape[0] - 1  # the table's sizes up to hi
     g = np.arange(g_max + 1)
     rate[(g % max(1, job.per_pod)) != 0] = np.nan  # whole pods only
     rate[0] = 0.0
@@ -175,11 +175,7 @@ def rate_table(job: JobState, s: ElasticLoopSettings, hi: int, nominal: int, nod
     """The job's step-time table (its own, or the prior's fitted to what it measured) and the
     optimizer's rate at each (GPUs, batch) up to `hi` (read-only: copy before changing it)."""
     if job.throughput is not None:
-        tp = job.throughput
-        g_max = min(hi, tp.step_s.shape[0] - 1)
-        rate = _goodput(job, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
-        rate.setflags(write=False)
-        return tp, rate
+        return job.throughput, _table_rate(job.throughput, job.noise, hi)
     return _prior_rate_kept(_PriorAsk(job, s, hi, nominal, node_gpus))
 
 
@@ -208,19 +204,20 @@ def _prior_rate_kept(ask: _PriorAsk) -> tuple[Throughput, FloatArray]:
     """rate_table for a job planned with the prior, kept: pure in what _PriorAsk compares. At most
     4,096 tables (a few MiB)."""
     tp = prior_throughput(ask.job, ask.s, ask.hi, ask.nominal, ask.node_gpus)
-    g_max = min(ask.hi, tp.step_s.shape[0] - 1)
-    rate = _goodput(ask.job, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
+    return tp, _table_rate(tp, ask.job.noise, ask.hi)
+
+
+def _table_rate(tp: Throughput, noise: GradientNoise | None, hi: int) -> FloatArray:
+    """_goodput over the table's rows up to `hi` GPUs, read-only."""
+    g_max = min(hi, tp.step_s.shape[0] - 1)
+    rate = _goodput(noise, tp.realised[: g_max + 1], tp.step_s[: g_max + 1])
     rate.setflags(write=False)
-    return tp, rate
+    return rate
 
 
-def _goodput(job: JobState, realised: FloatArray, step_s: FloatArray) -> FloatArray:
+def _goodput(noise: GradientNoise | None, realised: FloatArray, step_s: FloatArray) -> FloatArray:
     """The optimizer's rate: samples a second x the statistical efficiency at each realised batch.
     One formula for the table and the job's own measurement, so the batch hold compares like with like."""
-    return _goodput_with(job.noise, realised, step_s)
-
-
-def _goodput_with(noise: GradientNoise | None, realised: FloatArray, step_s: FloatArray) -> FloatArray:
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = realised / step_s
     if noise is not None:
@@ -240,7 +237,7 @@ def _measured_rate(job: JobState, gpus: int, batch: int) -> float:
 @functools.lru_cache(maxsize=4096)
 def _goodput_at(noise: GradientNoise | None, batch: float, step_s: float) -> float:
     """_goodput of one (batch, step time), kept: every running job asks it every round."""
-    return float(_goodput_with(noise, np.array([batch]), np.array([step_s]))[0])
+    return float(_goodput(noise, np.array([batch]), np.array([step_s]))[0])
 
 
 def fit_waiting(plan: ElasticPlan, mine: list[JobState], options: list[ElasticJob], world: World,
