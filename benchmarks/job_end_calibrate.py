@@ -25,7 +25,7 @@ from pathlib import Path
 from benchmarks import job_end_eval
 from benchmarks.curves.real_curves import default_dir, load_runs, long_dir, on_clock
 from scoring.end_interval import RULE_GROUPS, UNSCALED, EndIntervalSettings, IntervalScale
-from scoring.job_end import ForecastSettings
+from scoring.forecast_settings import ForecastSettings
 
 COVERAGE = 0.8
 MIN_SCALE = 0.05  # a side never shrinks below 5 % of its raw log-width (IntervalScale needs > 0)

@@ -26,7 +26,8 @@ from benchmarks.sim.ends import EARLY_STOPPING, metric_noise
 from benchmarks.sim.engine import TelemetrySettings
 from benchmarks.sim.jobmodel import load_profiles
 from scoring.convergence import ConvergenceSettings
-from scoring.job_end import ForecastSettings, predict_end, rule_state
+from scoring.forecast_settings import ForecastSettings
+from scoring.job_end import predict_end, rule_state
 from scoring.stopping import StoppingRule
 
 FRACTIONS = (0.25, 0.5, 0.75)

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from scoring.convergence import ConvergenceSettings, fit_families
+from scoring.forecast_settings import ForecastSettings
 from scoring.stopping import EarlyStopping
-
-if TYPE_CHECKING:
-    from scoring.job_end import ForecastSettings
 
 FloatArray = npt.NDArray[np.float64]
 

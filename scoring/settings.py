@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from scoring.bottleneck import BottleneckSettings
 from scoring.convergence import ConvergenceSettings
+from scoring.forecast_settings import ForecastSettings
 from scoring.gpu_types import GpuTypeSettings
-from scoring.job_end import ForecastSettings
 from scoring.placement import PlacementSettings
 
 

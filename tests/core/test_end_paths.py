@@ -10,7 +10,8 @@ import pytest
 
 from scoring.convergence import ConvergenceSettings
 from scoring.end_paths import first_stop, first_stops, path_blocks, sample_paths
-from scoring.job_end import ForecastSettings, rule_state
+from scoring.forecast_settings import ForecastSettings
+from scoring.job_end import rule_state
 from scoring.stopping import EarlyStopping
 
 CONV = ConvergenceSettings()

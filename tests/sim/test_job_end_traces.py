@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from benchmarks import job_end_traces
-from scoring.job_end import ForecastSettings
+from scoring.forecast_settings import ForecastSettings
 
 
 def test_the_recent_window_does_not_cost_the_traces_what_a_short_one_did() -> None:
