@@ -49,3 +49,27 @@ def test_unknown_names_and_bad_ranges_are_refused() -> None:
         StrictSRPT("srpt-psychic")
     with pytest.raises(SystemExit):
         main(["--workloads", "one-two"])
+
+
+@pytest.mark.parametrize(("policy", "first_done"), [("srpt-declared", "long"), ("srpt-known", "medium")])
+def test_only_the_reference_told_every_size_lets_a_job_with_less_left_take_its_gpus_back(policy: str,
+                                                                                         first_done: str) -> None:
+    # Neither job declares its end. The long job arrives half-way through the medium one and, new,
+    # preempts it; a short job's arrival and end later re-order the queue (the references re-order
+    # at arrivals and completions): srpt-declared ranks the two by attained service (the medium
+    # job's is larger, so the long one keeps the node), srpt-known by the truth (the medium job has
+    # less left, so it takes the node back and ends first).
+    def seconds(name: str) -> float:
+        app = PROFILES.apps[name]
+        return PROFILES.rate_table(name, [4], *app.batch_config(4, int(app.init_batch_size))).total
+
+    names = sorted(PROFILES.apps, key=seconds)
+    short, medium, longest = names[0], names[len(names) // 2], names[-1]
+    half = seconds(medium) / 2
+    assert seconds(short) < 60.0 and half > 600.0 and seconds(longest) - 600.0 > 2 * half
+    specs = [JobSpec(n, t, n, 4, int(PROFILES.apps[n].init_batch_size), end_rule="none")
+             for n, t in ((medium, 0.0), (longest, half), (short, half + 600.0))]
+    one_node = EngineSettings(cluster=ClusterSettings(nodes=1))
+    mid_job, long_job, _ = Engine(specs, PROFILES, StrictSRPT(policy), one_node).run().jobs
+    assert mid_job.completion is not None and long_job.completion is not None
+    assert (mid_job.completion < long_job.completion) == (first_done == "medium")
