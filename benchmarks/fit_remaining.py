@@ -43,14 +43,8 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks.convergence_eval import DATA, FRACTIONS, Curve, in_split, lcbench_curves, offline_plateau_index
-from scoring.convergence import (
-    ConvergenceSettings,
-    clean_series,
-    curve_evidence,
-    fit_families,
-    normalise,
-    step_rate,
-)
+from scoring.convergence import ConvergenceSettings, clean_series, curve_evidence, normalise, step_rate
+from scoring.curve_fit import fit_families
 from scoring.remaining import QUANTILES, CurveEvidence, RemainingModel, Trees, feature_vector, predict
 from scoring.remaining_params import FORMAT
 

@@ -23,7 +23,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from scoring.convergence import _GRID_LO_HI, FAMILIES, ConvergenceSettings, _basis, _fit_grid, _thin, _weights
+from scoring.convergence import ConvergenceSettings
+from scoring.curve_fit import _GRID_LO_HI, FAMILIES, _basis, _fit_grid, _thin, _weights
 from scoring.remaining import RemainingDistribution
 
 FloatArray = npt.NDArray[np.float64]

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import numpy.typing as npt
 
-from scoring.convergence import ConvergenceSettings, fit_families
+from scoring.convergence import ConvergenceSettings
+from scoring.curve_fit import fit_families
 from scoring.forecast_settings import ForecastSettings
 from scoring.stopping import EarlyStopping
 

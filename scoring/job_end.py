@@ -27,17 +27,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from scoring.convergence import (
-    CleanSeries,
-    ConvergenceEstimate,
-    ConvergenceSettings,
-    clean_series,
-    ensemble_remaining_steps,
-    estimate,
-    fit_families,
-    normalise,
-    remaining_steps_to_plateau,
-)
+from scoring.convergence import CleanSeries, ConvergenceEstimate, ConvergenceSettings, clean_series, estimate, normalise
+from scoring.curve_fit import ensemble_remaining_steps, fit_families, remaining_steps_to_plateau
 from scoring.end_interval import IntervalScale, rescale
 from scoring.end_paths import first_stops, path_blocks
 from scoring.forecast_settings import ForecastSettings

@@ -14,10 +14,9 @@ from scoring.convergence import (
     advance_phase,
     clean_series,
     estimate,
-    fit_family,
-    fit_inverse_curve,
     replay_phase,
 )
+from scoring.curve_fit import fit_family, fit_inverse_curve
 
 POINT_WINDOWS = ConvergenceSettings(window_s=0.0, window_points=5)
 

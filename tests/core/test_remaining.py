@@ -15,10 +15,10 @@ from scoring.convergence import (
     clean_series,
     curve_evidence,
     estimate,
-    fit_families,
     normalise,
     remaining_model_for,
 )
+from scoring.curve_fit import fit_families
 from scoring.remaining import (
     FEATURES,
     QUANTILES,
