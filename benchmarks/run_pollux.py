@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import data_paths
+from benchmarks.code_origin import code_line
 from benchmarks.sim.cluster_spec import load_cluster
 from benchmarks.sim.engine import EngineSettings
 from benchmarks.sim.jobmodel import ProfileSet, load_profiles
@@ -229,6 +230,7 @@ def main(argv: list[str]) -> int:
         print(overrides_line(core_settings(EngineSettings(), INTEGRATED, dict(sets))))
     except (ValueError, TypeError) as e:
         p.error(f"--set: {e}")
+    print(code_line())
     try:
         where = load_cluster(Path(a.cluster)).describe() if a.cluster else "16x4 GPUs"
     except ValueError as e:

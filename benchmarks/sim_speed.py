@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import data_paths
+from benchmarks.code_origin import code_line
 from benchmarks.sim import variants
 from benchmarks.sim.engine import Engine, EngineSettings
 from benchmarks.sim.generator import MIX, GeneratorSettings, generate
@@ -69,6 +70,7 @@ def main(argv: list[str]) -> int:
     print(f"job mix: {variants.MIX_TEXT['all']}; {variants.END_TEXT['default']}; "
           f"throughput: {variants.THROUGHPUT_TEXT['learned']}")
     print(variants.overrides_line(variants.core_settings(engine, variants.INTEGRATED)))
+    print(code_line())
     prof = cProfile.Profile() if a.profile else None
     load0 = os.getloadavg()
     c0, w0 = time.process_time(), time.perf_counter()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import data_paths
+from benchmarks.code_origin import code_line
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.cluster_spec import load_cluster
 from benchmarks.sim.engine import EngineSettings, InterferenceSettings
@@ -148,7 +149,7 @@ def _finish(a: argparse.Namespace, result: MatrixResult, title: str) -> int:
     notes = [f"flowsched = flowsched-placement + {' + '.join(INTEGRATED)} (the control kernel, scoring/kernel.py); "
              f"job mix: {MIX_TEXT[a.mix]}; the baselines ignore the marks",
              f"{END_TEXT[a.ends]}; {THROUGHPUT_TEXT[a.throughput]}",
-             overrides_line(core_settings(_settings(a), INTEGRATED))]
+             overrides_line(core_settings(_settings(a), INTEGRATED)), code_line()]
     table = format_table(summary)
     print(title)
     for n in notes:
