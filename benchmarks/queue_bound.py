@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import data_paths
+from benchmarks.code_origin import code_line
 from benchmarks.run_pollux import FOLDERS
 from benchmarks.sim.ends import metric_noise, stop_epoch
 from benchmarks.sim.engine import Engine, EngineSettings, Policy, SimJob
@@ -182,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     profiles = load_profiles(data / "traces")
     print("ORACLE reference policies (they read the simulator's ground truth; not flowsched's figures)")
     print(f"== job mix 'none': no job elastic; {END_TEXT[a.ends]}; learn_s {a.learn_s:g}")
+    print(code_line())
     for load in loads:
         res = run(data, profiles, load, wids, a.ends, a.learn_s)
         tir = float(np.mean([j for j, _ in res["tiresias"]]))

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import data_paths
+from benchmarks.code_origin import code_line
 from benchmarks.sim import variants
 from benchmarks.sim.cluster import ClusterSettings
 from benchmarks.sim.engine import Engine, EngineSettings, TelemetrySettings
@@ -75,6 +76,7 @@ def main(argv: list[str]) -> int:
     if any(n.startswith("flowsched") for n in a.policies.split(",")):
         print(f"job mix: {variants.MIX_TEXT['all']}; the baselines ignore the marks")
         print(variants.overrides_line(variants.core_settings(settings, variants.INTEGRATED)))
+    print(code_line())
     print(format_table(aggregate(runs)))
     return 0
 

@@ -11,8 +11,8 @@ import pytest
 from scoring.convergence import ConvergenceSettings
 from scoring.end_interval import UNSCALED
 from scoring.end_paths import grid_unit, sample_paths
+from scoring.forecast_settings import ForecastSettings
 from scoring.job_end import (
-    ForecastSettings,
     _quantile,
     predict_end,
     recent_part,
