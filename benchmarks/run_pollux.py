@@ -164,6 +164,11 @@ def read_loops(path: Path) -> dict[str, dict[str, float]]:
         return {row["policy"]: {k: float(row[k]) for k in LOOP_COUNTS} for row in csv.DictReader(f)}
 
 
+# The run's settings line, code line and cluster, saved beside runs.csv: a table printed again with
+# --report names the code that produced it, as the table printed by the run did.
+HEADER_FILE = "header.txt"
+
+
 def report(folder: Path, tuned: list[int]) -> int:
     """Print the tables of a finished run again from its runs.csv files (--out of that run)."""
     found = sorted(folder.glob("mix-*/load-*/runs.csv"))
@@ -180,6 +185,9 @@ def report(folder: Path, tuned: list[int]) -> int:
         mode = path.parent / "mode.txt"
         print(f"== {mode.read_text().strip()}" if mode.exists() else "== (saved before the end mix: every job "
               "declared its planned end; ORACLE step times)")
+        header = path.parent / HEADER_FILE
+        print(header.read_text().rstrip() if header.exists() else "(saved before header.txt: the settings and the "
+              "code that ran are not recorded)")
         summary = aggregate(runs)
         print(format_headline(summary, read_loops(path.parent / "loops.csv"),
                               PUBLISHED.get(load, {}).get("pollux", float("nan"))))
@@ -227,14 +235,17 @@ def main(argv: list[str]) -> int:
           "that `flowsched serve` runs")
     sets = tuple((k.strip(), v.strip()) for k, _, v in (s.partition("=") for s in a.set))
     try:
-        print(overrides_line(core_settings(EngineSettings(), INTEGRATED, dict(sets))))
+        settings_text = overrides_line(core_settings(EngineSettings(), INTEGRATED, dict(sets)))
     except (ValueError, TypeError) as e:
         p.error(f"--set: {e}")
-    print(code_line())
+    print(settings_text)
+    code = code_line()
+    print(code)
     try:
         where = load_cluster(Path(a.cluster)).describe() if a.cluster else "16x4 GPUs"
     except ValueError as e:
         p.error(str(e))
+    header = f"{settings_text}\n{code}\ncluster: {where}\n"
     for mix, load in [(m, ld) for m in mixes for ld in a.loads.split(",")]:
         t0 = time.perf_counter()
         tasks = [(a.data, load, w, pol, seed, mix, sets, a.throughput, a.ends, a.cluster)
@@ -279,6 +290,7 @@ def main(argv: list[str]) -> int:
             write_summary_csv(out / "summary.csv", summary)
             write_loops(out / "loops.csv", loops)
             (out / "mode.txt").write_text(f"{END_TEXT[a.ends]}; throughput: {THROUGHPUT_TEXT[a.throughput]}\n")
+            (out / HEADER_FILE).write_text(header)
     return 0
 
 

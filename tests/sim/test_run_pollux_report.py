@@ -58,3 +58,18 @@ def test_per_seed_figures_on_tuned_unseen_and_all_with_their_mean() -> None:
     assert rows[("flowsched", "all")] == ["103", "203", "303", "203"]  # seed means; their mean = the headline's
     assert rows[("tiresias", "all")] == ["50", "-", "-", "50"]
     assert format_seeds([r for r in runs if r.seed == 0], [1]) == ""
+
+
+def test_a_saved_run_reprints_the_settings_and_the_code_that_ran_it(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--workloads", "1", "--loads", "1.0", "--policies", "fifo", "--procs", "1", "--mix", "none",
+                 "--set", "admission.min_evidence=0.2", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    code = next(ln for ln in printed.splitlines() if ln.startswith("code: "))
+    assert main(["--report", str(tmp_path)]) == 0
+    again = capsys.readouterr().out
+    assert code in again.splitlines() and "cluster: 16x4 GPUs" in again
+    assert "admission.min_evidence=0.2" in again  # the override the run printed, not the defaults
+    (tmp_path / "mix-none" / "load-1.0" / "header.txt").unlink()
+    assert main(["--report", str(tmp_path)]) == 0
+    assert "the settings and the code that ran are not recorded" in capsys.readouterr().out
