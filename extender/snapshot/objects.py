@@ -208,7 +208,8 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
         return None
     try:
         d = json.loads(value)
-        attained = float(d.get("attained", math.nan))
+        # null: the loop did not know it (it writes None for a NaN); the rest of the mark holds.
+        attained = float(d["attained"]) if d.get("attained") is not None else math.nan
         mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)),
                              attained if math.isfinite(attained) and attained >= 0 else math.nan)
     except (ValueError, TypeError, KeyError, AttributeError):

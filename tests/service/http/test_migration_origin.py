@@ -4,6 +4,7 @@ for the job's replacement pod (which carries no annotation of ours)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from extender.http.verbs import Policy, decide_prioritize
@@ -39,6 +40,11 @@ def scores(state: ClusterState, p: dict[str, Any], now: float) -> dict[str, int]
 
 def test_mark_parsing() -> None:
     assert parse_migration_mark('{"from": "n1", "at": 5, "count": 2}').count == 2  # type: ignore[union-attr]
+    # The loops write "attained": null when they do not know it; such a mark was read as none at
+    # all (no origin penalty, no count, no cooldown for the job).
+    unknown = parse_migration_mark('{"from": "n1", "at": 5, "count": 2, "attained": null}')
+    assert unknown is not None and unknown.count == 2 and math.isnan(unknown.attained_gpu_s)
+    assert parse_migration_mark('{"from": "n1", "at": 5, "attained": 7.5}').attained_gpu_s == 7.5  # type: ignore[union-attr]
     for bad in ("", "nope", '{"at": 5}', '{"from": "", "at": 5}', '{"from": "n", "at": "x"}', "[]"):
         assert parse_migration_mark(bad) is None
     p = parse_pod(pod("a", "u1", "n1"))
