@@ -19,8 +19,10 @@ What the runtime does for every loop (runtime.py, wired in Service.start/stop):
 - loop.py ControlRounds: the one rounds runner (a PeriodicRunner, thread control-rounds): each
   round, the due loops through scoring.kernel.run_round (LOOP_ORDER, composition, the shared
   budgets, one meaning of dry run), a World built per loop after the earlier ones acted; the
-  budgets loaded from and saved to the budget Lease (budget_store.py); the kernel's Memory kept
-  between rounds. ControlLoop: one loop's back-offs, metrics and recent ticks.
+  budgets loaded from and saved to the budget Lease (budget_store.py), the saved eviction marks
+  read into the state the first round it leads (mark_store.py; evict_job saves them); the kernel's
+  Memory kept between rounds. lease_notes.py: both Leases' read-modify-write. ControlLoop: one
+  loop's back-offs, metrics and recent ticks.
 - events.py EventRecorder: core/v1 Events, reason must start with "Flowsched".
 - kube_actions.py KubeActions: policy/v1 Eviction, annotation merge-patches, namespace labels.
 - bottleneck.py: the diagnoser (its own PeriodicRunner) whose diagnoses the World carries.

@@ -108,7 +108,8 @@ class Admission(JobLoop):
         attained = round(p.attained_gpu_s, 3) if math.isfinite(p.attained_gpu_s) else None
         mark = {"from": origin, "at": round(now, 3), "count": count, "attained": attained, "preempted_for": p.for_job}
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, action.pods, mark,
-                         action.reason, PREEMPTED, f"for {p.for_job}", still_leader=self.ctx.still_leader)
+                         action.reason, PREEMPTED, f"for {p.for_job}", still_leader=self.ctx.still_leader,
+                         marks=self.ctx.marks)
         if not done.evicted:
             return "gone"
         self.preempted.labels(done.evicted[0].namespace).inc()

@@ -27,6 +27,7 @@ from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef, Recorder
 from extender.control.kube_actions import EVICTED, KubeActions
 from extender.control.loop import PodRef
+from extender.control.mark_store import MarkStore
 from extender.kube.errors import LostLeadership, PermanentError, TemporaryError
 from extender.snapshot.objects import EVICTED_FROM, MIGRATION, PodInfo
 
@@ -65,13 +66,16 @@ def _checkpointable(p: PodInfo) -> str | None:
 def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: str,
               pods: Sequence[PodRef], mark: Mapping[str, Any] | None, reason: str, event_reason: str,
               message: str, *, still_leader: Callable[[], bool],
-              refusal: Callable[[PodInfo], str | None] = _checkpointable) -> Eviction:
+              refusal: Callable[[PodInfo], str | None] = _checkpointable,
+              marks: MarkStore | None = None) -> Eviction:
     """Evicts the job's pods. Raises TemporaryError/PermanentError when nothing was evicted (a
     refusal, the dry runs' included); a refusal after some pods went returns a partial Eviction.
     An empty one: the job was already gone.
     refusal: why a pod, read fresh from the snapshot, may not be evicted (None: it may); by
     default its checkpointable opt-in. mark None: no migration mark (the pod does not move, it
-    gives its GPUs back, e.g. an idle notebook). still_leader: checked before every write."""
+    gives its GPUs back, e.g. an idle notebook). still_leader: checked before every write.
+    marks: where the mark is saved once a pod carrying it was evicted (mark_store.py), so that it
+    outlives the pods."""
     if actions is None:
         raise PermanentError("no cluster: the loop can only plan")
     targets: list[PodInfo] = []
@@ -129,7 +133,20 @@ def evict_job(state: Any, actions: KubeActions | None, recorder: Recorder, key: 
             raise
         left = tuple(q for q in targets[i:] if q not in evicted)
         return Eviction(tuple(evicted), left, str(e), lost_leadership=True)
+    finally:
+        if evicted and mark is not None and marks is not None and still_leader():
+            _save_mark(marks, key, mark)  # not after losing the Lease: the new leader's watch sees the pods' mark
     return Eviction(tuple(evicted))
+
+
+def _save_mark(marks: MarkStore, key: str, mark: Mapping[str, Any]) -> None:
+    """The eviction is done: a store that cannot be written is logged, not raised (the pods carry
+    the mark; only a replica started after they are gone would not learn it)."""
+    try:
+        marks.save(key, mark)
+    except Exception as e:
+        log.warning("%s: could not save its migration mark (a replica started after its pods are gone "
+                    "would not know it): %s", key, e)
 
 
 def _partial(recorder: Recorder, guard: LeaderGuard, key: str, evicted: list[PodInfo], left: Sequence[PodInfo],

@@ -32,15 +32,17 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender.control.budget_store import BudgetStore
+from extender.control.mark_store import MarkStore
 from extender.kube.errors import PermanentError, TemporaryError
 from extender.periodic import PeriodicRunner
+from extender.snapshot.objects import MigrationMark
 from scoring import kernel
 from scoring.actions import ControlAction, Preempt, render
 from scoring.kernel import BUDGET, DRY_RUN, PREEMPT_BUDGET, SKIPPED, Memory, Plan
@@ -261,7 +263,9 @@ class ControlRounds:
 
     def __init__(self, loops: Sequence[ControlLoop], core: CoreSettings, leader: Leadership,
                  metrics: ControlMetrics, *, dry_run: bool = True, clock: Callable[[], float] = time.time,
-                 mono: Callable[[], float] = time.monotonic, budget_store: BudgetStore | None = None) -> None:
+                 mono: Callable[[], float] = time.monotonic, budget_store: BudgetStore | None = None,
+                 mark_store: MarkStore | None = None,
+                 seed_marks: Callable[[Mapping[str, MigrationMark]], int] | None = None) -> None:
         rank = {name: i for i, name in enumerate(kernel.LOOP_ORDER)}
         self.loops = sorted(loops, key=lambda lp: rank.get(lp.name, len(rank)))
         self.by_name = {lp.name: lp for lp in self.loops}
@@ -269,6 +273,10 @@ class ControlRounds:
         self.leader, self.metrics, self.dry_run = leader, metrics, dry_run
         self.clock, self.mono = clock, mono
         self.budget_store = budget_store
+        # The saved eviction marks, read into the state (seed_marks) once, the first round this
+        # replica leads: its pod watch has told it every mark since it started (mark_store.py).
+        self.mark_store, self.seed_marks = mark_store, seed_marks
+        self.marks_restored = mark_store is None or seed_marks is None
         a = core.admission
         # Admission's preemptions spend their own budget as well as the loop's (scoring.kernel).
         self.preempt_budget = Budget(a.max_preemptions_per_interval, a.max_preemptions_per_hour)
@@ -301,6 +309,7 @@ class ControlRounds:
             for name in due:
                 self.metrics.ticks.labels(name, "not_leader").inc()
             return due
+        self._restore_marks()
         error = self._restore_budgets(now)
         if error:
             for name in due:
@@ -360,6 +369,20 @@ class ControlRounds:
         lp = self.by_name[name]
         lp.history.append(Tick(at=now, leader=True, dry_run=self.dry_run, error=error))
         self.metrics.ticks.labels(name, "error").inc()
+
+    def _restore_marks(self) -> None:
+        """Until it has worked once. Unreadable: the round goes on (the pods' own marks still
+        count; only jobs whose evicted pods are gone lose theirs) and the next round tries again."""
+        if self.marks_restored or self.mark_store is None or self.seed_marks is None:
+            return
+        try:
+            saved = self.mark_store.load()
+        except Exception as e:
+            log.warning("the saved eviction marks are unreadable (tried again next round): %s", e)
+            return
+        taken = self.seed_marks(saved)
+        self.marks_restored = True
+        log.info("eviction marks restored: %d saved, %d taken (the pod watch knew the others)", len(saved), taken)
 
     def _restore_budgets(self, now: float) -> str:
         """The hourly budgets outlive this leader (budget_store.py): loaded before every round (the

@@ -64,7 +64,7 @@ class Migrator(JobLoop):
         attained = round(e.attained_gpu_s, 3) if math.isfinite(e.attained_gpu_s) else None
         mark = {"from": e.origin, "at": round(now, 3), "count": e.count, "attained": attained}
         done = evict_job(self.ctx.state, self.ctx.actions, self.ctx.recorder, action.key, action.pods, mark,
-                         action.reason, REASON, "to migrate", still_leader=self.ctx.still_leader)
+                         action.reason, REASON, "to migrate", still_leader=self.ctx.still_leader, marks=self.ctx.marks)
         if not done.evicted:
             return "gone"
         # Every job with a pod evicted counts, a partial eviction too (outcome "partial").

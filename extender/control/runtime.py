@@ -29,6 +29,7 @@ from extender.control.events import EventRecorder, LogRecorder, Recorder
 from extender.control.kube_actions import KubeActions
 from extender.control.leader import AlwaysLeader, KubeLeaseClient, LeaderElector
 from extender.control.loop import Controller, ControlLoop, ControlMetrics, ControlRounds, Leadership
+from extender.control.mark_store import LeaseMarkStore, MarkStore
 from extender.control.world_builder import WorldBuilder
 from extender.progress.convergence import ConvergenceTracker
 from extender.progress.reports import JobReportBook
@@ -66,6 +67,7 @@ class ControlContext:
     identity: str
     clock: Callable[[], float] = time.time
     budgets: BudgetStore | None = None  # where budgets outlive the leader (None: no cluster)
+    marks: MarkStore | None = None  # where eviction marks outlive the evicted pods (None: no cluster)
 
     def still_leader(self) -> bool:
         """Checked before every write of an action (one action is many API calls)."""
@@ -139,6 +141,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
     recorder: Recorder
     actions: KubeActions | None
     budgets: BudgetStore | None = None
+    marks: MarkStore | None = None
     dry_run = cc.dry_run
     if api_client is not None:
         elector = LeaderElector(KubeLeaseClient(api_client), cc.lease_namespace, cc.lease_name, identity,
@@ -147,6 +150,7 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
         leader = elector
         recorder = EventRecorder(api_client, identity, failures=event_failures)
         budgets = LeaseBudgetStore(api_client, cc.lease_namespace, f"{cc.lease_name}-budgets")
+        marks = LeaseMarkStore(api_client, cc.lease_namespace, f"{cc.lease_name}-marks")
         # A write lands before anyone may take the Lease over (kube_actions.KubeActions).
         actions = KubeActions(api_client, retry_s=cc.retry_after_s,
                               write_timeout_s=max(1.0, cc.lease_duration_s - cc.renew_deadline_s))
@@ -158,7 +162,8 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                          diagnoses=diagnoses, gpu_types=settings.gpu_types)
     ctx = ControlContext(settings=settings, core=settings.core(), world=world, state=state, tracker=tracker,
                          actions=actions, recorder=recorder,
-                         registry=registry, leader=leader, identity=identity, clock=clock, budgets=budgets)
+                         registry=registry, leader=leader, identity=identity, clock=clock, budgets=budgets,
+                         marks=marks)
     metrics = ControlMetrics.build(registry)
     loops: list[ControlLoop] = []
     made: dict[str, Controller] = {}
@@ -181,7 +186,8 @@ def build_controllers(settings: Settings, state: ClusterState, tracker: Converge
                  "dry run" if dry_run else "acting", identity)
     # One round of every due loop (scoring.kernel.run_round); the idle loop's evictions spend the
     # migrator's budget when both run (scoring.kernel.SHARED_BUDGET).
-    rounds = ControlRounds(loops, ctx.core, leader, metrics, dry_run=dry_run, clock=clock, budget_store=budgets)
+    rounds = ControlRounds(loops, ctx.core, leader, metrics, dry_run=dry_run, clock=clock, budget_store=budgets,
+                           mark_store=marks, seed_marks=state.seed_migrations)
     return Controllers(rounds=rounds, elector=elector, leader=leader, controllers=made, world=world)
 
 

@@ -86,6 +86,18 @@ class MigrationBook:
             else:
                 del self._records[pod.job]
 
+    def seed(self, marks: Mapping[str, MigrationMark]) -> int:
+        """Marks saved by a leader (extender/control/mark_store.py) for jobs whose evicted pods this
+        replica may never have seen; a record of the job's the pod watch holds already, as new or
+        newer, wins. Returns how many records were taken."""
+        taken = 0
+        for job, mark in marks.items():
+            rec = self._records.get(job)
+            if rec is None or mark.at > rec.mark.at:
+                self._records[job] = MigrationRecord(mark, frozenset(), rec.mark if rec is not None else None)
+                taken += 1
+        return taken
+
     def __bool__(self) -> bool:
         return bool(self._records)
 

@@ -19,7 +19,7 @@ from extender.snapshot.demand import DemandBook
 from extender.snapshot.dra import DRA_KINDS, ClaimInfo, DeviceClassInfo, Slice
 from extender.snapshot.dra_book import DraBook
 from extender.snapshot.node_columns import GPU_SLOTS, NodeColumns, NodeRow, NodeView
-from extender.snapshot.objects import GPU_RESOURCE, NodeInfo, PodInfo, Resources
+from extender.snapshot.objects import GPU_RESOURCE, MigrationMark, NodeInfo, PodInfo, Resources
 from extender.snapshot.pod_index import PodIndex
 from extender.snapshot.records import (
     ConvergenceBook,
@@ -183,6 +183,14 @@ class ClusterState:
             self._convergence.set(job, conv)
             for p in members:
                 self._account(p, +1.0)
+
+    def seed_migrations(self, marks: Mapping[str, MigrationMark]) -> int:
+        """MigrationBook.seed under the lock: the saved marks of jobs whose pods may be gone."""
+        with self._lock:
+            taken = self._migrations.seed(marks)
+            if taken:
+                self._sync.version += 1
+            return taken
 
     def set_migration_ttl(self, ttl_s: float) -> None:
         """How long a migrated job's origin node is scored down."""

@@ -12,6 +12,7 @@ PDB test needs.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import secrets
@@ -287,3 +288,39 @@ def test_dry_run_is_the_default(control_plane: ControlPlane, deploy_rbac: None, 
         assert r["enabled"] == ["migrator"] and r["loops"]["migrator"]["dry_run"] is True
     finally:
         svc.close()
+
+
+def test_replicas_restarted_after_the_evicted_pod_is_gone_still_know_the_jobs_mark(
+        scenario: Scenario, migrators: Migrators) -> None:
+    """An upgrade after a migration: the evicted pod (which carried the mark) is deleted before
+    the replicas restart, so no pod watch can tell them; the mark saved in the marks Lease does
+    (extender/control/mark_store.py): the job's move count and its attained service stay."""
+    s = scenario
+    s.add_nodes("mig-r1", gpus=4)
+    s.add_nodes("mig-r2", gpus=4)
+    s.add_nodes("mig-r3", gpus=2)
+    slow = pod_on(s, "slow-0", "mig-r1", 2, "slow", checkpointable=True)
+    pod_on(s, "fill-0", "mig-r2", 4, "fill", checkpointable=False)
+    s.wait_running("slow-0")
+    migrators.post_progress(s.ns, "slow", flattening_curve(time.time()))
+    s.create_pod("big-0", gpus=4, labels={JOB_LABEL: "big"})
+    wait_until(lambda: not alive(s, "slow-0", slow["metadata"]["uid"]), 30, interval_s=0.2,
+               what="slow-0 evicted by the migrator")
+    wait_until(lambda: not s.kube.exists(f"{pods_path(s.ns)}/slow-0"), 30, interval_s=0.2, what="slow-0 deleted")
+    path = f"/apis/coordination.k8s.io/v1/namespaces/flowsched/leases/{migrators.lease}-marks"
+    saved = json.loads(s.kube.get(path)["metadata"]["annotations"]["flowsched.io/marks"])[f"{s.ns}/slow"]
+    assert saved["from"] == "mig-r1" and saved["count"] == 1 and saved["attained"] >= 2 * 3600
+    repl = gpu_pod("slow-replacement-by-test-controller", gpus=2, annotations={CHECKPOINTABLE: "true"},
+                   labels={JOB_LABEL: "slow"})
+    s.kube.create(pods_path(s.ns), repl)
+    assert s.wait_bound("slow-replacement-by-test-controller", 30) == "mig-r3"
+    for svc in migrators.both:  # the upgrade: every replica restarts, with nothing of the old pod left
+        svc.stop()
+    for svc in migrators.both:
+        svc.start()
+
+    def restored() -> bool:
+        job = migrators.plan(migrators.leader())["controller"].get("last_plan", {}).get("jobs", {}).get(f"{s.ns}/slow")
+        return bool(job) and job["migrations"] == 1 and (job["attained_gpu_s"] or 0.0) >= saved["attained"]
+
+    wait_until(restored, 30, interval_s=0.5, what="the restarted leader planning with the job's saved mark")

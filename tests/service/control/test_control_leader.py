@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 import uuid
@@ -174,3 +176,32 @@ def test_the_budget_store_keeps_each_loops_spends_in_a_lease(api_client: Any, ku
     obj = kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}")
     assert obj["metadata"]["annotations"]["flowsched.io/spent-elastic"] == "[150.0]"
     assert "holderIdentity" not in (obj.get("spec") or {})  # not a leader Lease: nobody holds it
+
+
+def test_the_mark_store_keeps_each_jobs_newest_eviction_mark_in_a_lease(api_client: Any, kube: Kube) -> None:
+    # As the flowsched ServiceAccount: a leader saves the marks of the jobs it evicted; a replica
+    # started later reads them back; two writers in turn both land; a hand-edited entry that is not a
+    # mark is left out; a mark the pods' parser would not read is refused before anything is written.
+    from extender.control.mark_store import ANNOTATION, LeaseMarkStore
+    from extender.snapshot.objects import MigrationMark
+
+    name = lease_name() + "-marks"
+    a, b = LeaseMarkStore(api_client, NS, name), LeaseMarkStore(api_client, NS, name)
+    assert a.load() == {}
+    a.save("team-a/train", {"from": "gpu-1", "at": 1000.0, "count": 1, "attained": 3600.0, "preempted_for": "x/y"})
+    b.save("team-b/bert", {"from": "gpu-2", "at": 1100.0, "count": 2, "attained": None})
+    a.save("team-a/train", {"from": "gpu-3", "at": 1200.0, "count": 2, "attained": 7200.5})
+    b.save("team-a/train", {"from": "gpu-9", "at": 900.0, "count": 9, "attained": 1.0})  # older: not taken
+    loaded = LeaseMarkStore(api_client, NS, name).load()
+    assert set(loaded) == {"team-a/train", "team-b/bert"}
+    assert loaded["team-a/train"] == MigrationMark("gpu-3", 1200.0, 2, 7200.5)
+    bert = loaded["team-b/bert"]
+    assert (bert.origin, bert.at, bert.count, math.isnan(bert.attained_gpu_s)) == ("gpu-2", 1100.0, 2, True)
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{name}"
+    value = json.loads(kube.get(path)["metadata"]["annotations"][ANNOTATION])
+    value["team-c/broken"] = {"at": 5}
+    kube.merge_patch(path, {"metadata": {"annotations": {ANNOTATION: json.dumps(value)}}})
+    assert set(b.load()) == {"team-a/train", "team-b/bert"}
+    with pytest.raises(ValueError):
+        a.save("team-d/x", {"from": "", "at": 1.0})
+    assert "team-d/x" not in json.loads(kube.get(path)["metadata"]["annotations"][ANNOTATION])

@@ -664,8 +664,9 @@ def test_saved_spends_read_back_equal_so_regaining_the_lease_counts_each_action_
     # Wall-clock times have microseconds; a store that rounded them made each reload count a
     # rounded copy as another action (3 actions exhausted a budget of 6).
     import extender.control.budget_store as bs
+    import extender.control.lease_notes as notes
 
-    monkeypatch.setattr(bs, "send", FakeLeaseApi())
+    monkeypatch.setattr(notes, "send", FakeLeaseApi())
     store = bs.LeaseBudgetStore(object(), "flowsched", "flowsched-controllers-budgets")
     clock, leader = Clock(1_763_900_000.123456), Leader()
     ctrl = FakeController([act("j")])

@@ -62,8 +62,10 @@ def test_a_timed_out_write_is_temporary() -> None:
 def test_the_service_sets_it_to_the_lease_margin() -> None:
     s = Settings.model_validate({"kube": False, "controllers": ["migrator"],
                                  "control": {"lease_duration_s": 20, "renew_deadline_s": 12}})
-    ctl = build_controllers(s, state=None, tracker=None, api_client=RecordingClient(),  # type: ignore[arg-type]
-                            registry=CollectorRegistry())
+    from extender.snapshot.state import ClusterState
+
+    ctl = build_controllers(s, state=ClusterState(), tracker=None,  # type: ignore[arg-type]
+                            api_client=RecordingClient(), registry=CollectorRegistry())
     assert ctl is not None
     actions = ctl.controllers["migrator"].ctx.actions  # type: ignore[attr-defined]
     assert actions.write_timeout_s == 8.0
