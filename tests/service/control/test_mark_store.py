@@ -14,15 +14,15 @@ from prometheus_client import CollectorRegistry
 
 from extender.control.events import LogRecorder
 from extender.control.eviction import evict_job
-from extender.control.loop import Action, ControlLoop, ControlMetrics, ControlRounds, PodRef
+from extender.control.loop import ControlLoop, ControlMetrics, ControlRounds, PodRef
 from extender.control.mark_store import ANNOTATION, decode, merged
 from extender.control.runtime import _factory
 from extender.kube.errors import TemporaryError
 from extender.snapshot.objects import MigrationMark, parse_node, parse_pod
 from extender.snapshot.state import ClusterState
 from scoring.settings import CoreSettings
-from scoring.world import World
 from tests.control_fakes import FakeActions, FakeTracker, make_context
+from tests.service.control.test_control_rounds import Recording
 from tests.service.http.test_migration_origin import mark, node, pod
 
 
@@ -110,30 +110,13 @@ class Switch:
         self.is_leader = on
 
 
-class EmptyWorld:
-    """A migrator whose World is empty: the round plans nothing; only its start is watched."""
-
-    name = "migrator"
-
-    def world(self, now: float) -> World:
-        return World(now, (), (), ())
-
-    def bind(self, action: Any) -> Action:
-        return Action.of(action)
-
-    def planned(self, plan: Any) -> None:
-        pass
-
-    def act(self, action: Action, now: float) -> str:
-        return "done"
-
-
 def test_the_rounds_read_the_saved_marks_once_the_first_round_they_lead() -> None:
     state = _state_with_nodes()
     store = MemoryMarks({"ns/train": MigrationMark("n1", 500.0, 1, 60.0)}, unreadable=1)
     leader = Switch(False)
     metrics = ControlMetrics.build(CollectorRegistry())
-    loop = ControlLoop(EmptyWorld(), leader, metrics, interval_s=0.0, dry_run=False, per_interval=1, per_hour=10)
+    loop = ControlLoop(Recording("migrator", []), leader, metrics, interval_s=0.0, dry_run=False, per_interval=1,
+                       per_hour=10)
     rounds = ControlRounds([loop], CoreSettings(), leader, metrics, dry_run=False, mark_store=store,
                            seed_marks=state.seed_migrations)
     assert rounds.run_round() == ["migrator"]
