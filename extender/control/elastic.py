@@ -17,7 +17,8 @@ Weight: its convergence phase and attained service (las_power). Batch size: chos
 the job reports its batch range and gradient statistics (the progress API's optional fields);
 otherwise the job's own.
 
-act(): writes `flowsched.io/elastic-plan` = {"gpus", "replicas", "batch_size", "at", "reason"}
+act(): writes `flowsched.io/elastic-plan` = {"gpus", "replicas", "batch_size", "at", "reason",
+"measured": the job's step times so far (measured_note.py)}
 on the job's pods (and on its PyTorchJob), and for a Kubeflow PyTorchJob with an elasticPolicy
 merge-patches spec.pytorchReplicaSpecs.Worker.replicas within the policy's and the
 annotation's bounds. Events: FlowschedElasticPlan on the pods (the plan), FlowschedScaled on the
@@ -39,12 +40,13 @@ from extender.control.errors import LeaderGuard
 from extender.control.events import ObjectRef
 from extender.control.job_loop import JobLoop
 from extender.control.loop import Action, PodRef
+from extender.control.measured_note import note as note_measured
 from extender.control.runtime import ControlContext
 from extender.control.world_builder import PodsOf, parse_range
 from extender.kube import requests
 from extender.kube.errors import PermanentError
 from extender.kube.responses import json_or_none, map_api_error, patch_applied
-from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL
+from extender.snapshot.objects import ELASTIC_PLAN, KUBEFLOW_JOB_LABEL, PLAN_MAX_CHARS
 from scoring.actions import ControlAction, Scale
 from scoring.control import ElasticLoopPlan
 from scoring.kernel import Plan
@@ -126,7 +128,10 @@ class Elastic(JobLoop):
                 "reason": action.reason[:300]}
         if sc.gpu_type:  # a typed plan: the extender's filter keeps the job's pods on this type
             body["gpu_type"] = sc.gpu_type
-        plan_json = json.dumps(body, separators=(",", ":"))
+        measured = note_measured(self.ctx.world.measured.get(sc.job), sc.gpus)
+        plan_json = json.dumps({**body, "measured": measured} if measured else body, separators=(",", ":"))
+        if len(plan_json) > PLAN_MAX_CHARS:  # the step times are a convenience; the plan must be read
+            plan_json = json.dumps(body, separators=(",", ":"))
         outcome = "planned"
         kf = self._kubeflow(action)
         guard = LeaderGuard(self.ctx.still_leader)  # before every write: the action is many API calls

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from extender.control.measured_note import restore as restore_measured
 from extender.progress.reports import JobReport
 from extender.snapshot.objects import MigrationMark, NodeInfo, PodInfo
 from scoring.bottleneck import Diagnosis
@@ -135,7 +136,12 @@ class WorldBuilder:
         kinds = {node_type.get(n, "") for n in gpus_on} if node_type else set()
         gpu_type = kinds.pop() if len(kinds) == 1 else ""  # the one type its pods run on
         rate = est.step_rate if est is not None else math.nan
-        steps = self.measured.setdefault(key, MeasuredSteps())
+        steps = self.measured.get(key)
+        if steps is None:  # new to this replica: what its latest plan carries (measured_note.py)
+            steps = self.measured[key] = MeasuredSteps()
+            plans = [p.elastic_plan for p in ps if p.elastic_plan is not None]
+            if plans:
+                restore_measured(steps, max(plans, key=lambda plan: float(plan["at"])).get("measured"))
         if elastic is not None:
             record_step_sample(steps, rate, held, settling, batch=report.batch_size, gpu_type=gpu_type)
         measured: dict[str, float] = {}

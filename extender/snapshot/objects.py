@@ -217,10 +217,13 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
     return mark if mark.origin and math.isfinite(mark.at) else None
 
 
+PLAN_MAX_CHARS = 4096  # a longer flowsched.io/elastic-plan is not read (the elastic loop writes none)
+
+
 def parse_plan(value: object) -> dict[str, Any] | None:
     """The flowsched.io/elastic-plan annotation (a JSON object with a finite "at"); None when
     absent or malformed."""
-    if not isinstance(value, str) or not value or len(value) > 4096:
+    if not isinstance(value, str) or not value or len(value) > PLAN_MAX_CHARS:
         return None
     try:
         plan = json.loads(value)

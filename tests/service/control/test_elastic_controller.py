@@ -242,3 +242,48 @@ def test_on_a_typed_cluster_a_step_time_on_another_type_restarts_the_jobs_sample
     plan_at(el, 1000.0)  # records the 2-GPU sample on the K80 node
     assert el.ctx.world.measured["t/a"].samples == {2: 305.0}
     assert el.ctx.world.measured["t/a"].types == {2: "k80"}
+
+
+def test_note_and_restore_carry_the_step_times_in_the_plan_within_its_bound() -> None:
+    from extender.control.measured_note import MAX_SIZES, note, restore
+
+    m = MeasuredSteps(samples={1: 2.0, 4: 0.6, 8: 0.35}, batches={1: 128, 4: 512}, types={8: "a100"})
+    saved = json.loads(json.dumps(note(m, 4)))  # as it travels in the annotation
+    assert saved == {"1": [2.0, 128, ""], "4": [0.6, 512, ""], "8": [0.35, 0, "a100"]}
+    back = MeasuredSteps(samples={4: 0.55})  # measured again since: kept, not overwritten
+    assert restore(back, saved) == 2
+    assert back.samples == {4: 0.55, 1: 2.0, 8: 0.35} and back.batches == {1: 128} and back.types == {8: "a100"}
+    assert back.by_batch == {(1, 128): 2.0}
+    bad = {"0": [1.0, 1, ""], "x": [1.0, 1, ""], "2": [float("nan"), 1, ""], "3": [1.0, -1, ""], "5": [1.0, 1],
+           "6": "abc", "7": [1.0, 1, 7], "9": [0.5, 64, ""]}
+    fresh = MeasuredSteps()
+    assert restore(fresh, bad) == 1 and fresh.samples == {9: 0.5}
+    assert restore(MeasuredSteps(), "not a mapping") == 0 and note(MeasuredSteps(), 4) == {}
+    many = MeasuredSteps(samples={g: 1.0 / g for g in range(1, 65)})
+    kept = note(many, 8)
+    assert len(kept) == MAX_SIZES and "8" in kept and "1" not in kept and "64" not in kept  # the nearest sizes
+
+
+def test_a_replica_started_later_knows_the_step_times_its_plan_carries() -> None:
+    # Job a ran at 2 and 8 GPUs, each step barely faster than at 4: at 4 it stays. A replica that
+    # starts after the rescale (an upgrade) knows only what the plan on its pods carries; without it,
+    # the prior promises 8 GPUs again and the job is restarted to find out.
+    from scoring.actions import Scale
+
+    pods = [worker("a", i, "n0") for i in range(4)]
+    est = {"t/a": Est(Phase.GROWING, step_rate=1.0)}
+    el, actions, _, _ = make(pods, est, nodes=2, cooldown_s=0.0)
+    el.ctx.world.measured["t/a"] = MeasuredSteps(samples={2: 1.02, 8: 0.99})
+    el.world(0.0)  # records the 4-GPU sample: 1.0 s a step
+    el.act(el.bind(Scale("t/a", 4, 2, 0, 0, 1, 1, 8, "test plan")), 0.0)
+    plan = actions.annotations[-1][2][PLAN]
+    assert json.loads(plan)["measured"] == {"2": [1.02, 0, ""], "4": [1.0, 0, ""], "8": [0.99, 0, ""]}
+    for p in pods:
+        p["metadata"].setdefault("annotations", {})[PLAN] = plan
+    later, *_ = make(pods, est, nodes=2, cooldown_s=0.0)
+    assert plan_at(later, 600.0) == []
+    assert later.ctx.world.measured["t/a"].samples == {2: 1.02, 4: 1.0, 8: 0.99}
+    for p in pods:  # the same plan without the step times, as written before they were carried
+        p["metadata"]["annotations"][PLAN] = json.dumps({k: v for k, v in json.loads(plan).items() if k != "measured"})
+    forgetful, *_ = make(pods, est, nodes=2, cooldown_s=0.0)
+    assert [a.as_dict()["detail"]["gpus"] for a in plan_at(forgetful, 600.0)] == [8]
