@@ -11,8 +11,9 @@ ClusterState the first round it leads (ControlRounds); a record the pod watch ho
 a newer one, wins (MigrationBook.seed).
 
 Bounded: marks older than `retain_s` (7 days, the progress store's idle horizon) are dropped at
-each save, and at most `max_marks` (the newest) are kept, about 100 bytes each, far below the
-apiserver's 256 KiB for an object's annotations.
+each save, and at most `max_marks` (the newest) are kept, within MAX_CHARS of JSON (a job key may
+be 300 characters long): the apiserver refuses an object whose annotations pass 256 KiB, and a
+store that had grown past it could never be written again.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ log = logging.getLogger("flowsched.marks")
 ANNOTATION = "flowsched.io/marks"
 RETAIN_S = 7 * 86400.0
 MAX_MARKS = 1000
+MAX_CHARS = 160_000
+FIELDS = ("from", "at", "count", "attained")  # what MigrationMark reads; the rest stays on the pods
 
 
 class MarkStore(Protocol):
@@ -60,16 +63,23 @@ def decode(value: str | None) -> dict[str, dict[str, Any]]:
 
 
 def merged(saved: Mapping[str, dict[str, Any]], job: str, mark: Mapping[str, Any], retain_s: float = RETAIN_S,
-           max_marks: int = MAX_MARKS) -> dict[str, dict[str, Any]]:
-    """`saved` with the job's mark set (unless a newer one is saved already: two leaders for a
-    moment), those older than retain_s before the newest dropped, and only the newest max_marks kept."""
+           max_marks: int = MAX_MARKS, max_chars: int = MAX_CHARS) -> dict[str, dict[str, Any]]:
+    """`saved` with the job's mark set (its FIELDS; unless a newer one is saved already: two leaders
+    for a moment), those older than retain_s before the newest dropped, and only the newest kept
+    that fit max_marks and max_chars of JSON."""
     out = dict(saved)
     old = out.get(job)
     if old is None or float(old.get("at", -math.inf)) <= float(mark["at"]):
-        out[job] = dict(mark)
+        out[job] = {k: mark[k] for k in FIELDS if k in mark}
     newest = max(float(m["at"]) for m in out.values())
-    kept = sorted(((j, m) for j, m in out.items() if float(m["at"]) >= newest - retain_s),
-                  key=lambda jm: -float(jm[1]["at"]))[:max_marks]
+    kept: list[tuple[str, dict[str, Any]]] = []
+    chars = 2  # the braces
+    for j, m in sorted(out.items(), key=lambda jm: -float(jm[1]["at"])):
+        size = len(json.dumps({j: m}, separators=(",", ":"))) - 1  # the entry and its comma
+        if float(m["at"]) < newest - retain_s or len(kept) >= max_marks or chars + size > max_chars:
+            break
+        kept.append((j, m))
+        chars += size
     return dict(sorted(kept))
 
 

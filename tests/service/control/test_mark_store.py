@@ -40,6 +40,14 @@ def test_a_saved_mark_replaces_an_older_one_and_old_or_surplus_marks_are_dropped
     assert set(merged(one, "ns/c", entry(1051.0), retain_s=50.0)) == {"ns/c"}
     assert set(merged(one, "ns/c", entry(1040.0), retain_s=50.0)) == {"ns/a", "ns/c"}
     assert set(merged(saved, "ns/c", entry(2500.0), max_marks=2)) == {"ns/b", "ns/c"}  # the newest two
+    # Only what a mark is read for is kept (the pods carry the rest), and the JSON stays within
+    # max_chars whatever the keys' length: the apiserver refuses annotations past 256 KiB.
+    assert merged({}, "ns/d", {**entry(1.0), "preempted_for": "ns/x"})["ns/d"] == entry(1.0)
+    big: dict[str, dict[str, Any]] = {}
+    for i in range(1000):
+        big = merged(big, f"{'n' * 63}/{'j' * 240}-{i:04d}", entry(float(i)), max_chars=20_000)
+    assert len(json.dumps(big, separators=(",", ":"))) <= 20_000 and 40 < len(big) < 1000
+    assert max(big) == f"{'n' * 63}/{'j' * 240}-0999"  # the newest kept
 
 
 def test_a_malformed_annotation_or_entry_is_left_out_and_logged(caplog: pytest.LogCaptureFixture) -> None:
