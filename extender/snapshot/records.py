@@ -7,6 +7,7 @@ writer; every read returns a value or a copy, never a live dict.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -60,9 +61,13 @@ class MigrationBook:
     read from the flowsched.io/migration annotation it puts on a pod before evicting it, so
     every replica learns it from its pod watch (see docs/control-loops.md)."""
 
-    def __init__(self, ttl_s: float = 3600.0) -> None:
+    def __init__(self, ttl_s: float = 3600.0, retain_s: float = 7 * 86400.0) -> None:
         self.ttl_s = ttl_s  # how long the origin node is scored down
+        # Records older than this before the newest mark go when a new one comes (the marks Lease
+        # keeps as long): one per evicted job, never withdrawn, they grew with the service's uptime.
+        self.retain_s = retain_s
         self._records: dict[str, MigrationRecord] = {}
+        self._newest = -math.inf
 
     def note(self, pod: PodInfo) -> None:
         """One eviction marks every pod of the job with the same mark (same `at`); the record
@@ -75,6 +80,7 @@ class MigrationBook:
             if rec is None or mark.at > rec.mark.at:
                 self._records[pod.job] = MigrationRecord(mark, frozenset((pod.uid,)),
                                                          rec.mark if rec is not None else None)
+                self._prune(mark.at)
             elif mark.at == rec.mark.at:
                 self._records[pod.job] = MigrationRecord(mark, rec.carriers | {pod.uid}, rec.previous)
         elif rec is not None and pod.uid in rec.carriers:
@@ -96,7 +102,17 @@ class MigrationBook:
             if rec is None or mark.at > rec.mark.at:
                 self._records[job] = MigrationRecord(mark, frozenset(), rec.mark if rec is not None else None)
                 taken += 1
+        if marks:
+            self._prune(max(m.at for m in marks.values()))
         return taken
+
+    def _prune(self, at: float) -> None:
+        if at <= self._newest:
+            return
+        self._newest = at
+        old = [j for j, rec in self._records.items() if rec.mark.at < at - self.retain_s]
+        for j in old:
+            del self._records[j]
 
     def __bool__(self) -> bool:
         return bool(self._records)

@@ -190,3 +190,16 @@ def test_an_eviction_saves_its_mark_only_once_a_pod_carrying_it_went(caplog: pyt
     with caplog.at_level(logging.WARNING, logger="flowsched.eviction"):
         assert _evict(("train-0",), set(), the_mark, store).outcome == "evicted"
     assert "could not save its migration mark" in caplog.text
+
+
+def test_the_book_forgets_records_older_than_its_retention_before_the_newest_mark() -> None:
+    from extender.snapshot.records import MigrationBook
+
+    book = MigrationBook(retain_s=100.0)
+    for job, at in (("a", 0.0), ("b", 150.0), ("c", 120.0)):
+        p = pod(f"{job}-0", f"u-{job}", "n1", mark(at))
+        p["metadata"]["labels"]["flowsched.io/job"] = job
+        book.note(parse_pod(p))
+    assert set(book.marks()) == {"ns/b", "ns/c"}  # a (at 0) is older than 150 - 100
+    book.seed({"ns/d": MigrationMark("n1", 260.0, 1)})
+    assert set(book.marks()) == {"ns/d"}  # b and c are older than 260 - 100
