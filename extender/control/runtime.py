@@ -123,7 +123,10 @@ class Controllers:
         leader = self.elector.status() if self.elector is not None else {"is_leader": True, "lease": None}
         return {"leader": leader, "loops": {lp.name: {"interval_s": lp.interval_s, "dry_run": lp.dry_run,
                                                       "budget_left": lp.budget.remaining(lp.clock())}
-                                            for lp in self.loops}}
+                                            for lp in self.loops},
+                # whether this replica has read the saved eviction marks (mark_store.py): the first
+                # round it leads; a replica with no cluster has none to read
+                "marks_restored": self.rounds.marks_restored}
 
 
 def build_controllers(settings: Settings, state: ClusterState, tracker: ConvergenceTracker, api_client: Any,

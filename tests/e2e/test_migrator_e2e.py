@@ -320,7 +320,9 @@ def test_replicas_restarted_after_the_evicted_pod_is_gone_still_know_the_jobs_ma
         svc.start()
 
     def restored() -> bool:
-        job = migrators.plan(migrators.leader())["controller"].get("last_plan", {}).get("jobs", {}).get(f"{s.ns}/slow")
-        return bool(job) and job["migrations"] == 1 and (job["attained_gpu_s"] or 0.0) >= saved["attained"]
+        leader = migrators.leader()
+        job = migrators.plan(leader)["controller"].get("last_plan", {}).get("jobs", {}).get(f"{s.ns}/slow")
+        return (bool(job) and job["migrations"] == 1 and (job["attained_gpu_s"] or 0.0) >= saved["attained"]
+                and migrators.control(leader)["marks_restored"] is True)
 
     wait_until(restored, 30, interval_s=0.5, what="the restarted leader planning with the job's saved mark")
