@@ -16,7 +16,8 @@ POST /v1/progress, header "Authorization: Bearer <token>", body (at most max_bod
       1970, or older than the store's idle window (7 days: prune would drop them); the rest are
       stored. Metric names are 1-128 characters of valid Unicode, at
       most 64 per point. "plan" is the elastic optimizer's latest plan for the job ({"gpus",
-      "replicas", "batch_size", "at", "reason"}; batch_size null = keep yours), so the job learns
+      "replicas", "batch_size", "at", "reason", ...}; batch_size null = keep yours; "measured" is
+      flowsched's own record of its step times), so the job learns
       its next size from the reply (docs/elastic.md: what a training script must do).
       NaN/Infinity literals (Python's json.dumps writes them) are read, then rejected per point.
   400 {"error": "points.3.step: ..."} names the field; 401 bad token; 403 the token's namespace
