@@ -166,6 +166,16 @@ class ElasticLoopSettings(LoopSettings):
     # batch changes on workloads 1 and 3 at 1.0x, seed 0: 990 -> 677, back to the batch before
     # 270 -> 104). Off: issue 36's restart bar (half of 2.34 at 2.0x) before the 1.0x figure's 2 %.
     bend_batches: bool = False
+    # ...and a batch it measured at a size, other than its latest there, is read as measured only
+    # where the measurement differs from the table by more than this share: within it, the table's
+    # value (a step time is measured with an error; the simulator draws 5 % a configuration, and
+    # every such cell read exactly made the table's landscape as jagged as the noise). Pollux
+    # workloads 1-8, 3 seeds, every job elastic, learned, avg JCT at 1.0x / 2.0x and restarts a job:
+    # 0 (read exactly) 2753 / 4750 s, 1.35 / 1.17; 0.05 2744 / 4741 s, 1.34 / 1.16 (unseen 3-8
+    # 2761 / 4793 against 2784 / 4785); 0.1, tried first, 2735 / 4759 s, 1.35 / 1.18 (above issue
+    # 36's restart bar at 2.0x). Large misses (the CIFAR-10 and YOLOv3 jobs' tours above, 13 % and
+    # more) are read as measured as before.
+    other_batch_tolerance: float = 0.05
     # A job is not rescaled again within this... With learned step times each job restarted about twice
     # at 300 s (Pollux workloads 1-2, seed 0, every job elastic), mostly the longest jobs again and
     # again. 70 minutes: issue 36's restarts (half of 2.34 a job at 2.0x) at the hour's avg JCT over

@@ -70,7 +70,7 @@ def prior_throughput(job: JobState, s: ElasticLoopSettings, hi: int, nominal: in
     # A batch it ran at before, at a size it has measured, is read as measured there, not as the
     # fit to the latest step says: fitted to the latest alone, a job whose batch changes live saw
     # the batch it had just left as the better one, every round (measured_at_other_batches).
-    return measured_at_other_batches(table, job, hi, s.bend_batches)
+    return measured_at_other_batches(table, job, hi, s.bend_batches, s.other_batch_tolerance)
 
 
 def measured_where_fit_misses(table: Throughput, job: JobState, model: StepTimeModel, hi: int, nominal: int,
@@ -101,9 +101,12 @@ def measured_where_fit_misses(table: Throughput, job: JobState, model: StepTimeM
     return Throughput(table.batches, step, table.realised)
 
 
-def measured_at_other_batches(table: Throughput, job: JobState, hi: int, bend: bool = False) -> Throughput:
+def measured_at_other_batches(table: Throughput, job: JobState, hi: int, bend: bool = False,
+                              tolerance: float = 0.0) -> Throughput:
     """`table` with the step time at each (GPUs, batch) the job measured at a batch other than
     its latest at that size (JobState.batch_samples) as measured; the table itself when none.
+    `tolerance` (elastic.other_batch_tolerance): a measurement within that share of the table's
+    value is the measurement's error, and the table's value stays.
 
     `bend` (elastic.bend_batches): at such a size the other batches' step times are bent to agree
     with what was measured too, each x (batch / latest)^k, k the log-log slope (least squares
@@ -131,6 +134,9 @@ def measured_at_other_batches(table: Throughput, job: JobState, hi: int, bend: b
                 with np.errstate(invalid="ignore"):
                     step[g] = table.step_s[g] * (np.asarray(table.batches, dtype=np.float64) / latest) ** k
         for b, t in pts:
+            was = float(table.step_s[g, col[b]])
+            if tolerance > 0 and math.isfinite(was) and was > 0 and abs(math.log(t / was)) <= math.log1p(tolerance):
+                continue  # within the measurement's error of the table: the table's (bent) value
             step[g, col[b]] = t
     step.setflags(write=False)
     return Throughput(table.batches, step, table.realised)

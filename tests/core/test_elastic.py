@@ -724,3 +724,25 @@ def test_on_a_half_idle_cluster_a_near_linear_job_grows_past_a_gain_of_the_noise
     assert grown(0.05) and grown(0.05)[0] > 7
     assert grown(0.10) == []
     assert grown(0.05, held_s=20000.0) == []  # not before its hold brings the threshold down
+
+
+def test_a_batch_measured_within_its_error_of_the_table_keeps_the_tables_value() -> None:
+    """elastic.other_batch_tolerance: a step time is measured with an error (the simulator draws
+    5 % a configuration); each other batch read exactly made the table as jagged as that error.
+    Within the tolerance the table's value stays; beyond it, the measurement (as before)."""
+    from scoring.step_prior import measured_at_other_batches
+    from scoring.world import Throughput
+
+    batches = np.array([64, 128, 256], dtype=np.int64)
+    step = np.array([[np.nan] * 3, [0.5, 1.0, 2.0], [0.3, 0.6, 1.2]])
+    table = Throughput(batches, step, np.broadcast_to(batches.astype(np.float64), step.shape).copy())
+    job = JobState(key="a/j", namespace="a", gpus_on={"n0": 1.0}, live_gpus=1, per_pod=1, checkpointable=True,
+                   elastic=(1, 2), running=True, settling=False, runtime_s=60.0, attained_gpu_s=60.0,
+                   estimate=None, batch_size=128, step_samples={1: 1.0}, step_batches={1: 128},
+                   batch_samples={(1, 128): 1.0, (1, 64): 0.52, (1, 256): 2.4})
+    exact = measured_at_other_batches(table, job, 2)
+    assert exact.step_s[1].tolist() == [0.52, 1.0, 2.4]  # every other batch read as measured
+    within = measured_at_other_batches(table, job, 2, tolerance=0.05)
+    assert within.step_s[1].tolist() == [0.5, 1.0, 2.4]  # 4 % off: the table's; 20 % off: measured
+    assert within.step_s[2].tolist() == [0.3, 0.6, 1.2] and table.step_s[1, 0] == 0.5  # others, input untouched
+    assert CoreSettings().elastic.other_batch_tolerance == 0.05
