@@ -135,7 +135,8 @@ def measured_at_other_batches(table: Throughput, job: JobState, hi: int, bend: b
                     step[g] = table.step_s[g] * (np.asarray(table.batches, dtype=np.float64) / latest) ** k
         for b, t in pts:
             was = float(table.step_s[g, col[b]])
-            if tolerance > 0 and math.isfinite(was) and was > 0 and abs(math.log(t / was)) <= math.log1p(tolerance):
+            if (tolerance > 0 and math.isfinite(was) and was > 0 and math.isfinite(t) and t > 0
+                    and abs(math.log(t / was)) <= math.log1p(tolerance)):
                 continue  # within the measurement's error of the table: the table's (bent) value
             step[g, col[b]] = t
     step.setflags(write=False)
