@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from extender.control.lease_notes import LeaseNotes
-from extender.snapshot.objects import MigrationMark, parse_migration_mark
+from extender.snapshot.objects import MigrationMark, migration_mark_of
 
 log = logging.getLogger("flowsched.marks")
 
@@ -55,8 +55,7 @@ def decode(value: str | None) -> dict[str, dict[str, Any]]:
     if not isinstance(raw, dict):
         log.warning("%s is not a JSON object; the saved marks are ignored", ANNOTATION)
         return {}
-    out = {j: m for j, m in raw.items() if isinstance(j, str) and isinstance(m, dict)
-           and parse_migration_mark(json.dumps(m)) is not None}
+    out = {j: m for j, m in raw.items() if isinstance(j, str) and migration_mark_of(m) is not None}
     if len(out) < len(raw):
         log.warning("%d malformed entries of %s ignored", len(raw) - len(out), ANNOTATION)
     return out
@@ -91,13 +90,13 @@ class LeaseMarkStore:
 
     def load(self) -> dict[str, MigrationMark]:
         """Job -> its saved mark; nothing saved yet -> {}. Unreadable: raises."""
-        marks = {j: parse_migration_mark(json.dumps(m)) for j, m in decode(self.notes.read().get(ANNOTATION)).items()}
+        marks = {j: migration_mark_of(m) for j, m in decode(self.notes.read().get(ANNOTATION)).items()}
         return {j: m for j, m in marks.items() if m is not None}
 
     def save(self, job: str, mark: Mapping[str, Any]) -> None:
         """The job's mark as its pods carry it (a JSON object with "from" and "at"). Raises
         ValueError for a mark the pods' parser would not read back."""
-        if parse_migration_mark(json.dumps(dict(mark))) is None:
+        if migration_mark_of(dict(mark)) is None:
             raise ValueError(f"not a migration mark: {dict(mark)!r}")
         self.notes.update(ANNOTATION, lambda old: json.dumps(
             merged(decode(old), job, mark, self.retain_s, self.max_marks), separators=(",", ":")))

@@ -139,9 +139,9 @@ class WorldBuilder:
         steps = self.measured.get(key)
         if steps is None:  # new to this replica: what its latest plan carries (measured_note.py)
             steps = self.measured[key] = MeasuredSteps()
-            plans = [p.elastic_plan for p in ps if p.elastic_plan is not None]
-            if plans:
-                restore_measured(steps, max(plans, key=lambda plan: float(plan["at"])).get("measured"))
+            plan = newest_plan(ps)
+            if plan is not None:
+                restore_measured(steps, plan.get("measured"))
         if elastic is not None:
             record_step_sample(steps, rate, held, settling, batch=report.batch_size, gpu_type=gpu_type)
         measured: dict[str, float] = {}
@@ -182,12 +182,16 @@ class WorldBuilder:
         )
 
 
+def newest_plan(ps: list[PodInfo]) -> Mapping[str, Any] | None:
+    """The latest elastic plan on the job's pods (by its time); None when none has one."""
+    plans = [p.elastic_plan for p in ps if p.elastic_plan is not None]
+    return max(plans, key=lambda plan: float(plan["at"])) if plans else None
+
+
 def planned_gpus(ps: list[PodInfo]) -> int:
     """GPUs of the latest elastic plan on the job's pods (by its time); 0 when none says."""
-    plans = [p.elastic_plan for p in ps if p.elastic_plan is not None]
-    if not plans:
-        return 0
-    g = max(plans, key=lambda plan: float(plan["at"])).get("gpus")
+    plan = newest_plan(ps)
+    g = plan.get("gpus") if plan is not None else None
     return int(g) if isinstance(g, int) and not isinstance(g, bool) and g > 0 else 0
 
 

@@ -207,12 +207,22 @@ def parse_migration_mark(value: object) -> MigrationMark | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        d = json.loads(value)
+        return migration_mark_of(json.loads(value))
+    except ValueError:
+        return None
+
+
+def migration_mark_of(d: object) -> MigrationMark | None:
+    """A mark's JSON object, decoded (the annotation's, or one kept in the marks Lease); None when
+    malformed."""
+    if not isinstance(d, dict):
+        return None
+    try:
         # null: the loop did not know it (it writes None for a NaN); the rest of the mark holds.
         attained = float(d["attained"]) if d.get("attained") is not None else math.nan
         mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)),
                              attained if math.isfinite(attained) and attained >= 0 else math.nan)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError):
         return None
     return mark if mark.origin and math.isfinite(mark.at) else None
 
