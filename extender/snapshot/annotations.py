@@ -80,8 +80,10 @@ def parse_stopping_rule(ann: Mapping[str, Any]) -> tuple[float | None, float | N
     es = None
     raw = str(ann.get(MAX_STEPS, "")).strip()
     if raw:
-        if raw.isdigit() and int(raw) >= 1:
-            max_steps = float(int(raw))
+        # float of the digits, not of int(): 309 digits and more passed int() and overflowed float(),
+        # and 4,301 and more passed neither; such a value is now a problem named, as any other.
+        if raw.isdigit() and math.isfinite(steps := float(raw)) and steps >= 1:
+            max_steps = steps
         else:
             problems.append(f"{MAX_STEPS}={raw!r}: expected an integer >= 1")
     raw = str(ann.get(TARGET_METRIC, "")).strip()

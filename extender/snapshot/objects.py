@@ -222,7 +222,7 @@ def migration_mark_of(d: object) -> MigrationMark | None:
         attained = float(d["attained"]) if d.get("attained") is not None else math.nan
         mark = MigrationMark(str(d["from"]), float(d["at"]), int(d.get("count", 1)),
                              attained if math.isfinite(attained) and attained >= 0 else math.nan)
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, OverflowError):  # "count": 1e999 is a float int() cannot take
         return None
     return mark if mark.origin and math.isfinite(mark.at) else None
 

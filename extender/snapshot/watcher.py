@@ -83,7 +83,7 @@ def apply_event(state: ClusterState, kind: str, event: dict[str, Any], gpu_resou
             state.delete_pod(obj["metadata"]["uid"])
         else:
             state.upsert_pod(parse_pod(obj, gpu_resource))
-    except (ObjectError, KeyError, TypeError, ValueError) as e:
+    except (ObjectError, KeyError, TypeError, ValueError, ArithmeticError) as e:
         name = (obj.get("metadata") or {}).get("name", "?")
         log.warning("skipping malformed %s %s in watch event: %s", kind[:-1], name, e)
     return rv
@@ -164,7 +164,7 @@ class Watcher:
             for obj in body.get("items") or []:
                 try:
                     items.append(parse_object(self.kind, obj, self.gpu_resource))
-                except (ObjectError, KeyError, TypeError, ValueError) as e:
+                except (ObjectError, KeyError, TypeError, ValueError, ArithmeticError) as e:
                     log.warning("skipping malformed %s in list: %s", self.kind[:-1], e)
             meta = body.get("metadata") or {}
             cont = meta.get("continue")

@@ -117,3 +117,18 @@ def test_annotations_declare_the_rule() -> None:
     assert bad[3] is not None and "max-steps" in bad[3] and "target-metric" in bad[3] and "patience" in bad[3]
     assert parse_stopping_rule({"flowsched.io/early-stopping": "wait=3"})[3] is not None
     assert parse_stopping_rule({}) == (None, None, None, None)
+
+
+
+def test_a_max_steps_annotation_of_hundreds_of_digits_is_a_problem_named_not_a_crash() -> None:
+    # 400 digits passed int() and overflowed float() (OverflowError out of parse_pod: the pod list
+    # stopped); 5,000 passed neither (the pod was skipped whole). Both are a problem named now.
+    from extender.snapshot.objects import parse_pod
+    from tests.service.http.test_migration_origin import pod
+
+    for digits in (400, 5000):
+        got = parse_stopping_rule({"flowsched.io/max-steps": "9" * digits})
+        assert got[0] is None and got[3] is not None and "max-steps" in got[3]
+        p = parse_pod(pod("a", "u1", "n1", {"flowsched.io/progress": "logs", "flowsched.io/max-steps": "9" * digits}))
+        assert p.progress is not None and p.progress.max_steps is None and "max-steps" in str(p.progress.rule_problem)
+    assert parse_stopping_rule({"flowsched.io/max-steps": "5000"})[0] == 5000.0

@@ -45,6 +45,10 @@ def test_mark_parsing() -> None:
     unknown = parse_migration_mark('{"from": "n1", "at": 5, "count": 2, "attained": null}')
     assert unknown is not None and unknown.count == 2 and math.isnan(unknown.attained_gpu_s)
     assert parse_migration_mark('{"from": "n1", "at": 5, "attained": 7.5}').attained_gpu_s == 7.5  # type: ignore[union-attr]
+    # A count no int() takes raised OverflowError out of parse_pod: one pod annotated so by any
+    # user stopped the whole pod list (the service never synced).
+    assert parse_migration_mark('{"from": "n1", "at": 5, "count": 1e999}') is None
+    assert parse_pod(pod("b", "u9", "n1", {MIGRATION: '{"from": "n1", "at": 5, "count": 1e999}'})).migration is None
     for bad in ("", "nope", '{"at": 5}', '{"from": "", "at": 5}', '{"from": "n", "at": "x"}', "[]"):
         assert parse_migration_mark(bad) is None
     p = parse_pod(pod("a", "u1", "n1"))
@@ -97,3 +101,17 @@ def test_a_partly_refused_eviction_keeps_the_record_of_the_pods_that_went() -> N
     state.upsert_pod(parse_pod(pod("train-b", "ub", "n1", mark(3000.0, "n1", 3))))
     state.upsert_pod(parse_pod(pod("train-b", "ub", "n1")))
     assert state.read().migration_of("ns/train") == m
+
+
+def test_a_pod_whose_parse_overflows_is_skipped_not_the_whole_watch(monkeypatch: Any) -> None:
+    # Defence in depth beside the parsers' own checks: an arithmetic error out of any parser skips
+    # that object, as a KeyError or ValueError does, instead of stopping the watch.
+    import extender.snapshot.watcher as watcher
+
+    def overflow(obj: Any, gpu_resource: str) -> Any:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(watcher, "parse_pod", overflow)
+    state = ClusterState()
+    watcher.apply_event(state, "pods", {"type": "ADDED", "object": pod("a", "u1", "n1")}, "nvidia.com/gpu")
+    assert state.read().pod("u1") is None
